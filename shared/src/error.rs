@@ -1,0 +1,157 @@
+//! The JSON error body: `{"error": {"code": "...", "message": "...", ...}}`.
+//!
+//! `code` is stable (clients branch on it); `message` is for humans and may change.
+
+use serde::{Deserialize, Serialize};
+
+/// Stable error codes. Serialized in snake_case (`ErrorCode::AuthMissing` is `"auth_missing"`).
+/// New codes may be added within `/v1`; clients should treat an unknown code by its HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The body is not valid JSON, or a field has the wrong type or is missing (400).
+    BadRequest,
+    /// A value is well-formed but not allowed (a TTL of 0, an empty key...) (400).
+    InvalidValue,
+    /// Statement parameters do not match the statement (count, or a value Postgres refused) (400).
+    BadParams,
+    /// Postgres refused the caller's SQL (syntax, constraint, type...); `pg_code` says why (400).
+    SqlError,
+    /// A result column has a type Ferry cannot map to JSON; the message names it (422).
+    UnsupportedType,
+    /// A cached value is not UTF-8 text and cannot be returned as a JSON string (422).
+    NotText,
+    /// The body is larger than the configured limit (413).
+    PayloadTooLarge,
+    /// The request is not signed (401).
+    AuthMissing,
+    /// A signature header is present but malformed (401).
+    AuthMalformed,
+    /// The signed timestamp is outside the allowed clock window (401).
+    AuthExpired,
+    /// The signature does not match (401).
+    AuthBadSignature,
+    /// The nonce was already used within the window (401).
+    AuthReplayed,
+    /// No such route (404).
+    NotFound,
+    /// The route exists but not for this method (405).
+    MethodNotAllowed,
+    /// Every connection is busy or the sidecar is at its in-flight limit; retry (503).
+    Overloaded,
+    /// Postgres could not be reached (503).
+    DatabaseUnavailable,
+    /// Redis could not be reached for a cache command (503). Reads never fail for this.
+    CacheUnavailable,
+    /// Postgres did not answer in time (504).
+    Timeout,
+    /// Redis or Postgres failed in a way that is not the caller's fault (502).
+    UpstreamError,
+    /// A bug or an unexpected state in the sidecar (500). Details are in its log only.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The HTTP status each code is sent with. The single source of truth for both sides.
+    pub fn http_status(self) -> u16 {
+        use ErrorCode::*;
+        match self {
+            BadRequest | InvalidValue | BadParams | SqlError => 400,
+            AuthMissing | AuthMalformed | AuthExpired | AuthBadSignature | AuthReplayed => 401,
+            NotFound => 404,
+            MethodNotAllowed => 405,
+            PayloadTooLarge => 413,
+            UnsupportedType | NotText => 422,
+            Internal => 500,
+            UpstreamError => 502,
+            Overloaded | DatabaseUnavailable | CacheUnavailable => 503,
+            Timeout => 504,
+        }
+    }
+
+    /// The wire spelling, e.g. `"auth_missing"`.
+    pub fn as_str(self) -> &'static str {
+        use ErrorCode::*;
+        match self {
+            BadRequest => "bad_request",
+            InvalidValue => "invalid_value",
+            BadParams => "bad_params",
+            SqlError => "sql_error",
+            UnsupportedType => "unsupported_type",
+            NotText => "not_text",
+            PayloadTooLarge => "payload_too_large",
+            AuthMissing => "auth_missing",
+            AuthMalformed => "auth_malformed",
+            AuthExpired => "auth_expired",
+            AuthBadSignature => "auth_bad_signature",
+            AuthReplayed => "auth_replayed",
+            NotFound => "not_found",
+            MethodNotAllowed => "method_not_allowed",
+            Overloaded => "overloaded",
+            DatabaseUnavailable => "database_unavailable",
+            CacheUnavailable => "cache_unavailable",
+            Timeout => "timeout",
+            UpstreamError => "upstream_error",
+            Internal => "internal",
+        }
+    }
+}
+
+/// The body of every error response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    pub code: ErrorCode,
+    pub message: String,
+    /// The SQLSTATE, when Postgres refused the caller's own SQL (e.g. `"42601"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pg_code: Option<String>,
+    /// The JSON path of the offending request field, when one is to blame (e.g. `"cache.ttl_s"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+impl ErrorBody {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ErrorBody {
+            error: ErrorDetail {
+                code,
+                message: message.into(),
+                pg_code: None,
+                field: None,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_spelling_matches_serde() {
+        for code in [
+            ErrorCode::BadRequest,
+            ErrorCode::AuthReplayed,
+            ErrorCode::PayloadTooLarge,
+            ErrorCode::DatabaseUnavailable,
+        ] {
+            let json = serde_json::to_value(code).expect("serializes");
+            assert_eq!(json, serde_json::Value::String(code.as_str().to_string()));
+        }
+    }
+
+    #[test]
+    fn optional_fields_are_omitted() {
+        let body = ErrorBody::new(ErrorCode::NotFound, "no such route");
+        let json = serde_json::to_string(&body).expect("serializes");
+        assert_eq!(
+            json,
+            r#"{"error":{"code":"not_found","message":"no such route"}}"#
+        );
+    }
+}

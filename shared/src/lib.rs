@@ -1,0 +1,15 @@
+//! What crosses the wire between the Ferry edge (wasm Worker) and the Ferry sidecar, and nothing
+//! else.
+//!
+//! - [`api`]: request and response bodies of the `/v1` endpoints.
+//! - [`error`]: the JSON error body every failure is answered with, and its stable codes.
+//! - [`sign`]: HMAC-SHA256 request signing and verification (both sides use this code).
+//!
+//! This crate has no runtime dependencies beyond serde and the RustCrypto hashes, so it builds
+//! for `wasm32-unknown-unknown` and for the host alike. Wire changes are additive within `/v1`.
+
+pub mod api;
+pub mod error;
+pub mod sign;
+
+pub use error::{ErrorBody, ErrorCode};

@@ -1,0 +1,333 @@
+//! Request signing: `x-ferry-signature: v1=<hex HMAC-SHA256>` over a canonical string.
+//!
+//! The canonical string binds the signature to one moment, one nonce, one method, one path and
+//! one exact body:
+//!
+//! ```text
+//! {timestamp}\n{nonce}\n{METHOD}\n{path and query}\n{hex sha256 of body}
+//! ```
+//!
+//! Verification here is stateless (format, clock window, MAC). Replay protection needs memory of
+//! nonces already seen, which the sidecar keeps; this module only checks the nonce's shape.
+
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+
+pub const HEADER_TIMESTAMP: &str = "x-ferry-timestamp";
+pub const HEADER_NONCE: &str = "x-ferry-nonce";
+pub const HEADER_SIGNATURE: &str = "x-ferry-signature";
+
+/// How far a request's timestamp may be from the verifier's clock, either way, in seconds.
+pub const DEFAULT_MAX_SKEW_S: u64 = 300;
+
+/// Nonce length bounds, in hex characters. 16 hex chars = 64 random bits.
+pub const NONCE_MIN_LEN: usize = 16;
+pub const NONCE_MAX_LEN: usize = 64;
+
+const SIGNATURE_PREFIX: &str = "v1=";
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// The three signature headers of one request, as strings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignatureHeaders {
+    pub timestamp: String,
+    pub nonce: String,
+    pub signature: String,
+}
+
+/// Why a signature was refused. Each maps to one stable wire code (see [`SignError::code`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignError {
+    /// A header is absent (its name is given).
+    Missing(&'static str),
+    /// A header is present but not in the expected format (its name is given).
+    Malformed(&'static str),
+    /// The timestamp is more than the allowed skew away from the verifier's clock.
+    Expired,
+    /// The MAC does not match under any accepted secret.
+    Mismatch,
+}
+
+impl SignError {
+    /// The stable error code sent on the wire for this failure.
+    pub fn code(&self) -> crate::ErrorCode {
+        use crate::ErrorCode;
+        match self {
+            SignError::Missing(_) => ErrorCode::AuthMissing,
+            SignError::Malformed(_) => ErrorCode::AuthMalformed,
+            SignError::Expired => ErrorCode::AuthExpired,
+            SignError::Mismatch => ErrorCode::AuthBadSignature,
+        }
+    }
+
+    /// A message safe to show the caller (it says what is wrong, never what was expected).
+    pub fn message(&self) -> String {
+        match self {
+            SignError::Missing(h) => format!("missing header {h}"),
+            SignError::Malformed(h) => format!("malformed header {h}"),
+            SignError::Expired => {
+                "request timestamp is outside the allowed clock window".to_string()
+            }
+            SignError::Mismatch => "signature does not match".to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for SignError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message())
+    }
+}
+
+impl std::error::Error for SignError {}
+
+/// Lowercase hex SHA-256 of `body` (the empty body has a digest too).
+pub fn body_digest(body: &[u8]) -> String {
+    hex::encode(Sha256::digest(body))
+}
+
+/// The exact bytes that are MAC'd. `method` is upper-cased here so callers cannot disagree.
+pub fn canonical_string(
+    timestamp: u64,
+    nonce: &str,
+    method: &str,
+    path_and_query: &str,
+    body: &[u8],
+) -> String {
+    format!(
+        "{timestamp}\n{nonce}\n{}\n{path_and_query}\n{}",
+        method.to_ascii_uppercase(),
+        body_digest(body)
+    )
+}
+
+fn mac_for(secret: &[u8], canonical: &str) -> HmacSha256 {
+    // HMAC accepts keys of any length, so new_from_slice cannot fail; the fallback keeps this
+    // function total without an unwrap.
+    let mut mac = HmacSha256::new_from_slice(secret)
+        .unwrap_or_else(|_| <HmacSha256 as Mac>::new(&Default::default()));
+    mac.update(canonical.as_bytes());
+    mac
+}
+
+/// Signs one request. `nonce` must be 16-64 hex characters of fresh randomness (the caller
+/// supplies it: this crate has no random source, so it stays portable to wasm).
+pub fn sign(
+    secret: &[u8],
+    timestamp: u64,
+    nonce: &str,
+    method: &str,
+    path_and_query: &str,
+    body: &[u8],
+) -> SignatureHeaders {
+    let canonical = canonical_string(timestamp, nonce, method, path_and_query, body);
+    let tag = mac_for(secret, &canonical).finalize().into_bytes();
+    SignatureHeaders {
+        timestamp: timestamp.to_string(),
+        nonce: nonce.to_string(),
+        signature: format!("{SIGNATURE_PREFIX}{}", hex::encode(tag)),
+    }
+}
+
+/// A request whose signature checked out: what the verifier needs for replay protection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    pub timestamp: u64,
+    pub nonce: String,
+}
+
+/// Parses the three header values. `None` means the header was absent.
+pub fn parse_headers(
+    timestamp: Option<&str>,
+    nonce: Option<&str>,
+    signature: Option<&str>,
+) -> Result<SignatureHeaders, SignError> {
+    let timestamp = timestamp.ok_or(SignError::Missing(HEADER_TIMESTAMP))?;
+    let nonce = nonce.ok_or(SignError::Missing(HEADER_NONCE))?;
+    let signature = signature.ok_or(SignError::Missing(HEADER_SIGNATURE))?;
+    Ok(SignatureHeaders {
+        timestamp: timestamp.to_string(),
+        nonce: nonce.to_string(),
+        signature: signature.to_string(),
+    })
+}
+
+fn parse_timestamp(s: &str) -> Result<u64, SignError> {
+    // Digits only (no sign, no spaces); 20 digits is u64's width.
+    if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(SignError::Malformed(HEADER_TIMESTAMP));
+    }
+    s.parse().map_err(|_| SignError::Malformed(HEADER_TIMESTAMP))
+}
+
+fn check_nonce(s: &str) -> Result<(), SignError> {
+    let ok = (NONCE_MIN_LEN..=NONCE_MAX_LEN).contains(&s.len())
+        && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if ok {
+        Ok(())
+    } else {
+        Err(SignError::Malformed(HEADER_NONCE))
+    }
+}
+
+fn parse_signature(s: &str) -> Result<Vec<u8>, SignError> {
+    let hex_part = s
+        .strip_prefix(SIGNATURE_PREFIX)
+        .ok_or(SignError::Malformed(HEADER_SIGNATURE))?;
+    // Exactly one SHA-256 tag; a truncated tag is malformed, not a shorter valid MAC.
+    if hex_part.len() != 64 {
+        return Err(SignError::Malformed(HEADER_SIGNATURE));
+    }
+    hex::decode(hex_part).map_err(|_| SignError::Malformed(HEADER_SIGNATURE))
+}
+
+/// Verifies a request statelessly: header formats, the clock window, then the MAC under each
+/// accepted secret (more than one during a secret rotation). The MAC comparison is
+/// constant-time (`hmac`'s `verify_slice`).
+#[allow(clippy::too_many_arguments)]
+pub fn verify(
+    secrets: &[&[u8]],
+    headers: &SignatureHeaders,
+    method: &str,
+    path_and_query: &str,
+    body: &[u8],
+    now_s: u64,
+    max_skew_s: u64,
+) -> Result<Verified, SignError> {
+    let timestamp = parse_timestamp(&headers.timestamp)?;
+    check_nonce(&headers.nonce)?;
+    let tag = parse_signature(&headers.signature)?;
+    if timestamp.abs_diff(now_s) > max_skew_s {
+        return Err(SignError::Expired);
+    }
+    let canonical = canonical_string(timestamp, &headers.nonce, method, path_and_query, body);
+    // Every secret is tried, even after a match, so timing does not reveal which one matched.
+    let mut matched = false;
+    for secret in secrets {
+        matched |= mac_for(secret, &canonical).verify_slice(&tag).is_ok();
+    }
+    if matched {
+        Ok(Verified {
+            timestamp,
+            nonce: headers.nonce.clone(),
+        })
+    } else {
+        Err(SignError::Mismatch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &[u8] = b"test-secret";
+    const NONCE: &str = "0123456789abcdef";
+    const NOW: u64 = 1_700_000_000;
+
+    fn signed(body: &[u8]) -> SignatureHeaders {
+        sign(SECRET, NOW, NONCE, "post", "/v1/query?x=1", body)
+    }
+
+    fn check(h: &SignatureHeaders, body: &[u8], now: u64) -> Result<Verified, SignError> {
+        verify(&[SECRET], h, "POST", "/v1/query?x=1", body, now, 300)
+    }
+
+    #[test]
+    fn known_vector() {
+        // Pinned so that any change to the canonical string is a visible wire break.
+        let canonical = canonical_string(NOW, NONCE, "post", "/v1/query", b"{}");
+        assert_eq!(
+            canonical,
+            "1700000000\n0123456789abcdef\nPOST\n/v1/query\n\
+             44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+        );
+        let h = sign(SECRET, NOW, NONCE, "POST", "/v1/query", b"{}");
+        assert!(h.signature.starts_with("v1="));
+        assert_eq!(h.signature.len(), 3 + 64);
+    }
+
+    #[test]
+    fn round_trip() {
+        let h = signed(b"{\"a\":1}");
+        let v = check(&h, b"{\"a\":1}", NOW).expect("valid signature");
+        assert_eq!(v.timestamp, NOW);
+        assert_eq!(v.nonce, NONCE);
+    }
+
+    #[test]
+    fn any_change_is_rejected() {
+        let h = signed(b"body");
+        assert_eq!(check(&h, b"bodz", NOW), Err(SignError::Mismatch));
+        assert_eq!(
+            verify(&[SECRET], &h, "PUT", "/v1/query?x=1", b"body", NOW, 300),
+            Err(SignError::Mismatch)
+        );
+        assert_eq!(
+            verify(&[SECRET], &h, "POST", "/v1/query?x=2", b"body", NOW, 300),
+            Err(SignError::Mismatch)
+        );
+        assert_eq!(
+            verify(&[b"other"], &h, "POST", "/v1/query?x=1", b"body", NOW, 300),
+            Err(SignError::Mismatch)
+        );
+        let mut other_nonce = h.clone();
+        other_nonce.nonce = "fedcba9876543210".into();
+        assert_eq!(check(&other_nonce, b"body", NOW), Err(SignError::Mismatch));
+    }
+
+    #[test]
+    fn clock_window_both_ways() {
+        let h = signed(b"");
+        assert!(check(&h, b"", NOW + 300).is_ok());
+        assert!(check(&h, b"", NOW - 300).is_ok());
+        assert_eq!(check(&h, b"", NOW + 301), Err(SignError::Expired));
+        assert_eq!(check(&h, b"", NOW - 301), Err(SignError::Expired));
+    }
+
+    #[test]
+    fn malformed_headers() {
+        let good = signed(b"");
+        let cases: Vec<(fn(&mut SignatureHeaders), &str)> = vec![
+            (|h| h.timestamp = "-1".into(), HEADER_TIMESTAMP),
+            (|h| h.timestamp = "".into(), HEADER_TIMESTAMP),
+            (|h| h.timestamp = "1e9".into(), HEADER_TIMESTAMP),
+            (|h| h.timestamp = "99999999999999999999999".into(), HEADER_TIMESTAMP),
+            (|h| h.nonce = "short".into(), HEADER_NONCE),
+            (|h| h.nonce = "zzzzzzzzzzzzzzzz".into(), HEADER_NONCE),
+            (|h| h.nonce = "a".repeat(65), HEADER_NONCE),
+            (|h| h.signature = h.signature[3..].to_string(), HEADER_SIGNATURE),
+            (|h| h.signature.truncate(40), HEADER_SIGNATURE),
+            (|h| h.signature = format!("v2={}", &h.signature[3..]), HEADER_SIGNATURE),
+            (|h| h.signature = format!("v1={}", "g".repeat(64)), HEADER_SIGNATURE),
+        ];
+        for (mutate, header) in cases {
+            let mut h = good.clone();
+            mutate(&mut h);
+            assert_eq!(check(&h, b"", NOW), Err(SignError::Malformed(header)), "{h:?}");
+        }
+    }
+
+    #[test]
+    fn missing_headers() {
+        assert_eq!(
+            parse_headers(None, Some("n"), Some("s")),
+            Err(SignError::Missing(HEADER_TIMESTAMP))
+        );
+        assert_eq!(
+            parse_headers(Some("1"), None, Some("s")),
+            Err(SignError::Missing(HEADER_NONCE))
+        );
+        assert_eq!(
+            parse_headers(Some("1"), Some("n"), None),
+            Err(SignError::Missing(HEADER_SIGNATURE))
+        );
+    }
+
+    #[test]
+    fn rotation_accepts_either_secret() {
+        let h = signed(b"x");
+        let r = verify(&[b"new", SECRET], &h, "POST", "/v1/query?x=1", b"x", NOW, 300);
+        assert!(r.is_ok());
+    }
+}
