@@ -1,1 +1,49 @@
+//! Ferry's sidecar: an actix-web service that owns bounded r2d2 pools to Redis and Postgres and
+//! serves signed reads (read-through cached), writes (with invalidation) and cache commands.
+//!
+//! `main.rs` reads the config and calls [`run`]; tests call [`run`] with a listener on port 0,
+//! so they exercise the real app.
 
+pub mod auth;
+pub mod cache;
+pub mod commands;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod json;
+pub mod pg_json;
+pub mod pg_params;
+pub mod pools;
+pub mod routes;
+pub mod state;
+
+pub use config::Config;
+pub use routes::configure;
+pub use state::AppState;
+
+use actix_web::{dev::Server, middleware, web, App, HttpServer};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Starts the HTTP server on `listener` (the caller binds it, so tests can use port 0).
+/// The returned server runs when awaited; it stops gracefully on SIGTERM/SIGINT, letting
+/// in-flight requests finish for up to `server.shutdown_timeout_s`.
+pub fn run(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<Server> {
+    let server_cfg = state.config.server.clone();
+    let data = web::Data::from(state);
+    let mut server = HttpServer::new(move || {
+        App::new()
+            .app_data(data.clone())
+            .wrap(middleware::Logger::new("%r %s %Dms").log_target("ferry::access"))
+            .configure(configure)
+    })
+    .shutdown_timeout(server_cfg.shutdown_timeout_s)
+    // Headers must arrive within this many ms (slowloris); bodies are bounded in auth.rs.
+    .client_request_timeout(Duration::from_millis(5_000))
+    .listen(listener)?;
+    if server_cfg.workers > 0 {
+        server = server.workers(server_cfg.workers);
+    }
+    Ok(server.run())
+}

@@ -1,1 +1,72 @@
-fn main() {}
+//! `ferry-sidecar`: args -> config -> pools -> serve.
+
+use clap::Parser;
+use ferry_sidecar::{AppState, Config};
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Ferry's sidecar: pooled, signed, read-through access to Redis and Postgres.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// TOML config file (deploy/ferry.toml is the commented sample). Without one, defaults and
+    /// FERRY_* environment variables are used.
+    #[arg(long, env = "FERRY_CONFIG")]
+    config: Option<PathBuf>,
+
+    /// Validate the configuration, print what is wrong (naming the key) or "config ok", and exit.
+    #[arg(long)]
+    check_config: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let env: BTreeMap<String, String> = std::env::vars().collect();
+    let config = match Config::load(args.config.as_deref(), &env) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ferry-sidecar: invalid configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.check_config {
+        println!("config ok");
+        return ExitCode::SUCCESS;
+    }
+    init_tracing(&config.server.log_format);
+    match serve(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "sidecar stopped");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FERRY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+#[actix_web::main]
+async fn serve(config: Config) -> std::io::Result<()> {
+    let listen = config.server.listen.clone();
+    let (redis_size, pg_size) = (config.redis.pool_size, config.postgres.pool_size);
+    let state = AppState::new(config).map_err(std::io::Error::other)?;
+    let listener = TcpListener::bind(&listen)?;
+    tracing::info!(
+        listen = %listener.local_addr()?,
+        redis_pool = redis_size,
+        postgres_pool = pg_size,
+        "ferry-sidecar listening"
+    );
+    ferry_sidecar::run(listener, state)?.await
+}

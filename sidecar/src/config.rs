@@ -1,0 +1,457 @@
+//! Configuration: one TOML file (every key optional, defaults below), then environment overrides.
+//!
+//! Every key `section.key` can be set with `FERRY_SECTION_KEY` (e.g. `redis.pool_size` with
+//! `FERRY_REDIS_POOL_SIZE`). Four short aliases let the binary run with no file at all:
+//! `FERRY_LISTEN`, `FERRY_REDIS_URL`, `FERRY_DATABASE_URL`, `FERRY_SECRET`.
+//! `deploy/ferry.toml` is the commented sample; keep it in step with this file.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub auth: AuthConfig,
+    pub redis: RedisConfig,
+    pub postgres: PostgresConfig,
+    pub cache: CacheConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// host:port to listen on.
+    pub listen: String,
+    /// actix worker threads; 0 = one per core.
+    pub workers: usize,
+    /// Largest request body accepted, in bytes (larger: 413).
+    pub body_limit_bytes: usize,
+    /// Whole-request deadline for work on Redis/Postgres, in milliseconds (beyond: 504).
+    pub request_timeout_ms: u64,
+    /// Requests doing Redis/Postgres work at once; beyond this, 503 at once (not queued).
+    pub max_in_flight: usize,
+    /// Seconds a client is told to wait in `Retry-After` on a 503.
+    pub retry_after_s: u64,
+    /// Seconds in-flight requests get to finish after SIGTERM.
+    pub shutdown_timeout_s: u64,
+    /// Log format: "text" or "json".
+    pub log_format: String,
+}
+
+#[derive(Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// The shared HMAC secret (prefer `secret_file` or the FERRY_SECRET variable).
+    pub secret: String,
+    /// A file holding the secret (trailing newline ignored); wins over `secret` when set.
+    pub secret_file: String,
+    /// Allowed clock difference between signer and sidecar, in seconds.
+    pub max_skew_s: u64,
+    /// Nonces remembered for replay protection; when full, new requests get 503 (never
+    /// a silent acceptance of a possible replay).
+    pub max_nonces: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    /// redis:// URL (password in the URL or in FERRY_REDIS_URL).
+    pub url: String,
+    /// Most connections the pool ever opens.
+    pub pool_size: u32,
+    /// Idle connections kept open.
+    pub min_idle: u32,
+    /// Longest wait for a pooled connection, in milliseconds.
+    pub checkout_timeout_ms: u64,
+    /// TCP connect timeout for a new connection, in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// Read/write timeout of one Redis command, in milliseconds.
+    pub io_timeout_ms: u64,
+    /// After a Redis failure, reads skip Redis for this long, in milliseconds, instead of
+    /// paying a timeout each.
+    pub retry_after_failure_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PostgresConfig {
+    /// libpq-style URL: postgres://user:password@host:port/db.
+    pub url: String,
+    /// A file holding the database password; wins over a password in `url` when set.
+    pub password_file: String,
+    /// Most connections the pool ever opens.
+    pub pool_size: u32,
+    /// Idle connections kept open.
+    pub min_idle: u32,
+    /// Longest wait for a pooled connection, in milliseconds (beyond: 503).
+    pub checkout_timeout_ms: u64,
+    /// TCP connect timeout for a new connection, in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// Server-side statement_timeout, in milliseconds (0 = none).
+    pub statement_timeout_ms: u64,
+    /// The password read from `password_file` (never serialized, never logged).
+    #[serde(skip)]
+    pub password: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// Prefix of every Redis key Ferry writes, so several apps can share one Redis.
+    pub key_prefix: String,
+    /// Largest TTL a request may ask for, in seconds.
+    pub max_ttl_s: u64,
+    /// Longest caller-chosen key, in bytes.
+    pub max_key_bytes: usize,
+    /// How often pending invalidations are retried while Redis is down, in milliseconds.
+    pub invalidation_retry_ms: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:8787".into(),
+            workers: 0,
+            body_limit_bytes: 1024 * 1024,
+            request_timeout_ms: 10_000,
+            max_in_flight: 256,
+            retry_after_s: 1,
+            shutdown_timeout_s: 30,
+            log_format: "text".into(),
+        }
+    }
+}
+
+/// Redacted: a config printed in a log or a panic must not carry the secret.
+impl std::fmt::Debug for AuthConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthConfig")
+            .field("secret", &"<redacted>")
+            .field("secret_file", &self.secret_file)
+            .field("max_skew_s", &self.max_skew_s)
+            .field("max_nonces", &self.max_nonces)
+            .finish()
+    }
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            secret: String::new(),
+            secret_file: String::new(),
+            max_skew_s: ferry_shared::sign::DEFAULT_MAX_SKEW_S,
+            max_nonces: 1_000_000,
+        }
+    }
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            url: "redis://127.0.0.1:6379".into(),
+            pool_size: 8,
+            min_idle: 1,
+            checkout_timeout_ms: 1_000,
+            connect_timeout_ms: 500,
+            io_timeout_ms: 1_000,
+            retry_after_failure_ms: 1_000,
+        }
+    }
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        PostgresConfig {
+            url: "postgres://postgres@127.0.0.1:5432/postgres".into(),
+            password_file: String::new(),
+            pool_size: 10,
+            min_idle: 1,
+            checkout_timeout_ms: 1_500,
+            connect_timeout_ms: 2_000,
+            statement_timeout_ms: 5_000,
+            password: None,
+        }
+    }
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            key_prefix: "ferry:".into(),
+            max_ttl_s: 30 * 24 * 3600,
+            max_key_bytes: 512,
+            invalidation_retry_ms: 500,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            server: ServerConfig::default(),
+            auth: AuthConfig::default(),
+            redis: RedisConfig::default(),
+            postgres: PostgresConfig::default(),
+            cache: CacheConfig::default(),
+        }
+    }
+}
+
+/// A configuration problem, naming the key at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("environment variable {var} (key {key}): {message}")]
+    Env {
+        var: String,
+        key: String,
+        message: String,
+    },
+    #[error("key {key}: {message}")]
+    Invalid { key: String, message: String },
+}
+
+/// Short aliases, checked after the generic `FERRY_SECTION_KEY` names.
+const ALIASES: &[(&str, &str, &str)] = &[
+    ("FERRY_LISTEN", "server", "listen"),
+    ("FERRY_REDIS_URL", "redis", "url"),
+    ("FERRY_DATABASE_URL", "postgres", "url"),
+    ("FERRY_SECRET", "auth", "secret"),
+];
+
+impl Config {
+    /// Reads the file (if any), applies overrides from `env`, and validates.
+    pub fn load(
+        path: Option<&Path>,
+        env: &BTreeMap<String, String>,
+    ) -> Result<Config, ConfigError> {
+        let mut table = match path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                    path: p.display().to_string(),
+                    source,
+                })?;
+                toml::from_str::<toml::Table>(&text).map_err(|e| ConfigError::Parse {
+                    path: p.display().to_string(),
+                    message: e.to_string(),
+                })?
+            }
+            None => toml::Table::new(),
+        };
+        apply_env(&mut table, env)?;
+        let mut config: Config = Config::deserialize(toml::Value::Table(table)).map_err(|e| {
+            ConfigError::Parse {
+                path: path.map_or("(environment)".into(), |p| p.display().to_string()),
+                message: e.to_string(),
+            }
+        })?;
+        config.resolve_files()?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Replaces `*_file` settings by the contents of the files they name.
+    fn resolve_files(&mut self) -> Result<(), ConfigError> {
+        let read = |key: &str, path: &str| {
+            std::fs::read_to_string(path)
+                .map(|s| s.trim_end_matches(['\r', '\n']).to_string())
+                .map_err(|e| ConfigError::Invalid {
+                    key: key.into(),
+                    message: format!("cannot read {path}: {e}"),
+                })
+        };
+        if !self.auth.secret_file.is_empty() {
+            self.auth.secret = read("auth.secret_file", &self.auth.secret_file)?;
+        }
+        if !self.postgres.password_file.is_empty() {
+            self.postgres.password = Some(read(
+                "postgres.password_file",
+                &self.postgres.password_file,
+            )?);
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: &str| {
+            Err(ConfigError::Invalid {
+                key: key.into(),
+                message: message.into(),
+            })
+        };
+        if self.server.listen.parse::<std::net::SocketAddr>().is_err()
+            && !self.server.listen.contains(':')
+        {
+            return invalid("server.listen", "expected host:port");
+        }
+        if self.server.body_limit_bytes == 0 {
+            return invalid("server.body_limit_bytes", "must be at least 1");
+        }
+        if self.server.max_in_flight == 0 {
+            return invalid("server.max_in_flight", "must be at least 1");
+        }
+        if !matches!(self.server.log_format.as_str(), "text" | "json") {
+            return invalid("server.log_format", "must be \"text\" or \"json\"");
+        }
+        if self.auth.secret.len() < 16 {
+            return invalid(
+                "auth.secret",
+                "must be set and at least 16 bytes (FERRY_SECRET, auth.secret or auth.secret_file)",
+            );
+        }
+        if self.redis.pool_size == 0 {
+            return invalid("redis.pool_size", "must be at least 1");
+        }
+        if self.redis.min_idle > self.redis.pool_size {
+            return invalid("redis.min_idle", "must not exceed redis.pool_size");
+        }
+        if redis::Client::open(self.redis.url.as_str()).is_err() {
+            return invalid("redis.url", "not a valid redis:// URL");
+        }
+        if self.postgres.pool_size == 0 {
+            return invalid("postgres.pool_size", "must be at least 1");
+        }
+        if self.postgres.min_idle > self.postgres.pool_size {
+            return invalid("postgres.min_idle", "must not exceed postgres.pool_size");
+        }
+        if self.postgres.url.parse::<postgres::Config>().is_err() {
+            return invalid("postgres.url", "not a valid postgres URL");
+        }
+        if self.cache.max_ttl_s == 0 {
+            return invalid("cache.max_ttl_s", "must be at least 1");
+        }
+        Ok(())
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.server.request_timeout_ms)
+    }
+}
+
+/// Overrides keys of `table` from `FERRY_SECTION_KEY` variables. Known keys come from the
+/// defaults, so a variable is parsed as the type its key has (number, bool or string).
+fn apply_env(table: &mut toml::Table, env: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+    let defaults = toml::Table::try_from(Config::default()).map_err(|e| ConfigError::Invalid {
+        key: "(defaults)".into(),
+        message: e.to_string(),
+    })?;
+    let mut overrides: Vec<(String, String, String, String)> = Vec::new();
+    for (section, keys) in &defaults {
+        let Some(keys) = keys.as_table() else { continue };
+        for key in keys.keys() {
+            let var = format!("FERRY_{}_{}", section, key).to_ascii_uppercase();
+            if let Some(v) = env.get(&var) {
+                overrides.push((var, section.clone(), key.clone(), v.clone()));
+            }
+        }
+    }
+    for (var, section, key) in ALIASES {
+        if let Some(v) = env.get(*var) {
+            overrides.push((var.to_string(), section.to_string(), key.to_string(), v.clone()));
+        }
+    }
+    for (var, section, key, raw) in overrides {
+        let default = &defaults[&section][&key];
+        let value = match default {
+            toml::Value::Integer(_) => raw.trim().parse::<i64>().map(toml::Value::Integer).map_err(
+                |_| ConfigError::Env {
+                    var: var.clone(),
+                    key: format!("{section}.{key}"),
+                    message: format!("expected a whole number, got {raw:?}"),
+                },
+            )?,
+            toml::Value::Boolean(_) => raw.trim().parse::<bool>().map(toml::Value::Boolean).map_err(
+                |_| ConfigError::Env {
+                    var: var.clone(),
+                    key: format!("{section}.{key}"),
+                    message: format!("expected true or false, got {raw:?}"),
+                },
+            )?,
+            _ => toml::Value::String(raw),
+        };
+        let section_table = table
+            .entry(section.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        match section_table.as_table_mut() {
+            Some(t) => {
+                t.insert(key, value);
+            }
+            None => {
+                return Err(ConfigError::Invalid {
+                    key: section,
+                    message: "must be a table".into(),
+                })
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    const SECRET: (&str, &str) = ("FERRY_SECRET", "0123456789abcdef0123");
+
+    #[test]
+    fn runs_from_environment_alone() {
+        let c = Config::load(
+            None,
+            &env(&[
+                SECRET,
+                ("FERRY_LISTEN", "0.0.0.0:9000"),
+                ("FERRY_REDIS_URL", "redis://127.0.0.1:7000"),
+                ("FERRY_DATABASE_URL", "postgres://u@127.0.0.1:7001/db"),
+                ("FERRY_POSTGRES_POOL_SIZE", "3"),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(c.server.listen, "0.0.0.0:9000");
+        assert_eq!(c.redis.url, "redis://127.0.0.1:7000");
+        assert_eq!(c.postgres.pool_size, 3);
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let e = Config::load(None, &env(&[SECRET, ("FERRY_REDIS_POOL_SIZE", "many")]))
+            .expect_err("invalid");
+        assert!(e.to_string().contains("redis.pool_size"), "{e}");
+        let e = Config::load(None, &env(&[SECRET, ("FERRY_REDIS_POOL_SIZE", "0")]))
+            .expect_err("invalid");
+        assert!(e.to_string().contains("redis.pool_size"), "{e}");
+        let e = Config::load(None, &env(&[])).expect_err("no secret");
+        assert!(e.to_string().contains("auth.secret"), "{e}");
+    }
+
+    #[test]
+    fn unknown_file_keys_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("ferry.toml");
+        std::fs::write(&path, "[redis]\npool_sise = 3\n").expect("write");
+        let e = Config::load(Some(&path), &env(&[SECRET])).expect_err("unknown key");
+        assert!(e.to_string().contains("pool_sise"), "{e}");
+    }
+
+    #[test]
+    fn sample_config_parses() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/ferry.toml");
+        let c = Config::load(Some(&path), &env(&[SECRET])).expect("sample config is valid");
+        assert_eq!(c.redis.pool_size, RedisConfig::default().pool_size);
+    }
+}

@@ -1,0 +1,208 @@
+//! Every failure the sidecar can answer with, and the one place it becomes HTTP.
+//!
+//! Internal detail (driver messages, addresses) is carried in `internal` fields, logged once
+//! here, and never sent: the client gets the stable code and a fixed message.
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{HttpResponse, ResponseError};
+use ferry_shared::error::ErrorDetail;
+use ferry_shared::sign::SignError;
+use ferry_shared::{ErrorBody, ErrorCode};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Malformed JSON or a field of the wrong type; `field` is the JSON path when known.
+    #[error("bad request: {message}")]
+    BadRequest {
+        message: String,
+        field: Option<String>,
+    },
+    /// Well-formed but not allowed.
+    #[error("invalid value for {field}: {message}")]
+    InvalidValue { field: String, message: String },
+    #[error("body larger than {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("auth: {0}")]
+    Auth(SignError),
+    #[error("auth: nonce replayed")]
+    Replayed,
+    /// Parameters do not fit the statement, or Postgres refused a parameter value.
+    #[error("bad params: {message}")]
+    BadParams {
+        message: String,
+        pg_code: Option<String>,
+    },
+    /// Postgres refused the caller's own SQL; its message is about the caller's SQL, so it is
+    /// passed on (it names no server internals).
+    #[error("sql error {pg_code}: {message}")]
+    Sql { pg_code: String, message: String },
+    #[error("column {column} has type {type_name}, which Ferry cannot map to JSON")]
+    UnsupportedType { column: String, type_name: String },
+    #[error("cached value for key {key} is not UTF-8 text")]
+    NotText { key: String },
+    #[error("not found")]
+    NotFound,
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// Pool exhausted, in-flight limit reached or nonce store full.
+    #[error("overloaded: {what}")]
+    Overloaded { what: &'static str },
+    #[error("postgres unavailable: {internal}")]
+    DatabaseUnavailable { internal: String },
+    #[error("redis unavailable: {internal}")]
+    CacheUnavailable { internal: String },
+    #[error("timed out: {what}")]
+    Timeout { what: &'static str },
+    #[error("upstream error: {internal}")]
+    Upstream { internal: String },
+    #[error("internal error: {internal}")]
+    Internal { internal: String },
+}
+
+impl ApiError {
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::BadRequest {
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::InvalidValue {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn internal(internal: impl std::fmt::Display) -> Self {
+        ApiError::Internal {
+            internal: internal.to_string(),
+        }
+    }
+
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ApiError::BadRequest { .. } => ErrorCode::BadRequest,
+            ApiError::InvalidValue { .. } => ErrorCode::InvalidValue,
+            ApiError::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
+            ApiError::Auth(e) => e.code(),
+            ApiError::Replayed => ErrorCode::AuthReplayed,
+            ApiError::BadParams { .. } => ErrorCode::BadParams,
+            ApiError::Sql { .. } => ErrorCode::SqlError,
+            ApiError::UnsupportedType { .. } => ErrorCode::UnsupportedType,
+            ApiError::NotText { .. } => ErrorCode::NotText,
+            ApiError::NotFound => ErrorCode::NotFound,
+            ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
+            ApiError::Overloaded { .. } => ErrorCode::Overloaded,
+            ApiError::DatabaseUnavailable { .. } => ErrorCode::DatabaseUnavailable,
+            ApiError::CacheUnavailable { .. } => ErrorCode::CacheUnavailable,
+            ApiError::Timeout { .. } => ErrorCode::Timeout,
+            ApiError::Upstream { .. } => ErrorCode::UpstreamError,
+            ApiError::Internal { .. } => ErrorCode::Internal,
+        }
+    }
+
+    /// The body sent to the client: only what is safe to show.
+    pub fn body(&self) -> ErrorBody {
+        let mut detail = ErrorDetail {
+            code: self.code(),
+            message: String::new(),
+            pg_code: None,
+            field: None,
+        };
+        detail.message = match self {
+            ApiError::BadRequest { message, field } => {
+                detail.field = field.clone();
+                message.clone()
+            }
+            ApiError::InvalidValue { field, message } => {
+                detail.field = Some(field.clone());
+                format!("{field}: {message}")
+            }
+            ApiError::BadParams { message, pg_code } => {
+                detail.pg_code = pg_code.clone();
+                message.clone()
+            }
+            ApiError::Sql { pg_code, message } => {
+                detail.pg_code = Some(pg_code.clone());
+                message.clone()
+            }
+            ApiError::Auth(e) => e.message(),
+            ApiError::Replayed => "nonce already used".into(),
+            ApiError::PayloadTooLarge { .. }
+            | ApiError::UnsupportedType { .. }
+            | ApiError::NotText { .. } => self.to_string(),
+            ApiError::NotFound => "no such route".into(),
+            ApiError::MethodNotAllowed => "method not allowed on this route".into(),
+            ApiError::Overloaded { what } => format!("overloaded ({what}); retry later"),
+            ApiError::DatabaseUnavailable { .. } => "postgres is unavailable".into(),
+            ApiError::CacheUnavailable { .. } => "redis is unavailable".into(),
+            ApiError::Timeout { what } => format!("timed out waiting for {what}"),
+            ApiError::Upstream { .. } => "an upstream store failed".into(),
+            ApiError::Internal { .. } => "internal error".into(),
+        };
+        ErrorBody { error: detail }
+    }
+}
+
+/// Retry-After on 503s, in seconds. Set once at startup from config (`server.retry_after_s`).
+static RETRY_AFTER_S: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+pub fn set_retry_after_s(s: u64) {
+    RETRY_AFTER_S.store(s.max(1), std::sync::atomic::Ordering::Relaxed);
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        StatusCode::from_u16(self.code().http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let status = self.status_code();
+        // The one log line for this failure; internal detail goes here and only here.
+        if status.is_server_error() {
+            tracing::warn!(code = self.code().as_str(), status = status.as_u16(), error = %self, "request failed");
+        } else {
+            tracing::debug!(code = self.code().as_str(), status = status.as_u16(), error = %self, "request refused");
+        }
+        let mut resp = HttpResponse::build(status);
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            let s = RETRY_AFTER_S.load(std::sync::atomic::Ordering::Relaxed);
+            resp.insert_header((header::RETRY_AFTER, s.to_string()));
+        }
+        resp.json(self.body())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_detail_never_reaches_the_body() {
+        let secret_detail = "connection to 10.0.0.5:5432 failed: password authentication";
+        for e in [
+            ApiError::DatabaseUnavailable {
+                internal: secret_detail.into(),
+            },
+            ApiError::Upstream {
+                internal: secret_detail.into(),
+            },
+            ApiError::internal(secret_detail),
+            ApiError::CacheUnavailable {
+                internal: secret_detail.into(),
+            },
+        ] {
+            let body = serde_json::to_string(&e.body()).expect("serializes");
+            assert!(!body.contains("10.0.0.5"), "{body}");
+            assert!(!body.contains("password"), "{body}");
+        }
+    }
+
+    #[test]
+    fn overload_carries_retry_after() {
+        let resp = ApiError::Overloaded { what: "postgres pool" }.error_response();
+        assert_eq!(resp.status(), 503);
+        assert!(resp.headers().contains_key(header::RETRY_AFTER));
+    }
+}

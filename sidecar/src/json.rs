@@ -1,0 +1,45 @@
+//! Request body decoding with errors that name the offending field.
+
+use crate::error::ApiError;
+use serde::de::DeserializeOwned;
+
+/// Parses a JSON body into `T`. Errors say what is wrong and where (`cache.ttl_s`), never
+/// echoing the body back.
+pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError::bad_request("the body is empty; a JSON object is expected"));
+    }
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let field = (path != ".").then_some(path);
+        let message = match (&field, inner.classify()) {
+            (_, serde_json::error::Category::Syntax | serde_json::error::Category::Eof) => {
+                format!("the body is not valid JSON ({inner})")
+            }
+            (Some(f), _) => format!("{f}: {inner}"),
+            (None, _) => inner.to_string(),
+        };
+        ApiError::BadRequest { message, field }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_shared::api::QueryRequest;
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = parse::<QueryRequest>(br#"{"sql": "x", "cache": {"ttl_s": "sixty"}}"#)
+            .expect_err("wrong type");
+        match e {
+            ApiError::BadRequest { field, .. } => assert_eq!(field.as_deref(), Some("cache.ttl_s")),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(parse::<QueryRequest>(b"{not json").is_err());
+        assert!(parse::<QueryRequest>(b"").is_err());
+        assert!(parse::<QueryRequest>(br#"{"params": []}"#).is_err());
+    }
+}

@@ -1,0 +1,218 @@
+//! The two bounded r2d2 pools, and the rule for running blocking work off the actix workers.
+//!
+//! Pools never open more than `pool_size` connections, whatever the load: a request that cannot
+//! get one within the checkout timeout is answered 503. Redis failures also trip a short
+//! circuit breaker, so that while Redis is down reads go straight to Postgres instead of each
+//! paying a connect timeout.
+
+use crate::config::Config;
+use crate::error::ApiError;
+use r2d2_postgres::postgres::NoTls;
+use r2d2_postgres::PostgresConnectionManager;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+
+pub type RedisPool = r2d2::Pool<RedisManager>;
+pub type PgPool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
+pub type PgConn = r2d2::PooledConnection<PostgresConnectionManager<NoTls>>;
+pub type RedisConn = r2d2::PooledConnection<RedisManager>;
+
+/// r2d2 manager for Redis with connect and I/O timeouts (the redis crate's own manager has
+/// none, so a silent network cut would hang a pool thread forever).
+#[derive(Debug)]
+pub struct RedisManager {
+    client: redis::Client,
+    connect_timeout: Duration,
+    io_timeout: Duration,
+}
+
+impl r2d2::ManageConnection for RedisManager {
+    type Connection = redis::Connection;
+    type Error = redis::RedisError;
+
+    fn connect(&self) -> Result<redis::Connection, redis::RedisError> {
+        let conn = self.client.get_connection_with_timeout(self.connect_timeout)?;
+        conn.set_read_timeout(Some(self.io_timeout))?;
+        conn.set_write_timeout(Some(self.io_timeout))?;
+        Ok(conn)
+    }
+
+    fn is_valid(&self, conn: &mut redis::Connection) -> Result<(), redis::RedisError> {
+        redis::cmd("PING").query::<String>(conn).map(|_| ())
+    }
+
+    fn has_broken(&self, conn: &mut redis::Connection) -> bool {
+        !redis::ConnectionLike::is_open(conn)
+    }
+}
+
+/// Logs connection failures r2d2 meets while filling a pool (it would otherwise drop them).
+#[derive(Debug)]
+struct LogErrors(&'static str);
+
+impl<E: std::fmt::Display> r2d2::HandleError<E> for LogErrors {
+    fn handle_error(&self, error: E) {
+        tracing::warn!(pool = self.0, %error, "cannot open connection");
+    }
+}
+
+pub struct Pools {
+    pub redis: RedisPool,
+    pub pg: PgPool,
+    redis_size: u32,
+    pg_size: u32,
+    /// Milliseconds since `epoch` until which Redis is considered down.
+    redis_down_until_ms: AtomicU64,
+    redis_retry_after_failure: Duration,
+    epoch: Instant,
+}
+
+/// The Postgres connection settings, from the URL plus the sidecar's own settings.
+pub fn pg_config(config: &Config) -> Result<postgres::Config, ApiError> {
+    let c = &config.postgres;
+    let mut pg: postgres::Config = c
+        .url
+        .parse()
+        .map_err(|_| ApiError::internal("postgres.url is not a valid URL"))?;
+    pg.connect_timeout(Duration::from_millis(c.connect_timeout_ms));
+    // Lets operators (and the pool-bound test) tell Ferry's backends apart in pg_stat_activity.
+    pg.application_name("ferry-sidecar");
+    if c.statement_timeout_ms > 0 {
+        pg.options(&format!("-c statement_timeout={}", c.statement_timeout_ms));
+    }
+    if let Some(password) = &c.password {
+        pg.password(password);
+    }
+    Ok(pg)
+}
+
+impl Pools {
+    /// Builds both pools without waiting for Redis or Postgres to answer: the sidecar starts
+    /// (and reports not ready) while they are down, and connects when they come up.
+    pub fn new(config: &Config) -> Result<Pools, ApiError> {
+        let r = &config.redis;
+        let client = redis::Client::open(r.url.as_str())
+            .map_err(|_| ApiError::internal("redis.url is not a valid URL"))?;
+        let redis = r2d2::Pool::builder()
+            .max_size(r.pool_size)
+            .min_idle(Some(r.min_idle))
+            .connection_timeout(Duration::from_millis(r.checkout_timeout_ms))
+            // A PING per checkout would double every cache round trip; broken connections are
+            // caught by has_broken when they fail instead.
+            .test_on_check_out(false)
+            .error_handler(Box::new(LogErrors("redis")))
+            .build_unchecked(RedisManager {
+                client,
+                connect_timeout: Duration::from_millis(r.connect_timeout_ms),
+                io_timeout: Duration::from_millis(r.io_timeout_ms),
+            });
+        let p = &config.postgres;
+        let pg = r2d2::Pool::builder()
+            .max_size(p.pool_size)
+            .min_idle(Some(p.min_idle))
+            .connection_timeout(Duration::from_millis(p.checkout_timeout_ms))
+            .test_on_check_out(false)
+            .error_handler(Box::new(LogErrors("postgres")))
+            .build_unchecked(PostgresConnectionManager::new(pg_config(config)?, NoTls));
+        Ok(Pools {
+            redis,
+            pg,
+            redis_size: r.pool_size,
+            pg_size: p.pool_size,
+            redis_down_until_ms: AtomicU64::new(0),
+            redis_retry_after_failure: Duration::from_millis(r.retry_after_failure_ms),
+            epoch: Instant::now(),
+        })
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// False while the circuit breaker is open after a Redis failure.
+    pub fn redis_available(&self) -> bool {
+        self.now_ms() >= self.redis_down_until_ms.load(Ordering::Relaxed)
+    }
+
+    /// Opens the circuit breaker: reads skip Redis for `retry_after_failure_ms`.
+    pub fn mark_redis_failed(&self) {
+        let until = self.now_ms() + self.redis_retry_after_failure.as_millis() as u64;
+        self.redis_down_until_ms.store(until, Ordering::Relaxed);
+    }
+
+    /// A Redis connection, or why not. Trips the breaker on failure.
+    pub fn redis_conn(&self) -> Result<RedisConn, ApiError> {
+        self.redis.get().map_err(|e| {
+            self.mark_redis_failed();
+            ApiError::CacheUnavailable {
+                internal: e.to_string(),
+            }
+        })
+    }
+
+    /// A Postgres connection. A timeout with every connection in use is overload (503
+    /// `overloaded`); a timeout with free slots means connecting failed (503
+    /// `database_unavailable`).
+    pub fn pg_conn(&self) -> Result<PgConn, ApiError> {
+        self.pg.get().map_err(|e| {
+            if self.pg.state().connections >= self.pg_size {
+                ApiError::Overloaded {
+                    what: "postgres pool",
+                }
+            } else {
+                ApiError::DatabaseUnavailable {
+                    internal: e.to_string(),
+                }
+            }
+        })
+    }
+
+    pub fn sizes(&self) -> (u32, u32) {
+        (self.redis_size, self.pg_size)
+    }
+}
+
+/// Runs blocking work (pool checkouts, Redis, Postgres) on the blocking thread pool, never on
+/// an actix worker. Bounded twice: at most `max_in_flight` jobs at once (beyond: 503 at once,
+/// not a queue), and each job's answer is awaited at most `timeout` (beyond: 504; the job
+/// itself is bounded by the pools' and Postgres' own timeouts, and keeps its in-flight slot
+/// until it ends, so the bound holds).
+#[derive(Clone)]
+pub struct Blocking {
+    slots: Arc<Semaphore>,
+    timeout: Duration,
+}
+
+impl Blocking {
+    pub fn new(max_in_flight: usize, timeout: Duration) -> Self {
+        Blocking {
+            slots: Arc::new(Semaphore::new(max_in_flight)),
+            timeout,
+        }
+    }
+
+    pub async fn run<T, F>(&self, f: F) -> Result<T, ApiError>
+    where
+        F: FnOnce() -> Result<T, ApiError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let slot = self
+            .slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| ApiError::Overloaded {
+                what: "in-flight limit",
+            })?;
+        let job = actix_web::web::block(move || {
+            let _slot = slot;
+            f()
+        });
+        match tokio::time::timeout(self.timeout, job).await {
+            Err(_) => Err(ApiError::Timeout { what: "the request" }),
+            Ok(Err(e)) => Err(ApiError::internal(format!("blocking task failed: {e}"))),
+            Ok(Ok(result)) => result,
+        }
+    }
+}

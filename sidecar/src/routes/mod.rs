@@ -1,0 +1,72 @@
+//! HTTP routes: one file per endpoint. Handlers authenticate first, then parse, then do the
+//! blocking work through `Blocking::run`.
+
+pub mod cache;
+pub mod execute;
+pub mod health;
+pub mod query;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+use actix_web::{web, HttpResponse, ResponseError};
+use ferry_shared::api::paths;
+
+pub type State = web::Data<AppState>;
+
+/// Mounts every route, and JSON 404/405 for everything else.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource(paths::HEALTHZ)
+            .route(web::get().to(health::healthz))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource(paths::READYZ)
+            .route(web::get().to(health::readyz))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource(paths::QUERY)
+            .route(web::post().to(query::query))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource(paths::EXECUTE)
+            .route(web::post().to(execute::execute))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource(paths::CACHE)
+            .route(web::post().to(cache::cache))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .default_service(web::to(not_found));
+}
+
+async fn not_found() -> HttpResponse {
+    ApiError::NotFound.error_response()
+}
+
+async fn method_not_allowed() -> HttpResponse {
+    ApiError::MethodNotAllowed.error_response()
+}
+
+/// TTLs must be at least a second and at most `cache.max_ttl_s`.
+pub fn check_ttl(state: &AppState, field: &str, ttl_s: u64) -> Result<(), ApiError> {
+    let max = state.config.cache.max_ttl_s;
+    if ttl_s == 0 || ttl_s > max {
+        return Err(ApiError::invalid(
+            field,
+            format!("must be between 1 and {max} seconds"),
+        ));
+    }
+    Ok(())
+}
+
+/// Statements must be non-empty; the rest is Postgres' to judge.
+pub fn check_sql(sql: &str) -> Result<(), ApiError> {
+    if sql.trim().is_empty() {
+        return Err(ApiError::invalid("sql", "must not be empty"));
+    }
+    Ok(())
+}
