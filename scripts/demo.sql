@@ -1,0 +1,16 @@
+-- Ferry demo schema and seed data: used by the dev command and by the tests.
+-- Safe to run again: it recreates the table.
+DROP TABLE IF EXISTS items;
+CREATE TABLE items (
+    id          integer PRIMARY KEY,
+    name        text    NOT NULL,
+    price       numeric(10, 2) NOT NULL,
+    tags        text[]  NOT NULL DEFAULT '{}',
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO items (id, name, price, tags)
+SELECT i,
+       'item ' || i,
+       round((i * 1.25)::numeric, 2),
+       ARRAY['demo', CASE WHEN i % 2 = 0 THEN 'even' ELSE 'odd' END]
+FROM generate_series(1, 1000) AS i;

@@ -1,0 +1,85 @@
+//! Test harness: private, throwaway Redis and Postgres processes on free ports, the real
+//! sidecar app on port 0, and a signing HTTP client. Never mocks, never the machine's shared
+//! services. A missing binary fails the test loudly, saying what to install.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+pub mod client;
+pub mod postgres;
+pub mod redis;
+pub mod sidecar;
+
+pub use self::client::Client;
+pub use self::postgres::PgServer;
+pub use self::redis::RedisServer;
+pub use self::sidecar::Sidecar;
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+pub const SECRET: &str = "test-secret-0123456789abcdef";
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind 127.0.0.1:0 to find a free port")
+}
+
+/// Polls `f` until it returns true or `timeout` passes; panics with `what` on timeout.
+pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out after {timeout:?} waiting for {what}");
+}
+
+/// Finds a program on PATH or in the given extra directories, or fails with an install hint.
+pub fn find_program(name: &str, extra_dirs: &[String], hint: &str) -> std::path::PathBuf {
+    let path = std::env::var("PATH").unwrap_or_default();
+    for dir in extra_dirs.iter().map(String::as_str).chain(path.split(':')) {
+        let candidate = std::path::Path::new(dir).join(name);
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    panic!(
+        "`{name}` was not found on PATH or in {extra_dirs:?}. {hint} \
+         (scripts/test.sh installs everything the tests need)"
+    );
+}
+
+/// Everything a test needs: Redis, Postgres, a sidecar over them, a client for it.
+pub struct Stack {
+    pub redis: RedisServer,
+    pub pg: PgServer,
+    pub sidecar: Sidecar,
+    pub client: Client,
+}
+
+impl Stack {
+    pub fn start() -> Stack {
+        Stack::start_with(|_| {})
+    }
+
+    /// Starts everything, letting the test adjust the sidecar config first.
+    pub fn start_with(adjust: impl FnOnce(&mut ferry_sidecar::Config)) -> Stack {
+        let redis = RedisServer::start();
+        let pg = PgServer::start();
+        pg.setup_demo_schema();
+        let mut config = sidecar::test_config(&redis, &pg);
+        adjust(&mut config);
+        let sidecar = Sidecar::start(config);
+        let client = Client::new(&sidecar.base_url(), SECRET);
+        Stack {
+            redis,
+            pg,
+            sidecar,
+            client,
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! A private Postgres cluster (initdb + pg_ctl) in a temp dir on a free port. Postgres refuses
+//! to run as root, so when the tests run as root it runs as the `postgres` user.
+
+use super::{find_program, free_port};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+pub struct PgServer {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    running: bool,
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// Debian keeps server binaries out of PATH, in /usr/lib/postgresql/<version>/bin.
+fn bin(name: &str) -> PathBuf {
+    let mut dirs: Vec<String> = std::env::var("FERRY_PG_BIN").into_iter().collect();
+    if let Ok(entries) = std::fs::read_dir("/usr/lib/postgresql") {
+        let mut versions: Vec<PathBuf> = entries.flatten().map(|e| e.path().join("bin")).collect();
+        versions.sort();
+        dirs.extend(versions.into_iter().rev().map(|p| p.display().to_string()));
+    }
+    find_program(
+        name,
+        &dirs,
+        "Install PostgreSQL: apt-get install postgresql (or set FERRY_PG_BIN to its bin dir).",
+    )
+}
+
+/// Runs a Postgres program as the user that may run Postgres.
+fn pg_command(name: &str) -> Command {
+    if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(bin(name));
+        c
+    } else {
+        Command::new(bin(name))
+    }
+}
+
+fn run(mut c: Command, what: &str) {
+    let out = c.output().unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn give_to_postgres(path: &Path) {
+    if is_root() {
+        let mut c = Command::new("chown");
+        c.args(["-R", "postgres:postgres"]).arg(path);
+        run(c, "chown to postgres");
+    }
+}
+
+/// initdb takes seconds; it runs once per machine and each test copies the result.
+fn template() -> &'static PathBuf {
+    static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
+    TEMPLATE.get_or_init(|| {
+        let version = Command::new(bin("initdb"))
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().replace(' ', "_"))
+            .unwrap_or_default();
+        let target = std::env::temp_dir().join(format!("ferry-test-pgdata-{version}"));
+        if target.join("PG_VERSION").exists() {
+            return target;
+        }
+        let staging = std::env::temp_dir().join(format!(
+            "ferry-test-pgdata-staging-{}-{}",
+            std::process::id(),
+            super::free_port()
+        ));
+        std::fs::create_dir_all(&staging).expect("create staging dir");
+        give_to_postgres(&staging);
+        let mut c = pg_command("initdb");
+        c.arg("-D")
+            .arg(&staging)
+            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"])
+            .current_dir(std::env::temp_dir());
+        run(c, "initdb");
+        // Another test process may have won the race; either copy is as good.
+        if std::fs::rename(&staging, &target).is_err() {
+            let _ = std::fs::remove_dir_all(&staging);
+        }
+        target
+    })
+}
+
+impl PgServer {
+    pub fn start() -> PgServer {
+        let dir = tempfile::tempdir().expect("tempdir for postgres");
+        let mut c = Command::new("cp");
+        c.arg("-a").arg(template()).arg(dir.path().join("data"));
+        run(c, "copy the template cluster");
+        give_to_postgres(dir.path());
+        let mut pg = PgServer {
+            port: free_port(),
+            dir,
+            running: false,
+        };
+        pg.start_again();
+        pg
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Starts the (stopped) cluster on its port and waits until it accepts connections.
+    pub fn start_again(&mut self) {
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
+             -c full_page_writes=off -c max_connections=100",
+            self.port,
+            self.dir.path().display()
+        );
+        let mut c = pg_command("pg_ctl");
+        c.arg("-D")
+            .arg(self.data())
+            .arg("-l")
+            .arg(self.dir.path().join("postgres.log"))
+            .args(["-w", "-t", "60", "-o", &opts, "start"])
+            .current_dir(self.dir.path());
+        run(c, "pg_ctl start");
+        self.running = true;
+    }
+
+    /// Fast shutdown: active connections are cut, as when an operator stops the server.
+    pub fn stop(&mut self) {
+        self.stop_mode("fast");
+    }
+
+    fn stop_mode(&mut self, mode: &str) {
+        if !self.running {
+            return;
+        }
+        let mut c = pg_command("pg_ctl");
+        c.arg("-D")
+            .arg(self.data())
+            .args(["-m", mode, "-w", "-t", "60", "stop"])
+            .current_dir(self.dir.path());
+        run(c, "pg_ctl stop");
+        self.running = false;
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    pub fn client(&self) -> ::postgres::Client {
+        ::postgres::Client::connect(&self.url(), ::postgres::NoTls)
+            .expect("connect to the test postgres")
+    }
+
+    /// The demo schema (scripts/demo.sql) plus a read counter for "did this touch Postgres".
+    pub fn setup_demo_schema(&self) {
+        let demo = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/demo.sql"),
+        )
+        .expect("read scripts/demo.sql");
+        let mut c = self.client();
+        c.batch_execute(&demo).expect("load demo schema");
+        c.batch_execute(
+            "CREATE TABLE ferry_test_reads (n bigint NOT NULL);
+             INSERT INTO ferry_test_reads VALUES (0);
+             CREATE FUNCTION ferry_test_touch() RETURNS bigint LANGUAGE sql VOLATILE AS
+               $$ UPDATE ferry_test_reads SET n = n + 1 RETURNING n $$;",
+        )
+        .expect("create the read counter");
+    }
+
+    /// How many times statements calling `ferry_test_touch()` ran on Postgres.
+    pub fn reads(&self) -> i64 {
+        self.client()
+            .query_one("SELECT n FROM ferry_test_reads", &[])
+            .expect("read counter")
+            .get(0)
+    }
+
+    /// Backends the sidecar holds (it connects with application_name = ferry-sidecar).
+    pub fn sidecar_backends(&self) -> i64 {
+        self.client()
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ferry-sidecar'",
+                &[],
+            )
+            .expect("count backends")
+            .get(0)
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        self.stop_mode("immediate");
+    }
+}

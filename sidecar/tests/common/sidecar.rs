@@ -1,0 +1,71 @@
+//! The real sidecar app, served on 127.0.0.1 port 0 from a thread of its own.
+
+use super::{PgServer, RedisServer, SECRET};
+use ferry_sidecar::{AppState, Config};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+
+/// Small pools and short timeouts, so bounds and faults show quickly.
+pub fn test_config(redis: &RedisServer, pg: &PgServer) -> Config {
+    let mut c = Config::default();
+    c.auth.secret = SECRET.into();
+    c.redis.url = redis.url();
+    c.postgres.url = pg.url();
+    c.server.workers = 2;
+    c.server.shutdown_timeout_s = 5;
+    c.redis.checkout_timeout_ms = 500;
+    c.redis.connect_timeout_ms = 300;
+    c.redis.io_timeout_ms = 500;
+    c.redis.retry_after_failure_ms = 300;
+    c.cache.invalidation_retry_ms = 100;
+    c
+}
+
+pub struct Sidecar {
+    pub addr: SocketAddr,
+    pub state: Arc<AppState>,
+    handle: actix_web::dev::ServerHandle,
+    thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Sidecar {
+    pub fn start(config: Config) -> Sidecar {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+        let addr = listener.local_addr().expect("local addr");
+        let state = AppState::new(config).expect("sidecar state");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s = state.clone();
+        let thread = std::thread::spawn(move || {
+            actix_rt::System::new().block_on(async move {
+                let server = ferry_sidecar::run(listener, s)?;
+                let _ = tx.send(server.handle());
+                server.await
+            })
+        });
+        let handle = rx.recv().expect("sidecar started");
+        Sidecar {
+            addr,
+            state,
+            handle,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Graceful stop: in-flight requests finish, then the server thread ends.
+    pub fn stop(&mut self) {
+        let _ = self.handle.stop(true);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
