@@ -168,8 +168,9 @@ fn map_pg_error(e: postgres::Error) -> ApiError {
         "58" | "F0" | "XX" => ApiError::Upstream {
             internal: format!("{}: {}", code.code(), db.message()),
         },
-        // data exception on a parameter value that Postgres could not read
-        "22" if db.message().contains("input syntax") || db.message().contains("out of range") => {
+        // Postgres could not read a parameter value: it says so in the error's context
+        // ("unnamed portal parameter $1 = ...").
+        _ if db.where_().is_some_and(|w| w.contains("portal parameter")) => {
             ApiError::BadParams {
                 message: db.message().to_string(),
                 pg_code: Some(code.code().to_string()),

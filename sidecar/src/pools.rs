@@ -60,7 +60,8 @@ impl<E: std::fmt::Display> r2d2::HandleError<E> for LogErrors {
 
 pub struct Pools {
     pub redis: RedisPool,
-    pub pg: PgPool,
+    /// Always Some until drop (see `Drop for Pools`).
+    pg: Option<PgPool>,
     redis_size: u32,
     pg_size: u32,
     /// Milliseconds since `epoch` until which Redis is considered down.
@@ -118,7 +119,7 @@ impl Pools {
             .build_unchecked(PostgresConnectionManager::new(pg_config(config)?, NoTls));
         Ok(Pools {
             redis,
-            pg,
+            pg: Some(pg),
             redis_size: r.pool_size,
             pg_size: p.pool_size,
             redis_down_until_ms: AtomicU64::new(0),
@@ -156,8 +157,12 @@ impl Pools {
     /// `overloaded`); a timeout with free slots means connecting failed (503
     /// `database_unavailable`).
     pub fn pg_conn(&self) -> Result<PgConn, ApiError> {
-        self.pg.get().map_err(|e| {
-            if self.pg.state().connections >= self.pg_size {
+        let pool = self
+            .pg
+            .as_ref()
+            .ok_or_else(|| ApiError::internal("postgres pool used after shutdown"))?;
+        pool.get().map_err(|e| {
+            if pool.state().connections >= self.pg_size {
                 ApiError::Overloaded {
                     what: "postgres pool",
                 }
@@ -171,6 +176,22 @@ impl Pools {
 
     pub fn sizes(&self) -> (u32, u32) {
         (self.redis_size, self.pg_size)
+    }
+}
+
+/// The blocking Postgres client closes its connection by blocking on a runtime of its own,
+/// which panics inside another runtime, and the last reference to the pools is often dropped
+/// on an actix thread at shutdown. So the Postgres pool is dropped on a plain thread.
+impl Drop for Pools {
+    fn drop(&mut self) {
+        if let Some(pg) = self.pg.take() {
+            let closer = std::thread::Builder::new()
+                .name("ferry-pg-close".into())
+                .spawn(move || drop(pg));
+            if let Ok(handle) = closer {
+                let _ = handle.join();
+            }
+        }
     }
 }
 
