@@ -1,0 +1,49 @@
+//! Postgres down: cached reads keep being served, uncached reads and writes fail fast with a
+//! clear JSON error (no hang), and everything recovers by itself when Postgres returns.
+mod common;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+#[test]
+fn postgres_stopped_then_started() {
+    let mut stack = common::Stack::start();
+    let c = &stack.client;
+    let cached = json!({"sql": "SELECT name FROM items WHERE id = $1", "params": [3], "cache": {"ttl_s": 300}});
+    assert_eq!(c.query(cached.clone()).body["cache"], "miss");
+
+    stack.pg.stop();
+
+    let r = c.query(cached.clone());
+    assert_eq!(r.status, 200, "cached reads survive: {:?}", r.body);
+    assert_eq!(r.body["cache"], "hit");
+    assert_eq!(r.body["rows"][0]["name"], "item 3");
+
+    for body in [
+        json!({"sql": "SELECT name FROM items WHERE id = 4"}),
+        json!({"sql": "SELECT 5 AS n", "cache": {"ttl_s": 10}}),
+    ] {
+        let start = Instant::now();
+        let r = c.query(body);
+        let took = start.elapsed();
+        assert_eq!(r.status, 503, "{:?}", r.body);
+        assert_eq!(r.code(), "database_unavailable");
+        assert!(r.headers.contains_key("retry-after"));
+        // Bounded by the checkout timeout (1.5 s) plus a reconnect, far under the 10 s deadline.
+        assert!(took < Duration::from_secs(5), "took {took:?}");
+        let text = r.body.to_string();
+        assert!(!text.contains("127.0.0.1") && !text.contains("5432"), "{text}");
+    }
+    let w = c.execute(json!({"sql": "UPDATE items SET name = 'x' WHERE id = 4"}));
+    assert_eq!(w.status, 503);
+    assert_eq!(w.code(), "database_unavailable");
+    assert_eq!(c.get("/readyz").body["postgres"], "down");
+
+    stack.pg.start_again();
+    common::wait_until("reads to recover", Duration::from_secs(10), || {
+        c.query(json!({"sql": "SELECT name FROM items WHERE id = 4"})).status == 200
+    });
+    let w = c.execute(json!({"sql": "UPDATE items SET name = 'after' WHERE id = 4"}));
+    assert_eq!(w.status, 200, "{:?}", w.body);
+    let r = c.query(json!({"sql": "SELECT name FROM items WHERE id = 4"}));
+    assert_eq!(r.body["rows"][0]["name"], "after");
+}
