@@ -160,14 +160,24 @@ pub struct CacheEntry {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum CacheReply {
-    Get { value: Option<String> },
+    Get {
+        value: Option<String>,
+    },
     Set {},
-    Del { deleted: u64 },
-    Mget { values: Vec<Option<String>> },
+    Del {
+        deleted: u64,
+    },
+    Mget {
+        values: Vec<Option<String>>,
+    },
     Mset {},
-    Incr { value: i64 },
+    Incr {
+        value: i64,
+    },
     /// `applied` is false when the key does not exist.
-    Expire { applied: bool },
+    Expire {
+        applied: bool,
+    },
 }
 
 /// `GET /readyz`: each dependency's state.

@@ -8,6 +8,9 @@
 //! This crate has no runtime dependencies beyond serde and the RustCrypto hashes, so it builds
 //! for `wasm32-unknown-unknown` and for the host alike. Wire changes are additive within `/v1`.
 
+// A panic is an outage here (a dead request, or on the edge a dead isolate).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod api;
 pub mod error;
 pub mod sign;

@@ -158,7 +158,8 @@ fn parse_timestamp(s: &str) -> Result<u64, SignError> {
     if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
         return Err(SignError::Malformed(HEADER_TIMESTAMP));
     }
-    s.parse().map_err(|_| SignError::Malformed(HEADER_TIMESTAMP))
+    s.parse()
+        .map_err(|_| SignError::Malformed(HEADER_TIMESTAMP))
 }
 
 fn check_nonce(s: &str) -> Result<(), SignError> {
@@ -288,23 +289,40 @@ mod tests {
     #[test]
     fn malformed_headers() {
         let good = signed(b"");
-        let cases: Vec<(fn(&mut SignatureHeaders), &str)> = vec![
+        type Mutation = fn(&mut SignatureHeaders);
+        let cases: Vec<(Mutation, &str)> = vec![
             (|h| h.timestamp = "-1".into(), HEADER_TIMESTAMP),
             (|h| h.timestamp = "".into(), HEADER_TIMESTAMP),
             (|h| h.timestamp = "1e9".into(), HEADER_TIMESTAMP),
-            (|h| h.timestamp = "99999999999999999999999".into(), HEADER_TIMESTAMP),
+            (
+                |h| h.timestamp = "99999999999999999999999".into(),
+                HEADER_TIMESTAMP,
+            ),
             (|h| h.nonce = "short".into(), HEADER_NONCE),
             (|h| h.nonce = "zzzzzzzzzzzzzzzz".into(), HEADER_NONCE),
             (|h| h.nonce = "a".repeat(65), HEADER_NONCE),
-            (|h| h.signature = h.signature[3..].to_string(), HEADER_SIGNATURE),
+            (
+                |h| h.signature = h.signature[3..].to_string(),
+                HEADER_SIGNATURE,
+            ),
             (|h| h.signature.truncate(40), HEADER_SIGNATURE),
-            (|h| h.signature = format!("v2={}", &h.signature[3..]), HEADER_SIGNATURE),
-            (|h| h.signature = format!("v1={}", "g".repeat(64)), HEADER_SIGNATURE),
+            (
+                |h| h.signature = format!("v2={}", &h.signature[3..]),
+                HEADER_SIGNATURE,
+            ),
+            (
+                |h| h.signature = format!("v1={}", "g".repeat(64)),
+                HEADER_SIGNATURE,
+            ),
         ];
         for (mutate, header) in cases {
             let mut h = good.clone();
             mutate(&mut h);
-            assert_eq!(check(&h, b"", NOW), Err(SignError::Malformed(header)), "{h:?}");
+            assert_eq!(
+                check(&h, b"", NOW),
+                Err(SignError::Malformed(header)),
+                "{h:?}"
+            );
         }
     }
 
@@ -327,7 +345,15 @@ mod tests {
     #[test]
     fn rotation_accepts_either_secret() {
         let h = signed(b"x");
-        let r = verify(&[b"new", SECRET], &h, "POST", "/v1/query?x=1", b"x", NOW, 300);
+        let r = verify(
+            &[b"new", SECRET],
+            &h,
+            "POST",
+            "/v1/query?x=1",
+            b"x",
+            NOW,
+            300,
+        );
         assert!(r.is_ok());
     }
 }

@@ -223,8 +223,12 @@ mod tests {
     #[test]
     fn full_store_refuses_rather_than_forgets() {
         let store = NonceStore::new(2);
-        store.check_and_insert("a000000000000000", 100, 10).expect("1");
-        store.check_and_insert("b000000000000000", 100, 10).expect("2");
+        store
+            .check_and_insert("a000000000000000", 100, 10)
+            .expect("1");
+        store
+            .check_and_insert("b000000000000000", 100, 10)
+            .expect("2");
         assert!(matches!(
             store.check_and_insert("c000000000000000", 100, 10),
             Err(ApiError::Overloaded { .. })

@@ -157,16 +157,19 @@ impl Cache {
             return;
         }
         let entry = serde_json::json!({ "at_ms": now_ms(), "rows": rows });
-        let result = pools.redis_conn().map_err(|e| e.to_string()).and_then(|mut conn| {
-            self.write_back
-                .key(self.entry_key(logical))
-                .key(self.version_key(logical))
-                .arg(version)
-                .arg(entry.to_string())
-                .arg(ttl_s)
-                .invoke::<i64>(&mut *conn)
-                .map_err(|e| e.to_string())
-        });
+        let result = pools
+            .redis_conn()
+            .map_err(|e| e.to_string())
+            .and_then(|mut conn| {
+                self.write_back
+                    .key(self.entry_key(logical))
+                    .key(self.version_key(logical))
+                    .arg(version)
+                    .arg(entry.to_string())
+                    .arg(ttl_s)
+                    .invoke::<i64>(&mut *conn)
+                    .map_err(|e| e.to_string())
+            });
         if let Err(e) = result {
             tracing::warn!(error = %e, "redis write-back failed");
             pools.mark_redis_failed();

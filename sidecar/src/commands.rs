@@ -12,7 +12,10 @@ pub fn validate(state: &AppState, cmd: &CacheCommand) -> Result<(), ApiError> {
         if k.is_empty() {
             Err(ApiError::invalid(field, "must not be empty"))
         } else if k.len() > max_key {
-            Err(ApiError::invalid(field, format!("longer than {max_key} bytes")))
+            Err(ApiError::invalid(
+                field,
+                format!("longer than {max_key} bytes"),
+            ))
         } else {
             Ok(())
         }
@@ -96,7 +99,8 @@ pub fn run(state: &AppState, cmd: CacheCommand) -> Result<CacheReply, ApiError> 
                 }
                 c.ignore();
             }
-            pipe.query::<()>(&mut *conn).map(|_| Ok(CacheReply::Mset {}))
+            pipe.query::<()>(&mut *conn)
+                .map(|_| Ok(CacheReply::Mset {}))
         }
         CacheCommand::Incr { key, by } => redis::cmd("INCRBY")
             .arg(k(&key))

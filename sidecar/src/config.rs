@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub server: ServerConfig,
@@ -188,18 +188,6 @@ impl Default for CacheConfig {
     }
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            server: ServerConfig::default(),
-            auth: AuthConfig::default(),
-            redis: RedisConfig::default(),
-            postgres: PostgresConfig::default(),
-            cache: CacheConfig::default(),
-        }
-    }
-}
-
 /// A configuration problem, naming the key at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -248,12 +236,11 @@ impl Config {
             None => toml::Table::new(),
         };
         apply_env(&mut table, env)?;
-        let mut config: Config = Config::deserialize(toml::Value::Table(table)).map_err(|e| {
-            ConfigError::Parse {
+        let mut config: Config =
+            Config::deserialize(toml::Value::Table(table)).map_err(|e| ConfigError::Parse {
                 path: path.map_or("(environment)".into(), |p| p.display().to_string()),
                 message: e.to_string(),
-            }
-        })?;
+            })?;
         config.resolve_files()?;
         config.validate()?;
         Ok(config)
@@ -346,7 +333,9 @@ fn apply_env(table: &mut toml::Table, env: &BTreeMap<String, String>) -> Result<
     })?;
     let mut overrides: Vec<(String, String, String, String)> = Vec::new();
     for (section, keys) in &defaults {
-        let Some(keys) = keys.as_table() else { continue };
+        let Some(keys) = keys.as_table() else {
+            continue;
+        };
         for key in keys.keys() {
             let var = format!("FERRY_{}_{}", section, key).to_ascii_uppercase();
             if let Some(v) = env.get(&var) {
@@ -356,26 +345,35 @@ fn apply_env(table: &mut toml::Table, env: &BTreeMap<String, String>) -> Result<
     }
     for (var, section, key) in ALIASES {
         if let Some(v) = env.get(*var) {
-            overrides.push((var.to_string(), section.to_string(), key.to_string(), v.clone()));
+            overrides.push((
+                var.to_string(),
+                section.to_string(),
+                key.to_string(),
+                v.clone(),
+            ));
         }
     }
     for (var, section, key, raw) in overrides {
         let default = &defaults[&section][&key];
         let value = match default {
-            toml::Value::Integer(_) => raw.trim().parse::<i64>().map(toml::Value::Integer).map_err(
-                |_| ConfigError::Env {
+            toml::Value::Integer(_) => raw
+                .trim()
+                .parse::<i64>()
+                .map(toml::Value::Integer)
+                .map_err(|_| ConfigError::Env {
                     var: var.clone(),
                     key: format!("{section}.{key}"),
                     message: format!("expected a whole number, got {raw:?}"),
-                },
-            )?,
-            toml::Value::Boolean(_) => raw.trim().parse::<bool>().map(toml::Value::Boolean).map_err(
-                |_| ConfigError::Env {
+                })?,
+            toml::Value::Boolean(_) => raw
+                .trim()
+                .parse::<bool>()
+                .map(toml::Value::Boolean)
+                .map_err(|_| ConfigError::Env {
                     var: var.clone(),
                     key: format!("{section}.{key}"),
                     message: format!("expected true or false, got {raw:?}"),
-                },
-            )?,
+                })?,
             _ => toml::Value::String(raw),
         };
         let section_table = table

@@ -170,12 +170,10 @@ fn map_pg_error(e: postgres::Error) -> ApiError {
         },
         // Postgres could not read a parameter value: it says so in the error's context
         // ("unnamed portal parameter $1 = ...").
-        _ if db.where_().is_some_and(|w| w.contains("portal parameter")) => {
-            ApiError::BadParams {
-                message: db.message().to_string(),
-                pg_code: Some(code.code().to_string()),
-            }
-        }
+        _ if db.where_().is_some_and(|w| w.contains("portal parameter")) => ApiError::BadParams {
+            message: db.message().to_string(),
+            pg_code: Some(code.code().to_string()),
+        },
         _ => ApiError::Sql {
             pg_code: code.code().to_string(),
             message: db.message().to_string(),

@@ -201,7 +201,10 @@ mod tests {
 
     #[test]
     fn overload_carries_retry_after() {
-        let resp = ApiError::Overloaded { what: "postgres pool" }.error_response();
+        let resp = ApiError::Overloaded {
+            what: "postgres pool",
+        }
+        .error_response();
         assert_eq!(resp.status(), 503);
         assert!(resp.headers().contains_key(header::RETRY_AFTER));
     }

@@ -7,7 +7,9 @@ use serde::de::DeserializeOwned;
 /// echoing the body back.
 pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if body.is_empty() {
-        return Err(ApiError::bad_request("the body is empty; a JSON object is expected"));
+        return Err(ApiError::bad_request(
+            "the body is empty; a JSON object is expected",
+        ));
     }
     let de = &mut serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(de).map_err(|e| {

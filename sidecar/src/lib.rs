@@ -4,6 +4,9 @@
 //! `main.rs` reads the config and calls [`run`]; tests call [`run`] with a listener on port 0,
 //! so they exercise the real app.
 
+// A panic is an outage here (a dead request, or on the edge a dead isolate).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod auth;
 pub mod cache;
 pub mod commands;

@@ -1,5 +1,8 @@
 //! `ferry-sidecar`: args -> config -> pools -> serve.
 
+// A panic is an outage here (a dead request, or on the edge a dead isolate).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use clap::Parser;
 use ferry_sidecar::{AppState, Config};
 use std::collections::BTreeMap;

@@ -150,9 +150,9 @@ pub fn to_json(ty: &Type, raw: Option<&[u8]>) -> Result<Value, DecodeError> {
             pg::timestamp_from_sql(buf).map_err(e)?,
             "Z",
         )),
-        Type::BYTEA => Value::String(
-            base64::engine::general_purpose::STANDARD.encode(pg::bytea_from_sql(buf)),
-        ),
+        Type::BYTEA => {
+            Value::String(base64::engine::general_purpose::STANDARD.encode(pg::bytea_from_sql(buf)))
+        }
         _ => return Err(DecodeError::Unsupported(ty.name().to_string())),
     })
 }
@@ -236,8 +236,10 @@ fn date_string(days: i32) -> String {
 fn time_string(micros: i64) -> String {
     let secs = (micros / 1_000_000) as u32;
     let nanos = ((micros % 1_000_000) * 1_000) as u32;
-    NaiveTime::from_num_seconds_from_midnight_opt(secs, nanos)
-        .map_or_else(|| micros.to_string(), |t| t.format("%H:%M:%S%.f").to_string())
+    NaiveTime::from_num_seconds_from_midnight_opt(secs, nanos).map_or_else(
+        || micros.to_string(),
+        |t| t.format("%H:%M:%S%.f").to_string(),
+    )
 }
 
 fn timestamp_string(micros: i64, suffix: &str) -> String {

@@ -140,7 +140,10 @@ mod tests {
         assert_eq!(text(json!(42), &Type::INT4).as_deref(), Some("42"));
         assert_eq!(text(json!(true), &Type::BOOL).as_deref(), Some("true"));
         assert_eq!(text(json!("x"), &Type::TEXT).as_deref(), Some("x"));
-        assert_eq!(text(json!("AAE="), &Type::BYTEA).as_deref(), Some("\\x0001"));
+        assert_eq!(
+            text(json!("AAE="), &Type::BYTEA).as_deref(),
+            Some("\\x0001")
+        );
         assert_eq!(
             text(json!({"a": [1]}), &Type::JSONB).as_deref(),
             Some(r#"{"a":[1]}"#)

@@ -33,7 +33,9 @@ impl r2d2::ManageConnection for RedisManager {
     type Error = redis::RedisError;
 
     fn connect(&self) -> Result<redis::Connection, redis::RedisError> {
-        let conn = self.client.get_connection_with_timeout(self.connect_timeout)?;
+        let conn = self
+            .client
+            .get_connection_with_timeout(self.connect_timeout)?;
         conn.set_read_timeout(Some(self.io_timeout))?;
         conn.set_write_timeout(Some(self.io_timeout))?;
         Ok(conn)
@@ -231,7 +233,9 @@ impl Blocking {
             f()
         });
         match tokio::time::timeout(self.timeout, job).await {
-            Err(_) => Err(ApiError::Timeout { what: "the request" }),
+            Err(_) => Err(ApiError::Timeout {
+                what: "the request",
+            }),
             Ok(Err(e)) => Err(ApiError::internal(format!("blocking task failed: {e}"))),
             Ok(Ok(result)) => result,
         }

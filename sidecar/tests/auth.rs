@@ -6,6 +6,9 @@ use serde_json::json;
 
 const PATH: &str = "/v1/query";
 
+/// (case name, headers to send, expected error code)
+type Case<'a> = (&'a str, Vec<(&'a str, String)>, &'a str);
+
 fn body() -> Vec<u8> {
     serde_json::to_vec(&json!({"sql": "SELECT 1 AS one"})).expect("json")
 }
@@ -17,7 +20,9 @@ fn signed_request_is_accepted() {
         "POST",
         PATH,
         body(),
-        &stack.client.headers_for("POST", PATH, &body(), now_s(), &nonce()),
+        &stack
+            .client
+            .headers_for("POST", PATH, &body(), now_s(), &nonce()),
     );
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(r.body["rows"][0]["one"], 1);
@@ -31,7 +36,13 @@ fn bad_signatures_are_refused_with_401_and_a_code() {
     let with = |name: &str, value: String| {
         good()
             .into_iter()
-            .map(|(k, v)| if k == name { (k, value.clone()) } else { (k, v) })
+            .map(|(k, v)| {
+                if k == name {
+                    (k, value.clone())
+                } else {
+                    (k, v)
+                }
+            })
             .collect::<Vec<_>>()
     };
     let without = |name: &str| {
@@ -42,15 +53,31 @@ fn bad_signatures_are_refused_with_401_and_a_code() {
     };
     let sig = good()[2].1.clone();
     let other_secret = common::Client::new(&c.base, "another-secret-0123456789");
-    let cases: Vec<(&str, Vec<(&str, String)>, &str)> = vec![
+    let cases: Vec<Case> = vec![
         ("no headers", vec![], "auth_missing"),
         ("no timestamp", without("x-ferry-timestamp"), "auth_missing"),
         ("no nonce", without("x-ferry-nonce"), "auth_missing"),
         ("no signature", without("x-ferry-signature"), "auth_missing"),
-        ("timestamp not a number", with("x-ferry-timestamp", "soon".into()), "auth_malformed"),
-        ("short nonce", with("x-ferry-nonce", "abc123".into()), "auth_malformed"),
-        ("signature without v1=", with("x-ferry-signature", sig[3..].to_string()), "auth_malformed"),
-        ("truncated signature", with("x-ferry-signature", sig[..40].to_string()), "auth_malformed"),
+        (
+            "timestamp not a number",
+            with("x-ferry-timestamp", "soon".into()),
+            "auth_malformed",
+        ),
+        (
+            "short nonce",
+            with("x-ferry-nonce", "abc123".into()),
+            "auth_malformed",
+        ),
+        (
+            "signature without v1=",
+            with("x-ferry-signature", sig[3..].to_string()),
+            "auth_malformed",
+        ),
+        (
+            "truncated signature",
+            with("x-ferry-signature", sig[..40].to_string()),
+            "auth_malformed",
+        ),
         (
             "wrong signature",
             with("x-ferry-signature", format!("v1={}", "0".repeat(64))),
@@ -95,7 +122,12 @@ fn bad_signatures_are_refused_with_401_and_a_code() {
     // Inside the window either way is fine.
     for skew in [-290i64, 290] {
         let ts = (now_s() as i64 + skew) as u64;
-        let r = c.raw("POST", PATH, body(), &c.headers_for("POST", PATH, &body(), ts, &nonce()));
+        let r = c.raw(
+            "POST",
+            PATH,
+            body(),
+            &c.headers_for("POST", PATH, &body(), ts, &nonce()),
+        );
         assert_eq!(r.status, 200, "skew {skew}: {:?}", r.body);
     }
 }
@@ -139,5 +171,8 @@ fn health_endpoints_need_no_signature() {
     assert_eq!(h.body["status"], "ok");
     let r = stack.client.get("/readyz");
     assert_eq!(r.status, 200, "{:?}", r.body);
-    assert_eq!(r.body, json!({"ready": true, "redis": "up", "postgres": "up"}));
+    assert_eq!(
+        r.body,
+        json!({"ready": true, "redis": "up", "postgres": "up"})
+    );
 }

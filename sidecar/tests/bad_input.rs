@@ -11,17 +11,72 @@ fn malformed_and_mistyped_bodies_are_400_naming_the_field() {
         ("not json", b"{\"sql\": ".to_vec(), "bad_request", None),
         ("empty body", Vec::new(), "bad_request", None),
         ("array body", b"[1,2]".to_vec(), "bad_request", None),
-        ("missing sql", br#"{"params": []}"#.to_vec(), "bad_request", None),
-        ("sql not a string", br#"{"sql": 5}"#.to_vec(), "bad_request", Some("sql")),
-        ("params not an array", br#"{"sql": "SELECT 1", "params": {}}"#.to_vec(), "bad_request", Some("params")),
-        ("ttl a string", br#"{"sql": "SELECT 1", "cache": {"ttl_s": "60"}}"#.to_vec(), "bad_request", Some("cache.ttl_s")),
-        ("ttl negative", br#"{"sql": "SELECT 1", "cache": {"ttl_s": -1}}"#.to_vec(), "bad_request", Some("cache.ttl_s")),
-        ("ttl huge", br#"{"sql": "SELECT 1", "cache": {"ttl_s": 1e400}}"#.to_vec(), "bad_request", None),
-        ("unknown field", br#"{"sql": "SELECT 1", "cahce": {"ttl_s": 5}}"#.to_vec(), "bad_request", None),
-        ("invalid utf-8", b"{\"sql\": \"SELECT \xff\"}".to_vec(), "bad_request", None),
-        ("empty sql", br#"{"sql": "  "}"#.to_vec(), "invalid_value", Some("sql")),
-        ("reserved key", br#"{"sql": "SELECT 1", "cache": {"ttl_s": 5, "key": "sha256:x"}}"#.to_vec(), "invalid_value", Some("cache.key")),
-        ("empty key", br#"{"sql": "SELECT 1", "cache": {"ttl_s": 5, "key": ""}}"#.to_vec(), "invalid_value", Some("cache.key")),
+        (
+            "missing sql",
+            br#"{"params": []}"#.to_vec(),
+            "bad_request",
+            None,
+        ),
+        (
+            "sql not a string",
+            br#"{"sql": 5}"#.to_vec(),
+            "bad_request",
+            Some("sql"),
+        ),
+        (
+            "params not an array",
+            br#"{"sql": "SELECT 1", "params": {}}"#.to_vec(),
+            "bad_request",
+            Some("params"),
+        ),
+        (
+            "ttl a string",
+            br#"{"sql": "SELECT 1", "cache": {"ttl_s": "60"}}"#.to_vec(),
+            "bad_request",
+            Some("cache.ttl_s"),
+        ),
+        (
+            "ttl negative",
+            br#"{"sql": "SELECT 1", "cache": {"ttl_s": -1}}"#.to_vec(),
+            "bad_request",
+            Some("cache.ttl_s"),
+        ),
+        (
+            "ttl huge",
+            br#"{"sql": "SELECT 1", "cache": {"ttl_s": 1e400}}"#.to_vec(),
+            "bad_request",
+            None,
+        ),
+        (
+            "unknown field",
+            br#"{"sql": "SELECT 1", "cahce": {"ttl_s": 5}}"#.to_vec(),
+            "bad_request",
+            None,
+        ),
+        (
+            "invalid utf-8",
+            b"{\"sql\": \"SELECT \xff\"}".to_vec(),
+            "bad_request",
+            None,
+        ),
+        (
+            "empty sql",
+            br#"{"sql": "  "}"#.to_vec(),
+            "invalid_value",
+            Some("sql"),
+        ),
+        (
+            "reserved key",
+            br#"{"sql": "SELECT 1", "cache": {"ttl_s": 5, "key": "sha256:x"}}"#.to_vec(),
+            "invalid_value",
+            Some("cache.key"),
+        ),
+        (
+            "empty key",
+            br#"{"sql": "SELECT 1", "cache": {"ttl_s": 5, "key": ""}}"#.to_vec(),
+            "invalid_value",
+            Some("cache.key"),
+        ),
     ];
     for (name, body, code, field) in cases {
         let r = c.block_on(c.post_bytes("/v1/query", body));
@@ -32,11 +87,18 @@ fn malformed_and_mistyped_bodies_are_400_naming_the_field() {
         }
     }
     // Deep nesting is refused by the JSON parser's recursion limit, not by a stack overflow.
-    let deep = format!("{{\"sql\": \"SELECT 1\", \"params\": [{}{}]}}", "[".repeat(10_000), "]".repeat(10_000));
+    let deep = format!(
+        "{{\"sql\": \"SELECT 1\", \"params\": [{}{}]}}",
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    );
     let r = c.block_on(c.post_bytes("/v1/query", deep.into_bytes()));
     assert_eq!(r.status, 400, "{:?}", r.body);
     // The sidecar is unharmed.
-    assert_eq!(c.query(json!({"sql": "SELECT 1 AS one"})).body["rows"][0]["one"], 1);
+    assert_eq!(
+        c.query(json!({"sql": "SELECT 1 AS one"})).body["rows"][0]["one"],
+        1
+    );
 }
 
 #[test]

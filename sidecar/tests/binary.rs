@@ -18,7 +18,10 @@ fn check_config_names_the_bad_key() {
         .expect("run binary");
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("redis.pool_size") && err.contains("FERRY_REDIS_POOL_SIZE"), "{err}");
+    assert!(
+        err.contains("redis.pool_size") && err.contains("FERRY_REDIS_POOL_SIZE"),
+        "{err}"
+    );
 
     let out = Command::new(BIN)
         .arg("--check-config")
@@ -35,7 +38,11 @@ fn check_config_names_the_bad_key() {
         .env("FERRY_SECRET", common::SECRET)
         .output()
         .expect("run binary");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "config ok");
 }
 
@@ -58,24 +65,38 @@ fn runs_from_env_alone_and_drains_on_sigterm() {
         .spawn()
         .expect("start binary");
     let client = common::Client::new(&format!("http://127.0.0.1:{port}"), common::SECRET);
-    common::wait_until("the binary to become ready", Duration::from_secs(20), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-            && client.get("/readyz").status == 200
-    });
-    let r = client.query(json!({"sql": "SELECT name FROM items WHERE id = 1", "cache": {"ttl_s": 5}}));
+    common::wait_until(
+        "the binary to become ready",
+        Duration::from_secs(20),
+        || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+                && client.get("/readyz").status == 200
+        },
+    );
+    let r =
+        client.query(json!({"sql": "SELECT name FROM items WHERE id = 1", "cache": {"ttl_s": 5}}));
     assert_eq!(r.status, 200, "{:?}", r.body);
 
     // A slow request in flight when SIGTERM arrives still completes.
     let c = client.clone();
-    let slow = std::thread::spawn(move || c.query(json!({"sql": "SELECT pg_sleep(1)::text AS s, 1 AS done"})));
+    let slow = std::thread::spawn(move || {
+        c.query(json!({"sql": "SELECT pg_sleep(1)::text AS s, 1 AS done"}))
+    });
     std::thread::sleep(Duration::from_millis(300));
     let pid = child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill")
+        .success());
     let answer = slow.join().expect("slow request");
     assert_eq!(answer.status, 200, "{:?}", answer.body);
     assert_eq!(answer.body["rows"][0]["done"], 1);
 
     let status = child.wait().expect("wait");
     assert!(status.success(), "exit status {status:?}");
-    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err(), "no longer listening");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "no longer listening"
+    );
 }

@@ -12,30 +12,50 @@ fn every_command_works_against_real_redis() {
         assert_eq!(r.status, 200, "{:?}", r.body);
         r.body
     };
-    assert_eq!(ok(json!({"op": "get", "key": "a"})), json!({"op": "get", "value": null}));
-    assert_eq!(ok(json!({"op": "set", "key": "a", "value": "1", "ttl_s": 100})), json!({"op": "set"}));
+    assert_eq!(
+        ok(json!({"op": "get", "key": "a"})),
+        json!({"op": "get", "value": null})
+    );
+    assert_eq!(
+        ok(json!({"op": "set", "key": "a", "value": "1", "ttl_s": 100})),
+        json!({"op": "set"})
+    );
     assert_eq!(ok(json!({"op": "get", "key": "a"}))["value"], "1");
     let ttl: i64 = redis::cmd("TTL")
         .arg("ferry:k:a")
         .query(&mut stack.redis.conn())
         .expect("ttl");
-    assert!((1..=100).contains(&ttl), "stored under ferry:k: with its TTL, got {ttl}");
+    assert!(
+        (1..=100).contains(&ttl),
+        "stored under ferry:k: with its TTL, got {ttl}"
+    );
 
     assert_eq!(ok(json!({"op": "incr", "key": "a"}))["value"], 2);
     assert_eq!(ok(json!({"op": "incr", "key": "a", "by": -5}))["value"], -3);
     assert_eq!(ok(json!({"op": "incr", "key": "fresh"}))["value"], 1);
 
     assert_eq!(
-        ok(json!({"op": "mset", "entries": [{"key": "x", "value": "ex"}, {"key": "y", "value": "why ✓"}], "ttl_s": 50})),
+        ok(
+            json!({"op": "mset", "entries": [{"key": "x", "value": "ex"}, {"key": "y", "value": "why ✓"}], "ttl_s": 50})
+        ),
         json!({"op": "mset"})
     );
     assert_eq!(
         ok(json!({"op": "mget", "keys": ["x", "missing", "y"]}))["values"],
         json!(["ex", null, "why ✓"])
     );
-    assert_eq!(ok(json!({"op": "expire", "key": "x", "ttl_s": 1}))["applied"], true);
-    assert_eq!(ok(json!({"op": "expire", "key": "missing", "ttl_s": 1}))["applied"], false);
-    assert_eq!(ok(json!({"op": "del", "keys": ["x", "y", "missing"]}))["deleted"], 2);
+    assert_eq!(
+        ok(json!({"op": "expire", "key": "x", "ttl_s": 1}))["applied"],
+        true
+    );
+    assert_eq!(
+        ok(json!({"op": "expire", "key": "missing", "ttl_s": 1}))["applied"],
+        false
+    );
+    assert_eq!(
+        ok(json!({"op": "del", "keys": ["x", "y", "missing"]}))["deleted"],
+        2
+    );
     assert_eq!(ok(json!({"op": "get", "key": "y"}))["value"], json!(null));
     // Without a TTL the key does not expire.
     ok(json!({"op": "set", "key": "forever", "value": "v"}));
@@ -56,11 +76,23 @@ fn command_mistakes_are_4xx() {
         (json!({"op": "get"}), 400, "bad_request"),
         (json!({"op": "fly", "key": "a"}), 400, "bad_request"),
         (json!({"op": "get", "key": ""}), 400, "invalid_value"),
-        (json!({"op": "get", "key": "k".repeat(600)}), 400, "invalid_value"),
-        (json!({"op": "set", "key": "a", "value": "v", "ttl_s": 0}), 400, "invalid_value"),
+        (
+            json!({"op": "get", "key": "k".repeat(600)}),
+            400,
+            "invalid_value",
+        ),
+        (
+            json!({"op": "set", "key": "a", "value": "v", "ttl_s": 0}),
+            400,
+            "invalid_value",
+        ),
         (json!({"op": "del", "keys": []}), 400, "invalid_value"),
         (json!({"op": "mset", "entries": []}), 400, "invalid_value"),
-        (json!({"op": "set", "key": "a", "value": 5}), 400, "bad_request"),
+        (
+            json!({"op": "set", "key": "a", "value": 5}),
+            400,
+            "bad_request",
+        ),
     ];
     for (body, status, code) in cases {
         let r = c.cache(body.clone());

@@ -3,13 +3,19 @@ mod common;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-fn slow_queries(c: &common::Client, n: usize, seconds: f64) -> Vec<(common::client::Answer, Duration)> {
+fn slow_queries(
+    c: &common::Client,
+    n: usize,
+    seconds: f64,
+) -> Vec<(common::client::Answer, Duration)> {
     c.block_on(async {
         let requests = (0..n).map(|i| async move {
             let start = Instant::now();
             // Distinct SQL text per request, so nothing is shared.
             let a = c
-                .query_async(json!({"sql": format!("SELECT pg_sleep({seconds})::text AS s, {i} AS i")}))
+                .query_async(
+                    json!({"sql": format!("SELECT pg_sleep({seconds})::text AS s, {i} AS i")}),
+                )
                 .await;
             (a, start.elapsed())
         });
@@ -30,12 +36,18 @@ fn an_exhausted_postgres_pool_answers_503_at_the_checkout_timeout() {
     assert_eq!(overloaded.len(), 8);
     for (a, took) in overloaded {
         assert_eq!(a.code(), "overloaded", "{:?}", a.body);
-        assert_eq!(a.headers.get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
+        assert_eq!(
+            a.headers.get("retry-after").and_then(|v| v.to_str().ok()),
+            Some("1")
+        );
         // Refused at the checkout timeout, well before the slow queries end.
         assert!(*took < Duration::from_millis(1400), "took {took:?}");
     }
     // The pool is not poisoned: the next request is served normally.
-    assert_eq!(stack.client.query(json!({"sql": "SELECT 1 AS one"})).status, 200);
+    assert_eq!(
+        stack.client.query(json!({"sql": "SELECT 1 AS one"})).status,
+        200
+    );
 }
 
 #[test]
@@ -68,9 +80,14 @@ fn a_statement_beyond_the_timeout_is_504_and_the_pool_recovers() {
         c.postgres.statement_timeout_ms = 300;
         c.postgres.pool_size = 1;
     });
-    let r = stack.client.query(json!({"sql": "SELECT pg_sleep(5)::text AS s"}));
+    let r = stack
+        .client
+        .query(json!({"sql": "SELECT pg_sleep(5)::text AS s"}));
     assert_eq!(r.status, 504, "{:?}", r.body);
     assert_eq!(r.code(), "timeout");
     // The one connection is back in the pool and works.
-    assert_eq!(stack.client.query(json!({"sql": "SELECT 1 AS one"})).status, 200);
+    assert_eq!(
+        stack.client.query(json!({"sql": "SELECT 1 AS one"})).status,
+        200
+    );
 }

@@ -33,7 +33,10 @@ fn two_hundred_concurrent_requests_stay_within_the_pools() {
             let mut p = postgres::Client::connect(&pg_url, postgres::NoTls).expect("sampler pg");
             let mut samples = 0;
             while !stop.load(Ordering::Relaxed) || samples < 3 {
-                let info: String = redis::cmd("INFO").arg("clients").query(&mut r).expect("info");
+                let info: String = redis::cmd("INFO")
+                    .arg("clients")
+                    .query(&mut r)
+                    .expect("info");
                 let clients: i64 = info
                     .lines()
                     .find_map(|l| l.strip_prefix("connected_clients:"))
@@ -73,13 +76,30 @@ fn two_hundred_concurrent_requests_stay_within_the_pools() {
     sampler.join().expect("sampler");
 
     let failed: Vec<_> = answers.iter().filter(|a| a.status != 200).collect();
-    assert!(failed.is_empty(), "{} of 200 failed, e.g. {:?}", failed.len(), failed.first());
+    assert!(
+        failed.is_empty(),
+        "{} of 200 failed, e.g. {:?}",
+        failed.len(),
+        failed.first()
+    );
     let hits = answers.iter().filter(|a| a.body["cache"] == "hit").count();
-    let (redis_peak, pg_peak) = (max_redis.load(Ordering::Relaxed), max_pg.load(Ordering::Relaxed));
+    let (redis_peak, pg_peak) = (
+        max_redis.load(Ordering::Relaxed),
+        max_pg.load(Ordering::Relaxed),
+    );
     println!("200 ok, {hits} hits; peak redis clients {redis_peak}/{REDIS_POOL}, peak postgres backends {pg_peak}/{PG_POOL}");
-    assert!(redis_peak <= i64::from(REDIS_POOL), "redis clients {redis_peak} > {REDIS_POOL}");
-    assert!(pg_peak <= i64::from(PG_POOL), "postgres backends {pg_peak} > {PG_POOL}");
-    assert!(pg_peak >= 1 && redis_peak >= 1, "the sampler saw the pools in use");
+    assert!(
+        redis_peak <= i64::from(REDIS_POOL),
+        "redis clients {redis_peak} > {REDIS_POOL}"
+    );
+    assert!(
+        pg_peak <= i64::from(PG_POOL),
+        "postgres backends {pg_peak} > {PG_POOL}"
+    );
+    assert!(
+        pg_peak >= 1 && redis_peak >= 1,
+        "the sampler saw the pools in use"
+    );
     let state = &stack.sidecar.state.pools;
     assert!(state.redis.state().connections <= REDIS_POOL);
 }

@@ -31,7 +31,10 @@ fn postgres_stopped_then_started() {
         // Bounded by the checkout timeout (1.5 s) plus a reconnect, far under the 10 s deadline.
         assert!(took < Duration::from_secs(5), "took {took:?}");
         let text = r.body.to_string();
-        assert!(!text.contains("127.0.0.1") && !text.contains("5432"), "{text}");
+        assert!(
+            !text.contains("127.0.0.1") && !text.contains("5432"),
+            "{text}"
+        );
     }
     let w = c.execute(json!({"sql": "UPDATE items SET name = 'x' WHERE id = 4"}));
     assert_eq!(w.status, 503);
@@ -40,7 +43,9 @@ fn postgres_stopped_then_started() {
 
     stack.pg.start_again();
     common::wait_until("reads to recover", Duration::from_secs(10), || {
-        c.query(json!({"sql": "SELECT name FROM items WHERE id = 4"})).status == 200
+        c.query(json!({"sql": "SELECT name FROM items WHERE id = 4"}))
+            .status
+            == 200
     });
     let w = c.execute(json!({"sql": "UPDATE items SET name = 'after' WHERE id = 4"}));
     assert_eq!(w.status, 200, "{:?}", w.body);

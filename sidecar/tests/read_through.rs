@@ -17,7 +17,10 @@ fn miss_then_hit_without_touching_postgres() {
     assert_eq!(first.body["age_ms"], 0);
     assert_eq!(first.body["rows"][0]["name"], "item 7");
     assert_eq!(stack.pg.reads(), 1);
-    let key = first.body["key"].as_str().expect("key returned").to_string();
+    let key = first.body["key"]
+        .as_str()
+        .expect("key returned")
+        .to_string();
     assert!(key.starts_with("sha256:"), "{key}");
 
     std::thread::sleep(std::time::Duration::from_millis(20));
@@ -27,9 +30,17 @@ fn miss_then_hit_without_touching_postgres() {
         assert_eq!(hit.body["cache"], "hit");
         assert_eq!(hit.body["rows"], first.body["rows"]);
         assert_eq!(hit.body["key"], key.as_str());
-        assert!(hit.body["age_ms"].as_u64().expect("age") >= 20, "{:?}", hit.body);
+        assert!(
+            hit.body["age_ms"].as_u64().expect("age") >= 20,
+            "{:?}",
+            hit.body
+        );
     }
-    assert_eq!(stack.pg.reads(), 1, "hits must not run the statement on Postgres");
+    assert_eq!(
+        stack.pg.reads(),
+        1,
+        "hits must not run the statement on Postgres"
+    );
 
     // The entry is in Redis under the configured prefix, with the TTL asked for.
     let ttl: i64 = redis::cmd("TTL")
@@ -39,9 +50,7 @@ fn miss_then_hit_without_touching_postgres() {
     assert!((1..=60).contains(&ttl), "ttl {ttl}");
 
     // Other parameters are another entry.
-    let other = c
-        .query(json!({"sql": SQL, "params": [8], "cache": {"ttl_s": 60}}))
-        ;
+    let other = c.query(json!({"sql": SQL, "params": [8], "cache": {"ttl_s": 60}}));
     assert_eq!(other.body["cache"], "miss");
     assert_eq!(other.body["rows"][0]["name"], "item 8");
     assert_eq!(stack.pg.reads(), 2);
@@ -51,10 +60,7 @@ fn miss_then_hit_without_touching_postgres() {
 fn no_cache_policy_goes_straight_to_postgres() {
     let stack = common::Stack::start();
     for n in 1..=3 {
-        let r = stack
-            .client
-            .query(json!({"sql": SQL, "params": [1]}))
-            ;
+        let r = stack.client.query(json!({"sql": SQL, "params": [1]}));
         assert_eq!(r.status, 200);
         assert_eq!(r.body["cache"], "bypass");
         assert!(r.body.get("key").is_none());
@@ -66,7 +72,8 @@ fn no_cache_policy_goes_straight_to_postgres() {
 fn named_entries_are_shared_by_name() {
     let stack = common::Stack::start();
     let c = &stack.client;
-    let named = |sql: &str| json!({"sql": sql, "params": [3], "cache": {"ttl_s": 60, "key": "item:3"}});
+    let named =
+        |sql: &str| json!({"sql": sql, "params": [3], "cache": {"ttl_s": 60, "key": "item:3"}});
     let first = c.query(named(SQL));
     assert_eq!(first.body["cache"], "miss");
     assert_eq!(first.body["key"], "item:3");

@@ -24,7 +24,11 @@ fn read_until_hit(c: &common::Client, id: i64, want: &str, within: Duration) -> 
         if r.body["cache"] == "hit" {
             return n;
         }
-        assert!(start.elapsed() < within, "no hit within {within:?}: {:?}", r.body);
+        assert!(
+            start.elapsed() < within,
+            "no hit within {within:?}: {:?}",
+            r.body
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -94,7 +98,10 @@ fn readyz_reports_which_dependency_is_down() {
     stack.redis.kill();
     let r = stack.client.get("/readyz");
     assert_eq!(r.status, 503);
-    assert_eq!(r.body, json!({"ready": false, "redis": "down", "postgres": "up"}));
+    assert_eq!(
+        r.body,
+        json!({"ready": false, "redis": "down", "postgres": "up"})
+    );
     stack.redis.restart();
     common::wait_until("readyz to recover", Duration::from_secs(5), || {
         stack.client.get("/readyz").status == 200

@@ -11,7 +11,7 @@ fn every_supported_type_maps_faithfully() {
         32767::int2 AS i2, (-2147483648)::int4 AS i4,
         9007199254740991::int8 AS i8_safe, 9007199254740993::int8 AS i8_big,
         (-9223372036854775807 - 1)::int8 AS i8_min,
-        1.5::float4 AS f4, 3.141592653589793::float8 AS f8,
+        1.5::float4 AS f4, 1.2345678901234567::float8 AS f8,
         'NaN'::float8 AS f8_nan, '-Infinity'::float8 AS f8_ninf,
         12345678901234567890.123456789012345678901234567890::numeric AS num,
         'NaN'::numeric AS num_nan, 0.000012::numeric AS num_small,
@@ -37,7 +37,7 @@ fn every_supported_type_maps_faithfully() {
         "i2": 32767, "i4": -2147483648i64,
         "i8_safe": 9007199254740991i64, "i8_big": "9007199254740993",
         "i8_min": "-9223372036854775808",
-        "f4": 1.5, "f8": 3.141592653589793,
+        "f4": 1.5, "f8": 1.2345678901234567_f64,
         "f8_nan": "NaN", "f8_ninf": "-Infinity",
         "num": "12345678901234567890.123456789012345678901234567890",
         "num_nan": "NaN", "num_small": "0.000012",
@@ -59,13 +59,18 @@ fn every_supported_type_maps_faithfully() {
     for (col, want) in expect.as_object().expect("object") {
         assert_eq!(&row[col], want, "column {col}");
     }
-    assert_eq!(row.as_object().expect("row").len(), expect.as_object().expect("o").len());
+    assert_eq!(
+        row.as_object().expect("row").len(),
+        expect.as_object().expect("o").len()
+    );
 }
 
 #[test]
 fn numeric_text_matches_postgres_own_rendering() {
     let stack = common::Stack::start();
-    let r = stack.client.query(json!({"sql": r#"SELECT x, x::text AS want FROM (VALUES
+    let r = stack
+        .client
+        .query(json!({"sql": r#"SELECT x, x::text AS want FROM (VALUES
         (0::numeric), (-0.5), (0.0001), (1e-20), (123456789.000), (1e30), (-99999.99990),
         (10000), (9999.9999), (0.10), ('Infinity'), ('-Infinity'),
         (round(pi()::numeric, 40)), (2::numeric ^ 200)
@@ -124,7 +129,10 @@ fn parameters_bind_to_the_statement_types() {
         "sql": "SELECT name FROM items WHERE id = ANY($1) ORDER BY id",
         "params": [[3, 1, 2]]
     }));
-    assert_eq!(r.body["rows"], json!([{"name": "item 1"}, {"name": "item 2"}, {"name": "item 3"}]));
+    assert_eq!(
+        r.body["rows"],
+        json!([{"name": "item 1"}, {"name": "item 2"}, {"name": "item 3"}])
+    );
 }
 
 #[test]
@@ -139,7 +147,10 @@ fn parameter_mistakes_are_400_with_details() {
     let r = c.query(json!({"sql": "SELECT $1::int AS a, $2::int AS b", "params": [1]}));
     assert_eq!(r.status, 400);
     assert_eq!(r.code(), "bad_params");
-    assert!(r.body["error"]["message"].as_str().expect("msg").contains("2 parameter"));
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .expect("msg")
+        .contains("2 parameter"));
 
     let r = c.query(json!({"sql": "SELECT $1::int AS a", "params": [[1, 2]]}));
     assert_eq!(r.status, 400);
@@ -147,7 +158,10 @@ fn parameter_mistakes_are_400_with_details() {
 
     let r = c.query(json!({"sql": "SELECT $1::bytea AS a", "params": ["not base64!"]}));
     assert_eq!(r.status, 400);
-    assert!(r.body["error"]["message"].as_str().expect("msg").contains("params[0]"));
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .expect("msg")
+        .contains("params[0]"));
 
     let r = c.query(json!({"sql": "SELECT $1::int2 AS a", "params": [70000]}));
     assert_eq!(r.status, 400, "{:?}", r.body);
@@ -171,5 +185,8 @@ fn unsupported_column_types_are_named_never_null() {
         .client
         .query(json!({"sql": "SELECT ARRAY['(1,2)'::point] AS pts"}));
     assert_eq!(r.status, 422);
-    assert!(r.body["error"]["message"].as_str().expect("m").contains("point"));
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .expect("m")
+        .contains("point"));
 }

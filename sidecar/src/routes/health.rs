@@ -19,11 +19,11 @@ pub async fn readyz(state: State) -> HttpResponse {
                 .pools
                 .redis_conn()
                 .and_then(|mut c| {
-                    redis::cmd("PING")
-                        .query::<String>(&mut *c)
-                        .map_err(|e| crate::error::ApiError::CacheUnavailable {
+                    redis::cmd("PING").query::<String>(&mut *c).map_err(|e| {
+                        crate::error::ApiError::CacheUnavailable {
                             internal: e.to_string(),
-                        })
+                        }
+                    })
                 })
                 .is_ok();
             let postgres = db::ping(&s.pools).is_ok();
@@ -31,7 +31,13 @@ pub async fn readyz(state: State) -> HttpResponse {
         })
         .await;
     let (redis, postgres) = probe.unwrap_or((false, false));
-    let up = |ok: bool| if ok { DependencyState::Up } else { DependencyState::Down };
+    let up = |ok: bool| {
+        if ok {
+            DependencyState::Up
+        } else {
+            DependencyState::Down
+        }
+    };
     let body = Readiness {
         ready: redis && postgres,
         redis: up(redis),

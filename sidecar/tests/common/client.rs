@@ -144,7 +144,13 @@ impl Client {
     }
 
     /// A raw request with explicit headers, blocking.
-    pub fn raw(&self, method: &str, path: &str, body: Vec<u8>, headers: &[(&str, String)]) -> Answer {
+    pub fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        body: Vec<u8>,
+        headers: &[(&str, String)],
+    ) -> Answer {
         self.block_on(self.send_raw(method, path, body, headers))
     }
 }

@@ -47,7 +47,9 @@ fn pg_command(name: &str) -> Command {
 }
 
 fn run(mut c: Command, what: &str) {
-    let out = c.output().unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    let out = c
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
     assert!(
         out.status.success(),
         "{what} failed: {}\n{}",
@@ -87,7 +89,15 @@ fn template() -> &'static PathBuf {
         let mut c = pg_command("initdb");
         c.arg("-D")
             .arg(&staging)
-            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"])
+            .args([
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ])
             .current_dir(std::env::temp_dir());
         run(c, "initdb");
         // Another test process may have won the race; either copy is as good.

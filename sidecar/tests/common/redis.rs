@@ -48,12 +48,16 @@ impl RedisServer {
             .expect("spawn redis-server");
         self.child = Some(child);
         let url = self.url();
-        wait_until("redis-server to answer PING", Duration::from_secs(10), || {
-            ::redis::Client::open(url.as_str())
-                .and_then(|c| c.get_connection())
-                .and_then(|mut c| ::redis::cmd("PING").query::<String>(&mut c))
-                .is_ok()
-        });
+        wait_until(
+            "redis-server to answer PING",
+            Duration::from_secs(10),
+            || {
+                ::redis::Client::open(url.as_str())
+                    .and_then(|c| c.get_connection())
+                    .and_then(|mut c| ::redis::cmd("PING").query::<String>(&mut c))
+                    .is_ok()
+            },
+        );
     }
 
     pub fn url(&self) -> String {

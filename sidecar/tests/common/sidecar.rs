@@ -57,7 +57,8 @@ impl Sidecar {
 
     /// Graceful stop: in-flight requests finish, then the server thread ends.
     pub fn stop(&mut self) {
-        let _ = self.handle.stop(true);
+        // The stop command is sent on call; the thread join below waits for it to finish.
+        drop(self.handle.stop(true));
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
