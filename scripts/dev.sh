@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The dev command: runs Ferry locally with private Redis and Postgres (demo data loaded) and the
+# sidecar, prints what to curl, and stops everything it started on Ctrl-C.
+# State (data dirs, logs, the dev secret) lives in .run/ (git-ignored); a second run reuses it.
+#
+# Ports (override by env): FERRY_DEV_REDIS_PORT=6390 FERRY_DEV_PG_PORT=5440 FERRY_DEV_SIDECAR_PORT=8787
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+cd "$FERRY_ROOT"
+
+REDIS_PORT=${FERRY_DEV_REDIS_PORT:-6390}
+PG_PORT=${FERRY_DEV_PG_PORT:-5440}
+SIDECAR_PORT=${FERRY_DEV_SIDECAR_PORT:-8787}
+RUN=$FERRY_ROOT/.run
+mkdir -p "$RUN"
+PIDS=()
+
+cleanup() {
+  trap - INT TERM EXIT
+  echo; echo "stopping..."
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  [ -f "$RUN/pg/postmaster.pid" ] && as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg" -m fast -w stop >/dev/null 2>&1 || true
+  wait 2>/dev/null || true
+  echo "stopped."
+}
+trap cleanup INT TERM EXIT
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+wait_for() { # wait_for WHAT CMD...
+  local what=$1; shift
+  for _ in $(seq 1 120); do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
+  die "$what did not come up; logs are in $RUN"
+}
+# Postgres will not run as root: run its programs as the postgres user then.
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+
+step "1/4 packages and build"
+ensure_services
+command -v openssl >/dev/null || apt_install openssl
+command -v curl >/dev/null || apt_install curl
+cargo build -q -p ferry-sidecar
+[ -f "$RUN/secret" ] || openssl rand -hex 32 > "$RUN/secret"
+SECRET=$(cat "$RUN/secret")
+
+step "2/4 Redis on 127.0.0.1:$REDIS_PORT"
+port_free "$REDIS_PORT" || die "port $REDIS_PORT is taken (set FERRY_DEV_REDIS_PORT)"
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+  --dir "$RUN" --logfile "$RUN/redis.log" &
+PIDS+=($!)
+wait_for "redis" redis-cli -p "$REDIS_PORT" ping
+
+step "3/4 Postgres on 127.0.0.1:$PG_PORT with the demo schema (scripts/demo.sql)"
+port_free "$PG_PORT" || die "port $PG_PORT is taken (set FERRY_DEV_PG_PORT)"
+if [ ! -f "$RUN/pg/PG_VERSION" ]; then
+  mkdir -p "$RUN/pg"; [ "$(id -u)" = 0 ] && chown postgres: "$RUN" "$RUN/pg"
+  as_pg "$(pg_bindir)/initdb" -D "$RUN/pg" -U postgres --auth=trust -E UTF8 --locale=C >/dev/null
+fi
+[ "$(id -u)" = 0 ] && chown postgres: "$RUN"
+as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg" -l "$RUN/postgres.log" -w \
+  -o "-p $PG_PORT -k $RUN -c listen_addresses=127.0.0.1" start >/dev/null
+psql -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -f scripts/demo.sql
+
+step "4/4 sidecar on 127.0.0.1:$SIDECAR_PORT"
+port_free "$SIDECAR_PORT" || die "port $SIDECAR_PORT is taken (set FERRY_DEV_SIDECAR_PORT)"
+FERRY_LISTEN=127.0.0.1:$SIDECAR_PORT \
+FERRY_REDIS_URL=redis://127.0.0.1:$REDIS_PORT \
+FERRY_DATABASE_URL=postgres://postgres@127.0.0.1:$PG_PORT/postgres \
+FERRY_SECRET=$SECRET \
+  "$CARGO_TARGET_DIR/debug/ferry-sidecar" > "$RUN/sidecar.log" 2>&1 &
+PIDS+=($!)
+wait_for "sidecar" curl -sf "http://127.0.0.1:$SIDECAR_PORT/readyz"
+
+cat <<MSG
+
+Ferry is running (logs in .run/). Try:
+
+  curl -s http://127.0.0.1:$SIDECAR_PORT/readyz
+  export FERRY_SECRET=\$(cat .run/secret) FERRY_URL=http://127.0.0.1:$SIDECAR_PORT
+  scripts/ferry-curl.sh POST /v1/query '{"sql":"SELECT id, name, price FROM items WHERE id = \$1","params":[1],"cache":{"ttl_s":60,"key":"item:1"}}'
+  scripts/ferry-curl.sh POST /v1/execute '{"sql":"UPDATE items SET name = \$1 WHERE id = 1","params":["renamed"],"invalidate":{"keys":["item:1"]}}'
+  scripts/ferry-curl.sh POST /v1/cache '{"op":"set","key":"greeting","value":"hello","ttl_s":60}'
+
+Ctrl-C stops everything started here.
+MSG
+wait "${PIDS[@]}"
