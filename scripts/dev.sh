@@ -58,7 +58,7 @@ fi
 [ "$(id -u)" = 0 ] && chown postgres: "$RUN"
 as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg" -l "$RUN/postgres.log" -w \
   -o "-p $PG_PORT -k $RUN -c listen_addresses=127.0.0.1" start >/dev/null
-psql -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -f scripts/demo.sql
+PGOPTIONS="-c client_min_messages=warning" psql -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -f scripts/demo.sql
 
 step "4/4 sidecar on 127.0.0.1:$SIDECAR_PORT"
 port_free "$SIDECAR_PORT" || die "port $SIDECAR_PORT is taken (set FERRY_DEV_SIDECAR_PORT)"
