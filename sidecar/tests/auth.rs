@@ -1,6 +1,6 @@
 //! Every /v1 request must be signed, fresh and new: the accept/reject cases, replay and clock
 //! skew, and that the check comes before the body is parsed.
-mod common;
+use ferry_testkit as common;
 use common::client::{nonce, now_s};
 use serde_json::json;
 

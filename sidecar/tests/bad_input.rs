@@ -1,6 +1,6 @@
 //! Bad input gets a 4xx JSON error with a stable code, never a 5xx, and does not disturb
 //! the requests around it.
-mod common;
+use ferry_testkit as common;
 use serde_json::json;
 
 #[test]

@@ -1,6 +1,6 @@
 //! The real binary: runs from environment variables alone, validates config naming the bad
 //! key, and shuts down gracefully on SIGTERM (in-flight requests finish).
-mod common;
+use ferry_testkit as common;
 use serde_json::json;
 use std::process::{Command, Stdio};
 use std::time::Duration;

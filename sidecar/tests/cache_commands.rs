@@ -1,6 +1,6 @@
 //! Plain cache commands on caller-managed keys: get, set with TTL, del, mget, mset, incr,
 //! expire, in their own key namespace.
-mod common;
+use ferry_testkit as common;
 use serde_json::json;
 
 #[test]

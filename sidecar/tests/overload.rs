@@ -1,5 +1,5 @@
 //! Overload is answered fast with 503 + Retry-After, not by queueing until a 30 s timeout.
-mod common;
+use ferry_testkit as common;
 use serde_json::json;
 use std::time::{Duration, Instant};
 

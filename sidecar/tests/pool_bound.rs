@@ -1,6 +1,6 @@
 //! The pools are bounded: 200 concurrent requests all succeed, and neither Redis nor Postgres
 //! ever sees more connections from the sidecar than the configured pool sizes.
-mod common;
+use ferry_testkit as common;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! Postgres down: cached reads keep being served, uncached reads and writes fail fast with a
 //! clear JSON error (no hang), and everything recovers by itself when Postgres returns.
-mod common;
+use ferry_testkit as common;
 use serde_json::json;
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,6 @@
 //! Read-through: a miss runs on Postgres and is written back; the next read is a hit served
 //! from Redis without touching Postgres (counted on the Postgres side).
-mod common;
+use ferry_testkit as common;
 use serde_json::json;
 
 const SQL: &str = "SELECT id, name, ferry_test_touch() AS touched FROM items WHERE id = $1";

@@ -1,6 +1,6 @@
 //! Redis down never fails a read Postgres can serve; writes made while it is down are
 //! invalidated as soon as it is back, and until then no read returns the pre-write value.
-mod common;
+use ferry_testkit as common;
 use serde_json::json;
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,5 @@
 //! A cached entry lives for its TTL, then the next read is a miss that runs on Postgres again.
-mod common;
+use ferry_testkit as common;
 use serde_json::json;
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! Postgres values map to JSON faithfully, parameters bind from JSON to the statement's types,
 //! and an unsupported column type is a clear error naming the column and type.
-mod common;
+use ferry_testkit as common;
 use serde_json::json;
 
 #[test]

@@ -1,6 +1,6 @@
 //! Writes run on Postgres, then invalidate the named entries before the answer: a read after
 //! an acknowledged write returns the new value.
-mod common;
+use ferry_testkit as common;
 use serde_json::json;
 
 fn read(c: &common::Client, id: i64) -> common::client::Answer {

@@ -1,7 +1,6 @@
-//! Test harness: private, throwaway Redis and Postgres processes on free ports, the real
+//! Ferry's test harness (used by the sidecar's and the edge's integration tests): private, throwaway Redis and Postgres processes on free ports, the real
 //! sidecar app on port 0, and a signing HTTP client. Never mocks, never the machine's shared
 //! services. A missing binary fails the test loudly, saying what to install.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod client;
 pub mod postgres;
