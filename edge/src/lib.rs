@@ -1,19 +1,50 @@
-//! The Ferry edge Worker. This crate is a placeholder until the edge issue lands: it only proves
-//! that the wire crate links into it. The Worker itself (`#[event(fetch)]`, the typed sidecar
-//! client and the routes) is built with the `worker` crate for wasm32 only.
+//! The Ferry edge Worker: a per-request handler that reads and writes through the Ferry sidecar
+//! and never opens a Redis or Postgres connection itself.
+//!
+//! Pure logic lives in plain modules and is tested natively: `config` (bindings), `requests`
+//! (routes → sidecar requests), `client` (signing, answer mapping), `error`. Only the wasm32
+//! build pulls in the `worker` crate: `routes` (handlers) and the `#[event(fetch)]` entry here.
 
-// A panic is an outage here (a dead request, or on the edge a dead isolate).
+// A panic kills the isolate: unwrap/expect are denied outside tests.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-/// The sidecar path the edge calls for reads; here so the edge and the sidecar cannot disagree.
-pub fn query_path() -> &'static str {
-    ferry_shared::api::paths::QUERY
-}
+pub mod client;
+pub mod config;
+pub mod error;
+pub mod requests;
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn uses_the_shared_paths() {
-        assert_eq!(super::query_path(), "/v1/query");
+#[cfg(target_arch = "wasm32")]
+mod routes;
+
+#[cfg(target_arch = "wasm32")]
+mod entry {
+    use crate::error::EdgeError;
+    use crate::routes;
+    use worker::{event, Context, Env, Request, Response, Result, Router};
+
+    #[event(fetch)]
+    async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
+        let result = Router::new()
+            .get_async("/items", routes::get_items)
+            .get_async("/items/:id", routes::get_item)
+            .put_async("/items/:id", routes::put_item)
+            .get_async("/cache/:key", routes::get_cache)
+            .put_async("/cache/:key", routes::put_cache)
+            .get_async("/health", routes::health)
+            .or_else_any_method_async("/*path", |_, _| async {
+                routes::error_response(&EdgeError::NotFound(
+                    "no such route: try /items/1, /items?ids=1,2, /cache/greeting, /health".into(),
+                ))
+            })
+            .run(req, env)
+            .await;
+        // The router's own errors (e.g. a route matched with the wrong method) become JSON too.
+        match result {
+            Ok(resp) => Ok(resp),
+            Err(e) => {
+                worker::console_error!("edge error: {e}");
+                routes::error_response(&EdgeError::bad_request("the request could not be handled"))
+            }
+        }
     }
 }

@@ -49,6 +49,16 @@ pub enum ErrorCode {
     UpstreamError,
     /// A bug or an unexpected state in the sidecar (500). Details are in its log only.
     Internal,
+    /// Edge: the sidecar could not be reached (502).
+    SidecarUnreachable,
+    /// Edge: the sidecar did not answer within the edge's timeout (504).
+    SidecarTimeout,
+    /// Edge: the sidecar answered something the edge cannot decode (502).
+    SidecarBadResponse,
+    /// Edge: the sidecar refused the edge's signature: the two secrets differ (502).
+    SidecarAuthFailed,
+    /// Edge: a required binding (FERRY_SECRET, FERRY_SIDECAR_URL...) is missing or invalid (500).
+    EdgeMisconfigured,
 }
 
 impl ErrorCode {
@@ -62,10 +72,10 @@ impl ErrorCode {
             MethodNotAllowed => 405,
             PayloadTooLarge => 413,
             UnsupportedType | NotText => 422,
-            Internal => 500,
-            UpstreamError => 502,
+            Internal | EdgeMisconfigured => 500,
+            UpstreamError | SidecarUnreachable | SidecarBadResponse | SidecarAuthFailed => 502,
             Overloaded | DatabaseUnavailable | CacheUnavailable => 503,
-            Timeout => 504,
+            Timeout | SidecarTimeout => 504,
         }
     }
 
@@ -93,6 +103,11 @@ impl ErrorCode {
             Timeout => "timeout",
             UpstreamError => "upstream_error",
             Internal => "internal",
+            SidecarUnreachable => "sidecar_unreachable",
+            SidecarTimeout => "sidecar_timeout",
+            SidecarBadResponse => "sidecar_bad_response",
+            SidecarAuthFailed => "sidecar_auth_failed",
+            EdgeMisconfigured => "edge_misconfigured",
         }
     }
 }
@@ -139,6 +154,8 @@ mod tests {
             ErrorCode::AuthReplayed,
             ErrorCode::PayloadTooLarge,
             ErrorCode::DatabaseUnavailable,
+            ErrorCode::SidecarAuthFailed,
+            ErrorCode::EdgeMisconfigured,
         ] {
             let json = serde_json::to_value(code).expect("serializes");
             assert_eq!(json, serde_json::Value::String(code.as_str().to_string()));

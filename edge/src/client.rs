@@ -1,0 +1,274 @@
+//! The typed sidecar client: every call is signed, bounded by a timeout, and every failure
+//! becomes an [`EdgeError`]. Building calls and reading answers is pure (tested natively); only
+//! [`SidecarClient`] does I/O, with the Workers `fetch`, on wasm32.
+
+use crate::config::EdgeConfig;
+use crate::error::EdgeError;
+use ferry_shared::sign;
+use ferry_shared::{ErrorBody, ErrorCode};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// One HTTP request to the sidecar, ready to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub method: &'static str,
+    pub url: String,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Vec<u8>,
+}
+
+/// Builds a signed call. `nonce` must be fresh randomness (16+ hex chars).
+pub fn build_call<B: Serialize>(
+    cfg: &EdgeConfig,
+    method: &'static str,
+    path: &str,
+    body: Option<&B>,
+    now_s: u64,
+    nonce: &str,
+) -> Result<Call, EdgeError> {
+    let body = match body {
+        Some(b) => serde_json::to_vec(b)
+            .map_err(|_| EdgeError::Misconfigured("a request could not be encoded".into()))?,
+        None => Vec::new(),
+    };
+    let s = sign::sign(cfg.secret.as_bytes(), now_s, nonce, method, path, &body);
+    Ok(Call {
+        method,
+        url: format!("{}{path}", cfg.sidecar_url),
+        headers: vec![
+            ("content-type", "application/json".into()),
+            (sign::HEADER_TIMESTAMP, s.timestamp),
+            (sign::HEADER_NONCE, s.nonce),
+            (sign::HEADER_SIGNATURE, s.signature),
+        ],
+        body,
+    })
+}
+
+/// Reads the sidecar's answer: the expected type on 2xx, its error passed through otherwise.
+/// A 401 means the sidecar refused *our* signature, which the client cannot fix: it is
+/// reported as the edge's misconfiguration (502 `sidecar_auth_failed`), not as a client 401.
+pub fn interpret<T: DeserializeOwned>(
+    status: u16,
+    retry_after: Option<String>,
+    body: &[u8],
+) -> Result<T, EdgeError> {
+    if (200..300).contains(&status) {
+        return serde_json::from_slice(body).map_err(|_| EdgeError::BadResponse { status });
+    }
+    let err: ErrorBody =
+        serde_json::from_slice(body).map_err(|_| EdgeError::BadResponse { status })?;
+    if status == 401 {
+        return Err(EdgeError::AuthFailed);
+    }
+    if err.error.code.http_status() != status && err.error.code != ErrorCode::Internal {
+        // A body whose code does not fit its status is not from a Ferry sidecar.
+        return Err(EdgeError::BadResponse { status });
+    }
+    Err(EdgeError::Sidecar {
+        status,
+        body: err,
+        retry_after,
+    })
+}
+
+#[cfg(target_arch = "wasm32")]
+pub use wasm::SidecarClient;
+
+#[cfg(target_arch = "wasm32")]
+mod wasm {
+    use super::*;
+    use ferry_shared::api::{
+        paths, CacheCommand, CacheReply, ExecuteRequest, ExecuteResponse, QueryRequest,
+        QueryResponse, Readiness,
+    };
+    use futures_util::future::{select, Either};
+    use std::time::Duration;
+    use worker::{AbortController, Date, Delay, Fetch, Headers, Method, Request, RequestInit};
+
+    pub struct SidecarClient {
+        cfg: EdgeConfig,
+    }
+
+    fn nonce() -> Result<String, EdgeError> {
+        let mut bytes = [0u8; 16];
+        getrandom::getrandom(&mut bytes)
+            .map_err(|_| EdgeError::Misconfigured("no random source for nonces".into()))?;
+        Ok(hex::encode(bytes))
+    }
+
+    fn method(m: &str) -> Method {
+        match m {
+            "GET" => Method::Get,
+            "PUT" => Method::Put,
+            _ => Method::Post,
+        }
+    }
+
+    impl SidecarClient {
+        pub fn new(cfg: EdgeConfig) -> Self {
+            SidecarClient { cfg }
+        }
+
+        /// Sends one call and returns (status, Retry-After, body), bounded by the timeout
+        /// (the request is aborted when it fires).
+        async fn send(&self, call: Call) -> Result<(u16, Option<String>, Vec<u8>), EdgeError> {
+            let headers = Headers::new();
+            for (k, v) in &call.headers {
+                headers.set(k, v).map_err(|_| EdgeError::Unreachable)?;
+            }
+            let mut init = RequestInit::new();
+            init.with_method(method(call.method)).with_headers(headers);
+            if !call.body.is_empty() {
+                let text = String::from_utf8_lossy(&call.body).into_owned();
+                init.with_body(Some(text.into()));
+            }
+            let req = Request::new_with_init(&call.url, &init)
+                .map_err(|_| EdgeError::Misconfigured("FERRY_SIDECAR_URL is not a valid URL".into()))?;
+            let controller = AbortController::default();
+            let signal = controller.signal();
+            let exchange = async move {
+                let mut resp = Fetch::Request(req)
+                    .send_with_signal(&signal)
+                    .await
+                    .map_err(|_| EdgeError::Unreachable)?;
+                let status = resp.status_code();
+                let retry_after = resp.headers().get("retry-after").ok().flatten();
+                let body = resp
+                    .bytes()
+                    .await
+                    .map_err(|_| EdgeError::BadResponse { status })?;
+                Ok((status, retry_after, body))
+            };
+            let timer = Delay::from(Duration::from_millis(self.cfg.timeout_ms));
+            match select(Box::pin(exchange), timer).await {
+                Either::Left((result, _)) => result,
+                Either::Right(_) => {
+                    controller.abort();
+                    Err(EdgeError::Timeout {
+                        after_ms: self.cfg.timeout_ms,
+                    })
+                }
+            }
+        }
+
+        async fn call<B: Serialize, T: DeserializeOwned>(
+            &self,
+            verb: &'static str,
+            path: &str,
+            body: Option<&B>,
+        ) -> Result<T, EdgeError> {
+            let now_s = Date::now().as_millis() / 1000;
+            let call = build_call(&self.cfg, verb, path, body, now_s, &nonce()?)?;
+            let (status, retry_after, bytes) = self.send(call).await?;
+            interpret(status, retry_after, &bytes)
+        }
+
+        pub async fn query(&self, q: &QueryRequest) -> Result<QueryResponse, EdgeError> {
+            self.call("POST", paths::QUERY, Some(q)).await
+        }
+
+        pub async fn execute(&self, e: &ExecuteRequest) -> Result<ExecuteResponse, EdgeError> {
+            self.call("POST", paths::EXECUTE, Some(e)).await
+        }
+
+        pub async fn cache(&self, c: &CacheCommand) -> Result<CacheReply, EdgeError> {
+            self.call("POST", paths::CACHE, Some(c)).await
+        }
+
+        /// `/readyz` answers a `Readiness` body with 200 or 503: both are answers.
+        pub async fn readiness(&self) -> Result<Readiness, EdgeError> {
+            let call = build_call::<()>(&self.cfg, "GET", paths::READYZ, None, 0, "")?;
+            let (status, _, bytes) = self.send(call).await?;
+            serde_json::from_slice(&bytes).map_err(|_| EdgeError::BadResponse { status })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_shared::api::QueryResponse;
+    use serde_json::json;
+
+    fn cfg() -> EdgeConfig {
+        EdgeConfig {
+            sidecar_url: "http://127.0.0.1:8787".into(),
+            timeout_ms: 100,
+            secret: "0123456789abcdef".into(),
+        }
+    }
+
+    #[test]
+    fn calls_are_signed_so_the_sidecar_verifies_them() {
+        let body = json!({"sql": "SELECT 1"});
+        let call = build_call(&cfg(), "POST", "/v1/query", Some(&body), 1000, "00ff00ff00ff00ff")
+            .expect("builds");
+        assert_eq!(call.url, "http://127.0.0.1:8787/v1/query");
+        let h = |name: &str| {
+            call.headers
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.clone())
+        };
+        let headers = sign::parse_headers(
+            h(sign::HEADER_TIMESTAMP).as_deref(),
+            h(sign::HEADER_NONCE).as_deref(),
+            h(sign::HEADER_SIGNATURE).as_deref(),
+        )
+        .expect("all three headers");
+        let verified = sign::verify(
+            &[b"0123456789abcdef"],
+            &headers,
+            "POST",
+            "/v1/query",
+            &call.body,
+            1000,
+            300,
+        );
+        assert!(verified.is_ok());
+    }
+
+    #[test]
+    fn answers_are_mapped() {
+        let ok: Result<QueryResponse, _> = interpret(
+            200,
+            None,
+            br#"{"rows": [], "cache": "hit", "age_ms": 3, "future_field": 1}"#,
+        );
+        assert_eq!(ok.map(|r| r.age_ms), Ok(3));
+
+        let bad: Result<QueryResponse, _> = interpret(200, None, b"<html>");
+        assert_eq!(bad, Err(EdgeError::BadResponse { status: 200 }));
+
+        let auth: Result<QueryResponse, _> = interpret(
+            401,
+            None,
+            br#"{"error": {"code": "auth_bad_signature", "message": "signature does not match"}}"#,
+        );
+        assert_eq!(auth, Err(EdgeError::AuthFailed));
+
+        let sql: Result<QueryResponse, _> = interpret(
+            400,
+            None,
+            br#"{"error": {"code": "sql_error", "message": "syntax", "pg_code": "42601"}}"#,
+        );
+        match sql {
+            Err(EdgeError::Sidecar { status: 400, body, .. }) => {
+                assert_eq!(body.error.pg_code.as_deref(), Some("42601"))
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+
+        let busy: Result<QueryResponse, _> = interpret(
+            503,
+            Some("1".into()),
+            br#"{"error": {"code": "overloaded", "message": "retry"}}"#,
+        );
+        assert_eq!(busy.expect_err("503").retry_after(), Some("1"));
+
+        let proxy: Result<QueryResponse, _> = interpret(502, None, b"Bad Gateway");
+        assert_eq!(proxy, Err(EdgeError::BadResponse { status: 502 }));
+    }
+}

@@ -1,0 +1,151 @@
+//! The edge's bindings: `FERRY_SIDECAR_URL` and `FERRY_TIMEOUT_MS` (wrangler vars) and
+//! `FERRY_SECRET` (a secret: `.dev.vars` locally, `wrangler secret put` in production).
+
+use crate::error::EdgeError;
+
+pub const VAR_SIDECAR_URL: &str = "FERRY_SIDECAR_URL";
+pub const VAR_TIMEOUT_MS: &str = "FERRY_TIMEOUT_MS";
+pub const VAR_ALLOW_HTTP: &str = "FERRY_ALLOW_HTTP";
+pub const SECRET: &str = "FERRY_SECRET";
+
+/// Per-call timeout when `FERRY_TIMEOUT_MS` is not set, in milliseconds.
+pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EdgeConfig {
+    /// Base URL without a trailing slash, e.g. `https://sidecar.example.com`.
+    pub sidecar_url: String,
+    pub timeout_ms: u64,
+    pub secret: String,
+}
+
+/// Whether `host` (possibly `[::1]`) is this machine.
+fn is_loopback(host: &str) -> bool {
+    host == "localhost" || host == "[::1]" || host.starts_with("127.")
+}
+
+impl EdgeConfig {
+    /// Validates raw binding values. Plain http is allowed only to a loopback sidecar, unless
+    /// `FERRY_ALLOW_HTTP=true`: the signature protects integrity, not the data's privacy.
+    pub fn from_bindings(
+        sidecar_url: Option<String>,
+        timeout_ms: Option<String>,
+        allow_http: Option<String>,
+        secret: Option<String>,
+    ) -> Result<EdgeConfig, EdgeError> {
+        let url = sidecar_url
+            .filter(|u| !u.trim().is_empty())
+            .ok_or_else(|| EdgeError::Misconfigured(format!("{VAR_SIDECAR_URL} is not set")))?;
+        let url = url.trim().trim_end_matches('/').to_string();
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| {
+            EdgeError::Misconfigured(format!("{VAR_SIDECAR_URL} must start with https://"))
+        })?;
+        let host = rest.split('/').next().unwrap_or_default();
+        let host_only = match host.rsplit_once(':') {
+            Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
+            _ => host,
+        };
+        if host_only.is_empty() {
+            return Err(EdgeError::Misconfigured(format!(
+                "{VAR_SIDECAR_URL} has no host"
+            )));
+        }
+        let http_ok = allow_http.as_deref().map(str::trim) == Some("true");
+        match scheme {
+            "https" => {}
+            "http" if is_loopback(host_only) || http_ok => {}
+            "http" => {
+                return Err(EdgeError::Misconfigured(format!(
+                    "{VAR_SIDECAR_URL} uses plain http to a non-loopback host; use https, or set \
+                     {VAR_ALLOW_HTTP}=true if the link is private"
+                )))
+            }
+            _ => {
+                return Err(EdgeError::Misconfigured(format!(
+                    "{VAR_SIDECAR_URL} must be an http(s) URL"
+                )))
+            }
+        }
+        let timeout_ms = match timeout_ms.as_deref().map(str::trim) {
+            None | Some("") => DEFAULT_TIMEOUT_MS,
+            Some(t) => t
+                .parse::<u64>()
+                .ok()
+                .filter(|t| (1..=120_000).contains(t))
+                .ok_or_else(|| {
+                    EdgeError::Misconfigured(format!(
+                        "{VAR_TIMEOUT_MS} must be 1 to 120000 milliseconds"
+                    ))
+                })?,
+        };
+        let secret = secret.unwrap_or_default();
+        if secret.len() < 16 {
+            return Err(EdgeError::Misconfigured(format!(
+                "{SECRET} is missing or shorter than 16 bytes"
+            )));
+        }
+        Ok(EdgeConfig {
+            sidecar_url: url,
+            timeout_ms,
+            secret,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(url: &str, allow: Option<&str>) -> Result<EdgeConfig, EdgeError> {
+        EdgeConfig::from_bindings(
+            Some(url.into()),
+            None,
+            allow.map(String::from),
+            Some("0123456789abcdef".into()),
+        )
+    }
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            cfg("http://127.0.0.1:8787/", None).map(|c| c.sidecar_url),
+            Ok("http://127.0.0.1:8787".into())
+        );
+        assert!(cfg("https://sidecar.example.com", None).is_ok());
+        assert!(cfg("http://localhost:1", None).is_ok());
+        assert!(cfg("http://[::1]:8787", None).is_ok());
+        assert!(cfg("http://sidecar.example.com", None).is_err());
+        assert!(cfg("http://sidecar.example.com", Some("true")).is_ok());
+        assert!(cfg("ftp://x", None).is_err());
+        assert!(cfg("sidecar", None).is_err());
+        assert!(cfg("https://", None).is_err());
+    }
+
+    #[test]
+    fn timeout_and_secret() {
+        let base = |t: Option<&str>, s: Option<&str>| {
+            EdgeConfig::from_bindings(
+                Some("https://x".into()),
+                t.map(String::from),
+                None,
+                s.map(String::from),
+            )
+        };
+        assert_eq!(
+            base(None, Some("0123456789abcdef")).map(|c| c.timeout_ms),
+            Ok(DEFAULT_TIMEOUT_MS)
+        );
+        assert_eq!(
+            base(Some("250"), Some("0123456789abcdef")).map(|c| c.timeout_ms),
+            Ok(250)
+        );
+        assert!(base(Some("0"), Some("0123456789abcdef")).is_err());
+        assert!(base(Some("soon"), Some("0123456789abcdef")).is_err());
+        let e = base(None, Some("tiny-secret")).expect_err("short secret");
+        assert!(
+            !e.body().error.message.contains("tiny-secret"),
+            "never echo the value"
+        );
+        assert!(base(None, None).is_err());
+    }
+}

@@ -1,0 +1,143 @@
+//! Every failure the edge answers with, mapped to a status and the shared JSON error body.
+//! A failure is always an answer (never a panic: a panic kills the isolate).
+
+use ferry_shared::error::ErrorDetail;
+use ferry_shared::{ErrorBody, ErrorCode};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum EdgeError {
+    /// The client's request is wrong (bad id, bad body...).
+    Invalid {
+        code: ErrorCode,
+        message: String,
+        field: Option<String>,
+    },
+    /// The thing asked for does not exist.
+    NotFound(String),
+    /// The sidecar answered with an error of its own: passed through as is (its bodies never
+    /// carry internal detail), with its Retry-After when it sent one.
+    Sidecar {
+        status: u16,
+        body: ErrorBody,
+        retry_after: Option<String>,
+    },
+    /// The sidecar could not be reached (connection refused, DNS, TLS...).
+    Unreachable,
+    /// The sidecar did not answer in time.
+    Timeout { after_ms: u64 },
+    /// The sidecar answered with something that is not the expected JSON.
+    BadResponse { status: u16 },
+    /// The sidecar refused our signature: FERRY_SECRET differs between the two halves.
+    AuthFailed,
+    /// A binding is missing or invalid; names the binding, never its value.
+    Misconfigured(String),
+}
+
+impl EdgeError {
+    pub fn invalid(field: &str, message: impl Into<String>) -> Self {
+        EdgeError::Invalid {
+            code: ErrorCode::InvalidValue,
+            message: message.into(),
+            field: Some(field.to_string()),
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        EdgeError::Invalid {
+            code: ErrorCode::BadRequest,
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    pub fn status(&self) -> u16 {
+        match self {
+            EdgeError::Sidecar { status, .. } => *status,
+            other => other.code().http_status(),
+        }
+    }
+
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            EdgeError::Invalid { code, .. } => *code,
+            EdgeError::NotFound(_) => ErrorCode::NotFound,
+            EdgeError::Sidecar { body, .. } => body.error.code,
+            EdgeError::Unreachable => ErrorCode::SidecarUnreachable,
+            EdgeError::Timeout { .. } => ErrorCode::SidecarTimeout,
+            EdgeError::BadResponse { .. } => ErrorCode::SidecarBadResponse,
+            EdgeError::AuthFailed => ErrorCode::SidecarAuthFailed,
+            EdgeError::Misconfigured(_) => ErrorCode::EdgeMisconfigured,
+        }
+    }
+
+    pub fn retry_after(&self) -> Option<&str> {
+        match self {
+            EdgeError::Sidecar { retry_after, .. } => retry_after.as_deref(),
+            EdgeError::Unreachable | EdgeError::Timeout { .. } => Some("1"),
+            _ => None,
+        }
+    }
+
+    pub fn body(&self) -> ErrorBody {
+        if let EdgeError::Sidecar { body, .. } = self {
+            return body.clone();
+        }
+        let (message, field) = match self {
+            EdgeError::Invalid { message, field, .. } => (message.clone(), field.clone()),
+            EdgeError::NotFound(m) => (m.clone(), None),
+            EdgeError::Unreachable => ("the sidecar could not be reached".into(), None),
+            EdgeError::Timeout { after_ms } => {
+                (format!("the sidecar did not answer within {after_ms} ms"), None)
+            }
+            EdgeError::BadResponse { status } => (
+                format!("the sidecar answered {status} with a body the edge cannot read"),
+                None,
+            ),
+            EdgeError::AuthFailed => (
+                "the sidecar refused the edge's signature: FERRY_SECRET differs between the \
+                 edge and the sidecar"
+                    .into(),
+                None,
+            ),
+            EdgeError::Misconfigured(what) => (format!("edge misconfigured: {what}"), None),
+            EdgeError::Sidecar { .. } => (String::new(), None),
+        };
+        ErrorBody {
+            error: ErrorDetail {
+                code: self.code(),
+                message,
+                pg_code: None,
+                field,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_follow_the_shared_table() {
+        assert_eq!(EdgeError::Unreachable.status(), 502);
+        assert_eq!(EdgeError::Timeout { after_ms: 5 }.status(), 504);
+        assert_eq!(EdgeError::AuthFailed.status(), 502);
+        assert_eq!(EdgeError::BadResponse { status: 200 }.status(), 502);
+        assert_eq!(EdgeError::invalid("id", "bad").status(), 400);
+        assert_eq!(EdgeError::NotFound("x".into()).status(), 404);
+        assert_eq!(EdgeError::Misconfigured("FERRY_SECRET".into()).status(), 500);
+    }
+
+    #[test]
+    fn sidecar_errors_pass_through() {
+        let body = ErrorBody::new(ErrorCode::Overloaded, "overloaded");
+        let e = EdgeError::Sidecar {
+            status: 503,
+            body: body.clone(),
+            retry_after: Some("2".into()),
+        };
+        assert_eq!(e.status(), 503);
+        assert_eq!(e.body(), body);
+        assert_eq!(e.retry_after(), Some("2"));
+    }
+}

@@ -1,0 +1,145 @@
+//! One handler per route. Each turns the request into sidecar calls (see `requests.rs`) and
+//! every outcome, good or bad, into a JSON response.
+
+use crate::client::SidecarClient;
+use crate::config::{self, EdgeConfig};
+use crate::error::EdgeError;
+use crate::requests;
+use ferry_shared::api::{CacheCommand, CacheReply};
+use serde_json::{json, Value};
+use worker::{Headers, Request, Response, Result, RouteContext};
+
+type Ctx = RouteContext<()>;
+
+/// The sidecar client from the bindings, or why not.
+fn client(ctx: &Ctx) -> std::result::Result<SidecarClient, EdgeError> {
+    let var = |name: &str| ctx.var(name).ok().map(|v| v.to_string());
+    let cfg = EdgeConfig::from_bindings(
+        var(config::VAR_SIDECAR_URL),
+        var(config::VAR_TIMEOUT_MS),
+        var(config::VAR_ALLOW_HTTP),
+        ctx.secret(config::SECRET).ok().map(|s| s.to_string()),
+    )?;
+    Ok(SidecarClient::new(cfg))
+}
+
+/// Renders a handler's outcome. Building a response can itself fail only if the runtime is
+/// broken; that error is passed to the router, which still answers.
+pub fn respond(outcome: std::result::Result<(u16, Value), EdgeError>) -> Result<Response> {
+    match outcome {
+        Ok((status, body)) => Ok(Response::from_json(&body)?.with_status(status)),
+        Err(e) => error_response(&e),
+    }
+}
+
+pub fn error_response(e: &EdgeError) -> Result<Response> {
+    let headers = Headers::new();
+    headers.set("content-type", "application/json")?;
+    if let Some(ra) = e.retry_after() {
+        headers.set("retry-after", ra)?;
+    }
+    Ok(Response::from_json(&e.body())?
+        .with_status(e.status())
+        .with_headers(headers))
+}
+
+fn param<'a>(ctx: &'a Ctx, name: &str) -> &'a str {
+    ctx.param(name).map(String::as_str).unwrap_or_default()
+}
+
+async fn body_bytes(req: &mut Request) -> std::result::Result<Vec<u8>, EdgeError> {
+    req.bytes()
+        .await
+        .map_err(|_| EdgeError::bad_request("could not read the request body"))
+}
+
+/// `GET /items/:id`: one item through the cache.
+pub async fn get_item(_req: Request, ctx: Ctx) -> Result<Response> {
+    respond(
+        async {
+            let id = requests::parse_id(param(&ctx, "id"))?;
+            let r = client(&ctx)?.query(&requests::item_query(id)).await?;
+            let item = r
+                .rows
+                .into_iter()
+                .next()
+                .ok_or_else(|| EdgeError::NotFound(format!("no item {id}")))?;
+            Ok((200, json!({"item": item, "cache": r.cache, "age_ms": r.age_ms})))
+        }
+        .await,
+    )
+}
+
+/// `GET /items?ids=1,2,3`: many items in one sidecar call, in the order asked.
+pub async fn get_items(req: Request, ctx: Ctx) -> Result<Response> {
+    respond(
+        async {
+            let url = req.url().map_err(|_| EdgeError::bad_request("bad URL"))?;
+            let ids = requests::parse_ids(url.query())?;
+            let r = client(&ctx)?.query(&requests::items_query(&ids)).await?;
+            let rows = r.rows.into_iter().map(Value::Object).collect();
+            let (items, missing) = requests::order_items(&ids, rows);
+            Ok((200, json!({"items": items, "missing": missing})))
+        }
+        .await,
+    )
+}
+
+/// `PUT /items/:id`: write the item, then invalidate its cache entry (before answering).
+pub async fn put_item(mut req: Request, ctx: Ctx) -> Result<Response> {
+    respond(
+        async {
+            let id = requests::parse_id(param(&ctx, "id"))?;
+            let write = requests::item_upsert(id, &body_bytes(&mut req).await?)?;
+            let r = client(&ctx)?.execute(&write).await?;
+            Ok((
+                200,
+                json!({"id": id, "written": r.rows_affected == 1, "invalidation": r.invalidation}),
+            ))
+        }
+        .await,
+    )
+}
+
+/// `GET /cache/:key`: a plain cache value.
+pub async fn get_cache(_req: Request, ctx: Ctx) -> Result<Response> {
+    respond(
+        async {
+            let key = requests::parse_cache_key(param(&ctx, "key"))?;
+            let cmd = CacheCommand::Get { key: key.clone() };
+            match client(&ctx)?.cache(&cmd).await? {
+                CacheReply::Get { value: Some(v) } => Ok((200, json!({"key": key, "value": v}))),
+                CacheReply::Get { value: None } => Err(EdgeError::NotFound(format!("no key {key}"))),
+                _ => Err(EdgeError::BadResponse { status: 200 }),
+            }
+        }
+        .await,
+    )
+}
+
+/// `PUT /cache/:key` with `{"value": "...", "ttl_s": 60}`.
+pub async fn put_cache(mut req: Request, ctx: Ctx) -> Result<Response> {
+    respond(
+        async {
+            let key = requests::parse_cache_key(param(&ctx, "key"))?;
+            let cmd = requests::cache_set(key.clone(), &body_bytes(&mut req).await?)?;
+            match client(&ctx)?.cache(&cmd).await? {
+                CacheReply::Set {} => Ok((200, json!({"key": key, "stored": true}))),
+                _ => Err(EdgeError::BadResponse { status: 200 }),
+            }
+        }
+        .await,
+    )
+}
+
+/// `GET /health`: the edge is up; is the sidecar reachable and ready?
+pub async fn health(_req: Request, ctx: Ctx) -> Result<Response> {
+    respond(
+        async {
+            let ready = client(&ctx)?.readiness().await?;
+            let status = if ready.ready { 200 } else { 503 };
+            Ok((status, json!({"edge": "up", "sidecar": ready})))
+        }
+        .await,
+    )
+}
