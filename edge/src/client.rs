@@ -124,8 +124,9 @@ mod wasm {
                 let text = String::from_utf8_lossy(&call.body).into_owned();
                 init.with_body(Some(text.into()));
             }
-            let req = Request::new_with_init(&call.url, &init)
-                .map_err(|_| EdgeError::Misconfigured("FERRY_SIDECAR_URL is not a valid URL".into()))?;
+            let req = Request::new_with_init(&call.url, &init).map_err(|_| {
+                EdgeError::Misconfigured("FERRY_SIDECAR_URL is not a valid URL".into())
+            })?;
             let controller = AbortController::default();
             let signal = controller.signal();
             let exchange = async move {
@@ -203,8 +204,15 @@ mod tests {
     #[test]
     fn calls_are_signed_so_the_sidecar_verifies_them() {
         let body = json!({"sql": "SELECT 1"});
-        let call = build_call(&cfg(), "POST", "/v1/query", Some(&body), 1000, "00ff00ff00ff00ff")
-            .expect("builds");
+        let call = build_call(
+            &cfg(),
+            "POST",
+            "/v1/query",
+            Some(&body),
+            1000,
+            "00ff00ff00ff00ff",
+        )
+        .expect("builds");
         assert_eq!(call.url, "http://127.0.0.1:8787/v1/query");
         let h = |name: &str| {
             call.headers
@@ -255,7 +263,9 @@ mod tests {
             br#"{"error": {"code": "sql_error", "message": "syntax", "pg_code": "42601"}}"#,
         );
         match sql {
-            Err(EdgeError::Sidecar { status: 400, body, .. }) => {
+            Err(EdgeError::Sidecar {
+                status: 400, body, ..
+            }) => {
                 assert_eq!(body.error.pg_code.as_deref(), Some("42601"))
             }
             other => panic!("unexpected {other:?}"),

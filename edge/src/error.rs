@@ -86,9 +86,10 @@ impl EdgeError {
             EdgeError::Invalid { message, field, .. } => (message.clone(), field.clone()),
             EdgeError::NotFound(m) => (m.clone(), None),
             EdgeError::Unreachable => ("the sidecar could not be reached".into(), None),
-            EdgeError::Timeout { after_ms } => {
-                (format!("the sidecar did not answer within {after_ms} ms"), None)
-            }
+            EdgeError::Timeout { after_ms } => (
+                format!("the sidecar did not answer within {after_ms} ms"),
+                None,
+            ),
             EdgeError::BadResponse { status } => (
                 format!("the sidecar answered {status} with a body the edge cannot read"),
                 None,
@@ -125,7 +126,10 @@ mod tests {
         assert_eq!(EdgeError::BadResponse { status: 200 }.status(), 502);
         assert_eq!(EdgeError::invalid("id", "bad").status(), 400);
         assert_eq!(EdgeError::NotFound("x".into()).status(), 404);
-        assert_eq!(EdgeError::Misconfigured("FERRY_SECRET".into()).status(), 500);
+        assert_eq!(
+            EdgeError::Misconfigured("FERRY_SECRET".into()).status(),
+            500
+        );
     }
 
     #[test]

@@ -179,7 +179,10 @@ mod tests {
         assert!(parse_ids(Some("ids=")).is_err());
         assert!(parse_ids(None).is_err());
         assert!(parse_ids(Some("ids=1,x")).is_err());
-        let many = (1..=101).map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+        let many = (1..=101)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
         assert!(parse_ids(Some(&format!("ids={many}"))).is_err());
     }
 
@@ -205,7 +208,10 @@ mod tests {
     fn upserts() {
         let e = item_upsert(3, br#"{"name": " lamp ", "price": "12.50"}"#).expect("valid");
         assert_eq!(e.params, vec![json!(3), json!("lamp"), json!("12.50")]);
-        assert_eq!(e.invalidate.map(|i| i.keys), Some(vec!["item:3".to_string()]));
+        assert_eq!(
+            e.invalidate.map(|i| i.keys),
+            Some(vec!["item:3".to_string()])
+        );
         assert!(item_upsert(3, br#"{"name": "x", "price": 2.5}"#).is_ok());
         for bad in [
             &br#"{"name": "", "price": 1}"#[..],

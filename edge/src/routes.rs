@@ -64,7 +64,10 @@ pub async fn get_item(_req: Request, ctx: Ctx) -> Result<Response> {
                 .into_iter()
                 .next()
                 .ok_or_else(|| EdgeError::NotFound(format!("no item {id}")))?;
-            Ok((200, json!({"item": item, "cache": r.cache, "age_ms": r.age_ms})))
+            Ok((
+                200,
+                json!({"item": item, "cache": r.cache, "age_ms": r.age_ms}),
+            ))
         }
         .await,
     )
@@ -109,7 +112,9 @@ pub async fn get_cache(_req: Request, ctx: Ctx) -> Result<Response> {
             let cmd = CacheCommand::Get { key: key.clone() };
             match client(&ctx)?.cache(&cmd).await? {
                 CacheReply::Get { value: Some(v) } => Ok((200, json!({"key": key, "value": v}))),
-                CacheReply::Get { value: None } => Err(EdgeError::NotFound(format!("no key {key}"))),
+                CacheReply::Get { value: None } => {
+                    Err(EdgeError::NotFound(format!("no key {key}")))
+                }
                 _ => Err(EdgeError::BadResponse { status: 200 }),
             }
         }

@@ -1,7 +1,7 @@
 //! Every /v1 request must be signed, fresh and new: the accept/reject cases, replay and clock
 //! skew, and that the check comes before the body is parsed.
-use ferry_testkit as common;
 use common::client::{nonce, now_s};
+use ferry_testkit as common;
 use serde_json::json;
 
 const PATH: &str = "/v1/query";

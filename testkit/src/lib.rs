@@ -6,11 +6,13 @@ pub mod client;
 pub mod postgres;
 pub mod redis;
 pub mod sidecar;
+pub mod wrangler;
 
 pub use self::client::Client;
 pub use self::postgres::PgServer;
 pub use self::redis::RedisServer;
 pub use self::sidecar::Sidecar;
+pub use self::wrangler::WranglerDev;
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};

@@ -1,0 +1,143 @@
+//! End to end: the edge Worker built to wasm, running in workerd (`wrangler dev`), calling the
+//! real sidecar over real Redis and Postgres. Drives the edge over HTTP like a client would.
+use ferry_testkit::{self as kit, client::Answer, Client, Stack, WranglerDev};
+use serde_json::json;
+
+fn edge_client(w: &WranglerDev) -> Client {
+    // The edge needs no signature from its clients; the secret here is unused.
+    Client::new(&w.url(), kit::SECRET)
+}
+
+fn get(c: &Client, path: &str) -> Answer {
+    c.raw("GET", path, Vec::new(), &[])
+}
+
+fn put(c: &Client, path: &str, body: serde_json::Value) -> Answer {
+    c.raw("PUT", path, body.to_string().into_bytes(), &[])
+}
+
+#[test]
+fn the_edge_reads_writes_and_caches_through_the_sidecar() {
+    let mut stack = Stack::start();
+    let edge = WranglerDev::start(&stack.sidecar.base_url(), kit::SECRET, 5_000);
+    let c = edge_client(&edge);
+
+    let h = get(&c, "/health");
+    assert_eq!(h.status, 200, "{:?}\n{}", h.body, edge.log());
+    assert_eq!(h.body["sidecar"]["ready"], true);
+
+    // Read one item: miss, then hit.
+    let first = get(&c, "/items/7");
+    assert_eq!(first.status, 200, "{:?}\n{}", first.body, edge.log());
+    assert_eq!(first.body["cache"], "miss");
+    assert_eq!(first.body["item"]["name"], "item 7");
+    assert_eq!(first.body["item"]["price"], "8.75");
+    let second = get(&c, "/items/7");
+    assert_eq!(second.body["cache"], "hit");
+    assert_eq!(second.body["item"], first.body["item"]);
+
+    // Many in one call, in the order asked, with the missing ones named.
+    let batch = get(&c, "/items?ids=3,1,9999");
+    assert_eq!(batch.status, 200, "{:?}", batch.body);
+    assert_eq!(batch.body["items"][0]["id"], 3);
+    assert_eq!(batch.body["items"][1]["id"], 1);
+    assert_eq!(batch.body["missing"], json!([9999]));
+
+    // Write, then the next read is fresh (a miss with the new value), then cached again.
+    let w = put(
+        &c,
+        "/items/7",
+        json!({"name": "written at the edge", "price": "9.99"}),
+    );
+    assert_eq!(w.status, 200, "{:?}", w.body);
+    assert_eq!(
+        w.body,
+        json!({"id": 7, "written": true, "invalidation": "done"})
+    );
+    let fresh = get(&c, "/items/7");
+    assert_eq!(fresh.body["cache"], "miss");
+    assert_eq!(fresh.body["item"]["name"], "written at the edge");
+    assert_eq!(fresh.body["item"]["price"], "9.99");
+    assert_eq!(get(&c, "/items/7").body["cache"], "hit");
+    let batch = get(&c, "/items?ids=7");
+    assert_eq!(batch.body["items"][0]["name"], "written at the edge");
+
+    // Plain cache get/set.
+    let s = put(
+        &c,
+        "/cache/greeting",
+        json!({"value": "hello", "ttl_s": 60}),
+    );
+    assert_eq!(s.body, json!({"key": "greeting", "stored": true}));
+    assert_eq!(
+        get(&c, "/cache/greeting").body,
+        json!({"key": "greeting", "value": "hello"})
+    );
+    let none = get(&c, "/cache/absent");
+    assert_eq!(none.status, 404);
+    assert_eq!(none.code(), "not_found");
+
+    // Bad input: 4xx JSON, never a bare 500.
+    for (path, status, code) in [
+        ("/items/abc", 400, "invalid_value"),
+        ("/items/0", 400, "invalid_value"),
+        ("/items?ids=1,x", 400, "invalid_value"),
+        ("/items/999999", 404, "not_found"),
+        ("/nowhere", 404, "not_found"),
+    ] {
+        let r = get(&c, path);
+        assert_eq!(r.status, status, "{path}: {:?}", r.body);
+        assert_eq!(r.code(), code, "{path}: {:?}", r.body);
+    }
+    let r = put(&c, "/items/7", json!({"name": "no price"}));
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    let r = put(
+        &c,
+        "/items/7",
+        json!({"name": "x", "price": "not a number"}),
+    );
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(
+        r.body["error"]["pg_code"], "22P02",
+        "the sidecar's 400 passes through"
+    );
+
+    // Sidecar stopped: 502 JSON, and the edge stays up.
+    stack.sidecar.stop();
+    for _ in 0..3 {
+        let r = get(&c, "/items/8");
+        assert_eq!(r.status, 502, "{:?}", r.body);
+        assert_eq!(r.code(), "sidecar_unreachable");
+    }
+    assert_eq!(get(&c, "/health").status, 502);
+    assert_eq!(get(&c, "/items/abc").status, 400, "the edge still answers");
+}
+
+#[test]
+fn a_wrong_secret_on_the_edge_is_reported_clearly() {
+    let stack = Stack::start();
+    let edge = WranglerDev::start(
+        &stack.sidecar.base_url(),
+        "not-the-sidecar-secret-0123",
+        5_000,
+    );
+    let r = get(&edge_client(&edge), "/items/1");
+    assert_eq!(r.status, 502, "{:?}\n{}", r.body, edge.log());
+    assert_eq!(r.code(), "sidecar_auth_failed");
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("FERRY_SECRET"));
+}
+
+#[test]
+fn a_sidecar_that_never_answers_is_a_504() {
+    // Accepts connections, never answers: the edge's timeout must fire.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", silent.local_addr().expect("addr"));
+    let edge = WranglerDev::start(&url, kit::SECRET, 500);
+    let r = get(&edge_client(&edge), "/items/1");
+    assert_eq!(r.status, 504, "{:?}\n{}", r.body, edge.log());
+    assert_eq!(r.code(), "sidecar_timeout");
+    drop(silent);
+}
