@@ -55,7 +55,7 @@ pub struct AuthConfig {
     pub max_nonces: usize,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisConfig {
     /// redis:// URL (password in the URL or in FERRY_REDIS_URL).
@@ -75,7 +75,7 @@ pub struct RedisConfig {
     pub retry_after_failure_ms: u64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PostgresConfig {
     /// libpq-style URL: postgres://user:password@host:port/db.
@@ -133,6 +133,49 @@ impl std::fmt::Debug for AuthConfig {
             .field("secret_file", &self.secret_file)
             .field("max_skew_s", &self.max_skew_s)
             .field("max_nonces", &self.max_nonces)
+            .finish()
+    }
+}
+
+/// `scheme://user:password@host` with the password hidden, for Debug output.
+fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let userinfo = &url[s + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:<redacted>{}", &url[..s + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &redact_url(&self.url))
+            .field("pool_size", &self.pool_size)
+            .field("min_idle", &self.min_idle)
+            .field("checkout_timeout_ms", &self.checkout_timeout_ms)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("io_timeout_ms", &self.io_timeout_ms)
+            .field("retry_after_failure_ms", &self.retry_after_failure_ms)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for PostgresConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresConfig")
+            .field("url", &redact_url(&self.url))
+            .field("password_file", &self.password_file)
+            .field("pool_size", &self.pool_size)
+            .field("min_idle", &self.min_idle)
+            .field("checkout_timeout_ms", &self.checkout_timeout_ms)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("statement_timeout_ms", &self.statement_timeout_ms)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .finish()
     }
 }
@@ -444,6 +487,52 @@ mod tests {
         std::fs::write(&path, "[redis]\npool_sise = 3\n").expect("write");
         let e = Config::load(Some(&path), &env(&[SECRET])).expect_err("unknown key");
         assert!(e.to_string().contains("pool_sise"), "{e}");
+    }
+
+    #[test]
+    fn secrets_can_come_from_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let secret = dir.path().join("secret");
+        let password = dir.path().join("pgpass");
+        std::fs::write(&secret, "file-secret-0123456789\n").expect("write");
+        std::fs::write(&password, "hunter2\n").expect("write");
+        let c = Config::load(
+            None,
+            &env(&[
+                (
+                    "FERRY_AUTH_SECRET_FILE",
+                    secret.to_str().expect("utf-8 path"),
+                ),
+                (
+                    "FERRY_POSTGRES_PASSWORD_FILE",
+                    password.to_str().expect("utf-8 path"),
+                ),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(c.auth.secret, "file-secret-0123456789");
+        assert_eq!(c.postgres.password.as_deref(), Some("hunter2"));
+        let debug = format!("{c:?}");
+        assert!(
+            !debug.contains("file-secret") && !debug.contains("hunter2"),
+            "{debug}"
+        );
+        let e = Config::load(None, &env(&[("FERRY_AUTH_SECRET_FILE", "/nonexistent/x")]))
+            .expect_err("missing file");
+        assert!(e.to_string().contains("auth.secret_file"), "{e}");
+    }
+
+    #[test]
+    fn url_passwords_are_redacted_in_debug() {
+        assert_eq!(
+            redact_url("postgres://app:s3cret@db:5432/app"),
+            "postgres://app:<redacted>@db:5432/app"
+        );
+        assert_eq!(
+            redact_url("redis://:pw@r:6379"),
+            "redis://:<redacted>@r:6379"
+        );
+        assert_eq!(redact_url("redis://r:6379"), "redis://r:6379");
     }
 
     #[test]
