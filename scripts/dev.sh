@@ -5,7 +5,8 @@
 # State (data dirs, logs, the dev secret) lives in .run/ (git-ignored); a second run reuses it.
 #
 # Ports (override by env): FERRY_DEV_REDIS_PORT=6390 FERRY_DEV_PG_PORT=5440
-# FERRY_DEV_SIDECAR_PORT=8787 FERRY_DEV_EDGE_PORT=8788
+# FERRY_DEV_SIDECAR_PORT=8787 FERRY_DEV_EDGE_PORT=8788; FERRY_DEV_PROFILE=release builds an
+# optimized sidecar (for measuring; the default debug build compiles faster).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$FERRY_ROOT"
@@ -14,6 +15,8 @@ REDIS_PORT=${FERRY_DEV_REDIS_PORT:-6390}
 PG_PORT=${FERRY_DEV_PG_PORT:-5440}
 SIDECAR_PORT=${FERRY_DEV_SIDECAR_PORT:-8787}
 EDGE_PORT=${FERRY_DEV_EDGE_PORT:-8788}
+PROFILE=${FERRY_DEV_PROFILE:-debug}
+case "$PROFILE" in debug) PROFILE_FLAG=() ;; release) PROFILE_FLAG=(--release) ;; *) die "FERRY_DEV_PROFILE must be debug or release" ;; esac
 RUN=$FERRY_ROOT/.run
 mkdir -p "$RUN"
 PIDS=()
@@ -45,7 +48,7 @@ command -v openssl >/dev/null || apt_install openssl
 command -v curl >/dev/null || apt_install curl
 ensure_wasm_toolchain
 ensure_edge_tools
-cargo build -q -p ferry-sidecar
+cargo build -q -p ferry-sidecar "${PROFILE_FLAG[@]}"
 bash scripts/build-edge.sh
 [ -f "$RUN/secret" ] || openssl rand -hex 32 > "$RUN/secret"
 SECRET=$(cat "$RUN/secret")
@@ -76,7 +79,8 @@ FERRY_LISTEN=127.0.0.1:$SIDECAR_PORT \
 FERRY_REDIS_URL=redis://127.0.0.1:$REDIS_PORT \
 FERRY_DATABASE_URL=postgres://postgres@127.0.0.1:$PG_PORT/postgres \
 FERRY_SECRET=$SECRET \
-  "$CARGO_TARGET_DIR/debug/ferry-sidecar" > "$RUN/sidecar.log" 2>&1 &
+FERRY_LOG=${FERRY_LOG:-info} \
+  "$CARGO_TARGET_DIR/$PROFILE/ferry-sidecar" > "$RUN/sidecar.log" 2>&1 &
 PIDS+=($!)
 wait_for "sidecar" curl -sf "http://127.0.0.1:$SIDECAR_PORT/readyz"
 
