@@ -80,8 +80,8 @@ pub use wasm::SidecarClient;
 mod wasm {
     use super::*;
     use ferry_shared::api::{
-        paths, CacheCommand, CacheReply, ExecuteRequest, ExecuteResponse, QueryRequest,
-        QueryResponse, Readiness,
+        paths, CacheCommand, CacheReply, ExecuteRequest, ExecuteResponse, KeyedRequest,
+        KeyedResponse, QueryRequest, QueryResponse, Readiness,
     };
     use futures_util::future::{select, Either};
     use std::time::Duration;
@@ -168,6 +168,10 @@ mod wasm {
 
         pub async fn query(&self, q: &QueryRequest) -> Result<QueryResponse, EdgeError> {
             self.call("POST", paths::QUERY, Some(q)).await
+        }
+
+        pub async fn keyed(&self, k: &KeyedRequest) -> Result<KeyedResponse, EdgeError> {
+            self.call("POST", paths::BATCH_KEYED, Some(k)).await
         }
 
         pub async fn execute(&self, e: &ExecuteRequest) -> Result<ExecuteResponse, EdgeError> {

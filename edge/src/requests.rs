@@ -2,23 +2,26 @@
 //! Pure functions, tested natively.
 
 use crate::error::EdgeError;
-use ferry_shared::api::{CacheCommand, CachePolicy, ExecuteRequest, Invalidate, QueryRequest};
+use ferry_shared::api::{
+    CacheCommand, CachePolicy, ExecuteRequest, Invalidate, KeyedRequest, QueryRequest,
+};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-/// How long an item stays cached, in seconds. Writes invalidate it, so this only bounds how
-/// long a change made outside Ferry can go unseen.
-pub const ITEM_TTL_S: u64 = 60;
+/// The statements and keyspace the edge uses, all configured on the sidecar
+/// (`deploy/ferry.toml`): the edge sends no raw SQL, so it works with `allow_raw_sql = false`.
+pub const ITEM_QUERY: &str = "item";
+pub const UPSERT_QUERY: &str = "upsert_item";
+pub const ITEMS_KEYSPACE: &str = "items";
 /// Most ids one batch read may ask for.
 pub const MAX_BATCH: usize = 100;
 /// Default TTL of `PUT /cache/:key`, in seconds.
 pub const DEFAULT_CACHE_TTL_S: u64 = 300;
 
-const ITEM_COLUMNS: &str = "id, name, price, tags, updated_at";
-
-/// The cache entry name of one item: what reads cache under and writes invalidate.
+/// The cache entry name of one item: what reads cache under and writes invalidate. The same
+/// name the `items` keyspace uses, so single and batch reads share entries.
 pub fn item_key(id: i32) -> String {
-    format!("item:{id}")
+    format!("{ITEMS_KEYSPACE}:{id}")
 }
 
 /// A positive item id (items.id is a Postgres integer).
@@ -55,39 +58,26 @@ pub fn parse_ids(query: Option<&str>) -> Result<Vec<i32>, EdgeError> {
     Ok(ids)
 }
 
-/// One item, read through the cache under its own key.
+/// One item, read through the cache under its own key (TTL, stale-while-revalidate and tags
+/// come from the sidecar's config for the `item` query).
 pub fn item_query(id: i32) -> QueryRequest {
     QueryRequest {
-        sql: format!("SELECT {ITEM_COLUMNS} FROM items WHERE id = $1"),
+        query: Some(ITEM_QUERY.into()),
         params: vec![json!(id)],
         cache: Some(CachePolicy {
-            ttl_s: ITEM_TTL_S,
             key: Some(item_key(id)),
+            ..Default::default()
         }),
+        ..Default::default()
     }
 }
 
-/// Many items in one round trip. Not cached as a whole: a batch entry could not be
-/// invalidated by a write to one of its items.
-pub fn items_query(ids: &[i32]) -> QueryRequest {
-    QueryRequest {
-        sql: format!("SELECT {ITEM_COLUMNS} FROM items WHERE id = ANY($1)"),
-        params: vec![json!(ids)],
-        cache: None,
+/// Many items in one call: one Redis MGET, the misses from one Postgres query.
+pub fn items_request(ids: &[i32]) -> KeyedRequest {
+    KeyedRequest {
+        keyspace: ITEMS_KEYSPACE.into(),
+        ids: ids.iter().map(|id| json!(id)).collect(),
     }
-}
-
-/// Rows in the order the ids were asked, and the ids that matched nothing.
-pub fn order_items(ids: &[i32], rows: Vec<Value>) -> (Vec<Value>, Vec<i32>) {
-    let mut found = Vec::new();
-    let mut missing = Vec::new();
-    for id in ids {
-        match rows.iter().find(|r| r["id"] == json!(id)) {
-            Some(r) => found.push(r.clone()),
-            None => missing.push(*id),
-        }
-    }
-    (found, missing)
 }
 
 #[derive(Deserialize)]
@@ -120,14 +110,13 @@ pub fn item_upsert(id: i32, body: &[u8]) -> Result<ExecuteRequest, EdgeError> {
         }
     };
     Ok(ExecuteRequest {
-        sql: "INSERT INTO items (id, name, price) VALUES ($1, $2, $3) \
-              ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, price = EXCLUDED.price, \
-              updated_at = now()"
-            .into(),
+        query: Some(UPSERT_QUERY.into()),
         params: vec![json!(id), json!(name), json!(price)],
         invalidate: Some(Invalidate {
             keys: vec![item_key(id)],
+            tags: vec![],
         }),
+        ..Default::default()
     })
 }
 
@@ -189,28 +178,23 @@ mod tests {
     #[test]
     fn item_requests() {
         let q = item_query(7);
+        assert_eq!(q.query.as_deref(), Some("item"));
+        assert!(q.sql.is_none(), "the edge sends no raw SQL");
         assert_eq!(q.params, vec![json!(7)]);
-        assert_eq!(q.cache.and_then(|c| c.key).as_deref(), Some("item:7"));
-        let q = items_query(&[1, 2]);
-        assert!(q.cache.is_none());
-        assert_eq!(q.params, vec![json!([1, 2])]);
-    }
-
-    #[test]
-    fn ordering_keeps_request_order() {
-        let rows = vec![json!({"id": 2}), json!({"id": 1})];
-        let (found, missing) = order_items(&[1, 9, 2], rows);
-        assert_eq!(found, vec![json!({"id": 1}), json!({"id": 2})]);
-        assert_eq!(missing, vec![9]);
+        assert_eq!(q.cache.and_then(|c| c.key).as_deref(), Some("items:7"));
+        let k = items_request(&[1, 2]);
+        assert_eq!(k.keyspace, "items");
+        assert_eq!(k.ids, vec![json!(1), json!(2)]);
     }
 
     #[test]
     fn upserts() {
         let e = item_upsert(3, br#"{"name": " lamp ", "price": "12.50"}"#).expect("valid");
         assert_eq!(e.params, vec![json!(3), json!("lamp"), json!("12.50")]);
+        assert_eq!(e.query.as_deref(), Some("upsert_item"));
         assert_eq!(
             e.invalidate.map(|i| i.keys),
-            Some(vec!["item:3".to_string()])
+            Some(vec!["items:3".to_string()])
         );
         assert!(item_upsert(3, br#"{"name": "x", "price": 2.5}"#).is_ok());
         for bad in [

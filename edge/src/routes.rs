@@ -5,7 +5,7 @@ use crate::client::SidecarClient;
 use crate::config::{self, EdgeConfig};
 use crate::error::EdgeError;
 use crate::requests;
-use ferry_shared::api::{CacheCommand, CacheReply};
+use ferry_shared::api::{CacheCommand, CacheReply, KeyedStatus};
 use serde_json::{json, Value};
 use worker::{Headers, Request, Response, Result, RouteContext};
 
@@ -73,16 +73,30 @@ pub async fn get_item(_req: Request, ctx: Ctx) -> Result<Response> {
     )
 }
 
-/// `GET /items?ids=1,2,3`: many items in one sidecar call, in the order asked.
+/// `GET /items?ids=1,2,3`: many items in one sidecar call (a keyed batch: partial hits from
+/// Redis, the rest from one Postgres query), in the order asked.
 pub async fn get_items(req: Request, ctx: Ctx) -> Result<Response> {
     respond(
         async {
             let url = req.url().map_err(|_| EdgeError::bad_request("bad URL"))?;
             let ids = requests::parse_ids(url.query())?;
-            let r = client(&ctx)?.query(&requests::items_query(&ids)).await?;
-            let rows = r.rows.into_iter().map(Value::Object).collect();
-            let (items, missing) = requests::order_items(&ids, rows);
-            Ok((200, json!({"items": items, "missing": missing})))
+            let r = client(&ctx)?.keyed(&requests::items_request(&ids)).await?;
+            let mut items = Vec::new();
+            let mut missing = Vec::new();
+            let mut hits = 0;
+            for res in r.results {
+                match (res.status, res.row) {
+                    (KeyedStatus::NotFound, _) | (_, None) => missing.push(res.id),
+                    (status, Some(row)) => {
+                        hits += usize::from(status == KeyedStatus::Hit);
+                        items.push(Value::Object(row));
+                    }
+                }
+            }
+            Ok((
+                200,
+                json!({"items": items, "missing": missing, "hits": hits}),
+            ))
         }
         .await,
     )

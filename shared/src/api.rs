@@ -12,33 +12,86 @@ pub mod paths {
     pub const QUERY: &str = "/v1/query";
     pub const EXECUTE: &str = "/v1/execute";
     pub const CACHE: &str = "/v1/cache";
+    pub const BATCH: &str = "/v1/batch";
+    pub const BATCH_KEYED: &str = "/v1/batch/keyed";
     pub const HEALTHZ: &str = "/healthz";
     pub const READYZ: &str = "/readyz";
 }
 
-/// `POST /v1/query`: a read, optionally through the cache.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `POST /v1/query`: a read, optionally through the cache. Exactly one of `sql` (raw SQL, if
+/// the deployment allows it) and `query` (a statement named in the sidecar's config).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueryRequest {
-    pub sql: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sql: Option<String>,
+    /// The name of a statement in the sidecar's `[queries.NAME]` config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
     /// Positional parameters `$1..$n`, bound to the types Postgres infers for them.
     #[serde(default)]
     pub params: Vec<Value>,
-    /// Absent: straight to Postgres (`"cache": "bypass"` in the answer).
+    /// Absent: straight to Postgres (`"cache": "bypass"`), unless a named query has a cache
+    /// policy in config. Fields given here override the named query's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<CachePolicy>,
 }
 
+impl QueryRequest {
+    /// A raw-SQL read.
+    pub fn sql(sql: impl Into<String>, params: Vec<Value>) -> Self {
+        QueryRequest {
+            sql: Some(sql.into()),
+            params,
+            ..Default::default()
+        }
+    }
+}
+
 /// How a read uses the cache.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CachePolicy {
-    /// Time to live of the cached result, in seconds (at least 1).
-    pub ttl_s: u64,
+    /// Time to live of the cached result, in seconds (at least 1). Required unless the named
+    /// query gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_s: Option<u64>,
     /// A name for the entry, so a write can invalidate it by name (`"item:42"`). Absent: the
     /// entry is named by a hash of the statement and its parameters (returned as `key`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// Stale-while-revalidate: for this many seconds after the TTL, serve the old rows at once
+    /// (`"cache": "stale"`) and refresh them in the background, once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swr_s: Option<u64>,
+    /// Stale-if-error: keep the rows this many seconds past the TTL, and serve them (marked
+    /// stale, with the error) when Postgres fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale_if_error_s: Option<u64>,
+    /// Tags to invalidate this entry by (`/v1/execute` `invalidate.tags`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    #[serde(default, skip_serializing_if = "CacheMode::is_default")]
+    pub mode: CacheMode,
+}
+
+/// Per-request freshness.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CacheMode {
+    /// Use the cache as the policy says.
+    #[default]
+    Default,
+    /// Skip the lookup, read Postgres, refresh the entry.
+    NoCache,
+    /// Answer only from the cache; never touch Postgres (a miss is 404 `not_cached`).
+    OnlyIfCached,
+}
+
+impl CacheMode {
+    pub fn is_default(&self) -> bool {
+        *self == CacheMode::Default
+    }
 }
 
 /// Where a read's rows came from.
@@ -49,8 +102,20 @@ pub enum CacheStatus {
     Hit,
     /// Not in Redis: run on Postgres and written back with the TTL.
     Miss,
-    /// The cache was not used: no cache policy, or Redis unavailable.
+    /// The cache was not used: no cache policy, Redis unavailable, or a result too large to cache.
     Bypass,
+    /// Served from Redis past its TTL: see `stale_reason`.
+    Stale,
+}
+
+/// Why stale rows were served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StaleReason {
+    /// Within `swr_s`: a background refresh was started (or is running).
+    Revalidating,
+    /// Postgres failed (`upstream_error` says how) and `stale_if_error_s` allowed the old rows.
+    Error,
 }
 
 /// One result row: column name to JSON value.
@@ -65,13 +130,23 @@ pub struct QueryResponse {
     /// The entry's cache key (what `invalidate.keys` takes), when the cache was asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// Set when `cache` is `stale`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale_reason: Option<StaleReason>,
+    /// With `stale_reason: error`: the error Postgres gave, which the stale rows stand in for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_error: Option<crate::ErrorCode>,
 }
 
-/// `POST /v1/execute`: a write, then cache invalidation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `POST /v1/execute`: a write, then cache invalidation. Exactly one of `sql` and `query`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExecuteRequest {
-    pub sql: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sql: Option<String>,
+    /// The name of a statement in the sidecar's `[queries.NAME]` config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
     #[serde(default)]
     pub params: Vec<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -85,6 +160,9 @@ pub struct Invalidate {
     /// Query cache keys: a `cache.key` given on reads, or the `key` a read returned.
     #[serde(default)]
     pub keys: Vec<String>,
+    /// Tags: every entry read with one of these tags is invalidated.
+    #[serde(default)]
+    pub tags: Vec<String>,
 }
 
 /// What happened to the invalidation a write asked for.
@@ -180,6 +258,64 @@ pub enum CacheReply {
     },
 }
 
+/// `POST /v1/batch`: many reads in one call, answered in order, each on its own.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest {
+    pub reads: Vec<QueryRequest>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchResponse {
+    pub results: Vec<BatchResult>,
+}
+
+/// One read's outcome: `{"ok": {...}}` or `{"error": {...}}`; one failing read does not fail
+/// the others.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchResult {
+    Ok(QueryResponse),
+    Error(crate::error::ErrorDetail),
+}
+
+/// `POST /v1/batch/keyed`: rows of a keyspace (`[keyspaces.NAME]` in the sidecar's config) by
+/// id: one Redis MGET, the misses filled by one Postgres query, written back in one pipeline.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyedRequest {
+    pub keyspace: String,
+    /// Key column values (numbers or strings). Duplicates are answered twice, looked up once.
+    pub ids: Vec<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KeyedResponse {
+    /// One per requested id, in request order.
+    pub results: Vec<KeyedResult>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KeyedResult {
+    pub id: Value,
+    pub status: KeyedStatus,
+    /// The row; null when `not_found`.
+    pub row: Option<Row>,
+    /// Age of the row in milliseconds (0 when just read from Postgres).
+    pub age_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyedStatus {
+    Hit,
+    Miss,
+    /// Postgres has no row with this id (not cached: a later insert is seen at once).
+    NotFound,
+    /// Redis was unavailable (or the row too large to cache): read from Postgres.
+    Bypass,
+}
+
 /// `GET /readyz`: each dependency's state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Readiness {
@@ -203,12 +339,28 @@ mod tests {
     #[test]
     fn query_request_minimal_and_full() {
         let r: QueryRequest = serde_json::from_value(json!({"sql": "select 1"})).expect("minimal");
-        assert!(r.params.is_empty() && r.cache.is_none());
+        assert!(r.params.is_empty() && r.cache.is_none() && r.query.is_none());
         let r: QueryRequest = serde_json::from_value(
             json!({"sql": "select $1", "params": [1], "cache": {"ttl_s": 60, "key": "k"}}),
         )
         .expect("full");
         assert_eq!(r.cache.and_then(|c| c.key).as_deref(), Some("k"));
+        let r: QueryRequest = serde_json::from_value(
+            json!({"query": "item", "cache": {"mode": "no-cache", "tags": ["t"]}}),
+        )
+        .expect("named");
+        let cache = r.cache.expect("cache");
+        assert_eq!(cache.mode, CacheMode::NoCache);
+        assert_eq!(cache.tags, vec!["t".to_string()]);
+    }
+
+    #[test]
+    fn batch_results_are_tagged() {
+        let ok = serde_json::to_value(BatchResult::Error(
+            crate::ErrorBody::new(crate::ErrorCode::SqlError, "x").error,
+        ))
+        .expect("ser");
+        assert_eq!(ok["error"]["code"], "sql_error");
     }
 
     #[test]

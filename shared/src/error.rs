@@ -35,6 +35,10 @@ pub enum ErrorCode {
     AuthReplayed,
     /// No such route (404).
     NotFound,
+    /// `cache.mode = only-if-cached` and the entry is not in the cache (404).
+    NotCached,
+    /// Raw SQL was sent to a sidecar with `auth.allow_raw_sql = false` (403).
+    RawSqlForbidden,
     /// The route exists but not for this method (405).
     MethodNotAllowed,
     /// Every connection is busy or the sidecar is at its in-flight limit; retry (503).
@@ -68,7 +72,8 @@ impl ErrorCode {
         match self {
             BadRequest | InvalidValue | BadParams | SqlError => 400,
             AuthMissing | AuthMalformed | AuthExpired | AuthBadSignature | AuthReplayed => 401,
-            NotFound => 404,
+            RawSqlForbidden => 403,
+            NotFound | NotCached => 404,
             MethodNotAllowed => 405,
             PayloadTooLarge => 413,
             UnsupportedType | NotText => 422,
@@ -96,6 +101,8 @@ impl ErrorCode {
             AuthBadSignature => "auth_bad_signature",
             AuthReplayed => "auth_replayed",
             NotFound => "not_found",
+            NotCached => "not_cached",
+            RawSqlForbidden => "raw_sql_forbidden",
             MethodNotAllowed => "method_not_allowed",
             Overloaded => "overloaded",
             DatabaseUnavailable => "database_unavailable",

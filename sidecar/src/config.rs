@@ -18,6 +18,44 @@ pub struct Config {
     pub redis: RedisConfig,
     pub postgres: PostgresConfig,
     pub cache: CacheConfig,
+    /// Named statements: `[queries.NAME]`. Callers send `"query": "NAME"` instead of SQL.
+    pub queries: BTreeMap<String, NamedQuery>,
+    /// Keyspaces for keyed batch reads: `[keyspaces.NAME]`.
+    pub keyspaces: BTreeMap<String, Keyspace>,
+}
+
+/// A statement the config names, with an optional default cache policy.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NamedQuery {
+    pub sql: String,
+    /// Reads of this query are cached this long, in seconds, unless the request says otherwise.
+    #[serde(default)]
+    pub ttl_s: Option<u64>,
+    /// Stale-while-revalidate window after the TTL, in seconds.
+    #[serde(default)]
+    pub swr_s: Option<u64>,
+    /// Stale-if-error grace after the TTL, in seconds.
+    #[serde(default)]
+    pub stale_if_error_s: Option<u64>,
+    /// Tags its cached results carry.
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+/// Rows addressed by one key column, read many at a time.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Keyspace {
+    /// Takes the missing ids as an array in `$1`: `SELECT ... FROM items WHERE id = ANY($1)`.
+    pub sql: String,
+    /// The column whose value is the id (`id`).
+    pub key_column: String,
+    /// Seconds each row stays cached.
+    pub ttl_s: u64,
+    /// Tags every row of the keyspace carries (invalidate them all by tag).
+    #[serde(default)]
+    pub tags: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -53,6 +91,8 @@ pub struct AuthConfig {
     /// Nonces remembered for replay protection; when full, new requests get 503 (never
     /// a silent acceptance of a possible replay).
     pub max_nonces: usize,
+    /// Whether callers may send raw SQL; false: only `[queries.NAME]` statements (raw: 403).
+    pub allow_raw_sql: bool,
 }
 
 #[derive(Clone, Serialize, Deserialize, PartialEq)]
@@ -108,6 +148,11 @@ pub struct CacheConfig {
     pub max_key_bytes: usize,
     /// How often pending invalidations are retried while Redis is down, in milliseconds.
     pub invalidation_retry_ms: u64,
+    /// Results whose cache entry would be larger than this, in bytes, are answered but not
+    /// cached (marked bypass).
+    pub max_entry_bytes: usize,
+    /// Most reads in one /v1/batch call, or ids in one /v1/batch/keyed call.
+    pub max_batch: usize,
 }
 
 impl Default for ServerConfig {
@@ -133,6 +178,7 @@ impl std::fmt::Debug for AuthConfig {
             .field("secret_file", &self.secret_file)
             .field("max_skew_s", &self.max_skew_s)
             .field("max_nonces", &self.max_nonces)
+            .field("allow_raw_sql", &self.allow_raw_sql)
             .finish()
     }
 }
@@ -187,6 +233,7 @@ impl Default for AuthConfig {
             secret_file: String::new(),
             max_skew_s: ferry_shared::sign::DEFAULT_MAX_SKEW_S,
             max_nonces: 1_000_000,
+            allow_raw_sql: true,
         }
     }
 }
@@ -227,6 +274,8 @@ impl Default for CacheConfig {
             max_ttl_s: 30 * 24 * 3600,
             max_key_bytes: 512,
             invalidation_retry_ms: 500,
+            max_entry_bytes: 1024 * 1024,
+            max_batch: 1000,
         }
     }
 }
@@ -358,6 +407,34 @@ impl Config {
         }
         if self.cache.max_ttl_s == 0 {
             return invalid("cache.max_ttl_s", "must be at least 1");
+        }
+        if self.cache.max_batch == 0 {
+            return invalid("cache.max_batch", "must be at least 1");
+        }
+        for (name, q) in &self.queries {
+            if q.sql.trim().is_empty() {
+                return invalid(&format!("queries.{name}.sql"), "must not be empty");
+            }
+            if q.ttl_s == Some(0) {
+                return invalid(&format!("queries.{name}.ttl_s"), "must be at least 1");
+            }
+        }
+        for (name, k) in &self.keyspaces {
+            if !k.sql.contains("$1") {
+                return invalid(
+                    &format!("keyspaces.{name}.sql"),
+                    "must take the ids as an array in $1 (WHERE id = ANY($1))",
+                );
+            }
+            if k.key_column.trim().is_empty() {
+                return invalid(&format!("keyspaces.{name}.key_column"), "must not be empty");
+            }
+            if k.ttl_s == 0 || k.ttl_s > self.cache.max_ttl_s {
+                return invalid(
+                    &format!("keyspaces.{name}.ttl_s"),
+                    "must be between 1 and cache.max_ttl_s",
+                );
+            }
         }
         Ok(())
     }

@@ -9,7 +9,7 @@ use ferry_shared::error::ErrorDetail;
 use ferry_shared::sign::SignError;
 use ferry_shared::{ErrorBody, ErrorCode};
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ApiError {
     /// Malformed JSON or a field of the wrong type; `field` is the JSON path when known.
     #[error("bad request: {message}")]
@@ -42,6 +42,10 @@ pub enum ApiError {
     NotText { key: String },
     #[error("not found")]
     NotFound,
+    #[error("not cached")]
+    NotCached,
+    #[error("raw sql forbidden")]
+    RawSqlForbidden,
     #[error("method not allowed")]
     MethodNotAllowed,
     /// Pool exhausted, in-flight limit reached or nonce store full.
@@ -92,6 +96,8 @@ impl ApiError {
             ApiError::UnsupportedType { .. } => ErrorCode::UnsupportedType,
             ApiError::NotText { .. } => ErrorCode::NotText,
             ApiError::NotFound => ErrorCode::NotFound,
+            ApiError::NotCached => ErrorCode::NotCached,
+            ApiError::RawSqlForbidden => ErrorCode::RawSqlForbidden,
             ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
             ApiError::Overloaded { .. } => ErrorCode::Overloaded,
             ApiError::DatabaseUnavailable { .. } => ErrorCode::DatabaseUnavailable,
@@ -133,6 +139,10 @@ impl ApiError {
             | ApiError::UnsupportedType { .. }
             | ApiError::NotText { .. } => self.to_string(),
             ApiError::NotFound => "no such route".into(),
+            ApiError::NotCached => "not in the cache, and cache.mode is only-if-cached".into(),
+            ApiError::RawSqlForbidden => {
+                "raw SQL is not allowed here: send a named query (\"query\": \"NAME\")".into()
+            }
             ApiError::MethodNotAllowed => "method not allowed on this route".into(),
             ApiError::Overloaded { what } => format!("overloaded ({what}); retry later"),
             ApiError::DatabaseUnavailable { .. } => "postgres is unavailable".into(),

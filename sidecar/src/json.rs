@@ -42,6 +42,6 @@ mod tests {
         }
         assert!(parse::<QueryRequest>(b"{not json").is_err());
         assert!(parse::<QueryRequest>(b"").is_err());
-        assert!(parse::<QueryRequest>(br#"{"params": []}"#).is_err());
+        assert!(parse::<QueryRequest>(br#"{"sql": "x", "extra": 1}"#).is_err());
     }
 }

@@ -13,10 +13,14 @@ pub mod commands;
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod flight;
 pub mod json;
+pub mod keyed;
 pub mod pg_json;
 pub mod pg_params;
+pub mod plan;
 pub mod pools;
+pub mod read;
 pub mod routes;
 pub mod state;
 

@@ -4,6 +4,7 @@ use crate::auth::Verifier;
 use crate::cache::Cache;
 use crate::config::Config;
 use crate::error::{self, ApiError};
+use crate::flight::Flights;
 use crate::pools::{Blocking, Pools};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -12,6 +13,7 @@ pub struct AppState {
     pub config: Config,
     pub pools: Arc<Pools>,
     pub cache: Arc<Cache>,
+    pub flights: Arc<Flights>,
     pub verifier: Verifier,
     pub blocking: Blocking,
 }
@@ -23,7 +25,11 @@ impl AppState {
         error::set_retry_after_s(config.server.retry_after_s);
         let pools = Arc::new(Pools::new(&config)?);
         let timeout = config.request_timeout();
-        let cache = Arc::new(Cache::new(&config.cache.key_prefix, timeout.as_secs()));
+        let cache = Arc::new(Cache::new(
+            &config.cache.key_prefix,
+            timeout.as_secs(),
+            config.cache.max_entry_bytes,
+        ));
         let verifier = Verifier::new(
             vec![config.auth.secret.as_bytes().to_vec()],
             config.auth.max_skew_s,
@@ -41,6 +47,7 @@ impl AppState {
             config,
             pools,
             cache,
+            flights: Arc::new(Flights::default()),
             verifier,
             blocking,
         }))

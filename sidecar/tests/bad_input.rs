@@ -14,8 +14,8 @@ fn malformed_and_mistyped_bodies_are_400_naming_the_field() {
         (
             "missing sql",
             br#"{"params": []}"#.to_vec(),
-            "bad_request",
-            None,
+            "invalid_value",
+            Some("sql"),
         ),
         (
             "sql not a string",

@@ -5,10 +5,12 @@ use ferry_sidecar::{AppState, Config};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
-/// Small pools and short timeouts, so bounds and faults show quickly.
+/// The sample config (deploy/ferry.toml, so its named queries and keyspaces are tested too),
+/// with small pools and short timeouts so bounds and faults show quickly.
 pub fn test_config(redis: &RedisServer, pg: &PgServer) -> Config {
-    let mut c = Config::default();
-    c.auth.secret = SECRET.into();
+    let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/ferry.toml");
+    let env = std::collections::BTreeMap::from([("FERRY_SECRET".to_string(), SECRET.to_string())]);
+    let mut c = Config::load(Some(&sample), &env).expect("deploy/ferry.toml loads");
     c.redis.url = redis.url();
     c.postgres.url = pg.url();
     c.server.workers = 2;

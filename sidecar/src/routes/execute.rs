@@ -2,7 +2,7 @@
 
 use super::State;
 use crate::error::ApiError;
-use crate::{db, json};
+use crate::{db, json, plan};
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::{ExecuteRequest, ExecuteResponse};
 
@@ -13,9 +13,9 @@ pub async fn execute(
 ) -> Result<HttpResponse, ApiError> {
     let body = state.verifier.authenticate(&req, payload).await?;
     let e: ExecuteRequest = json::parse(&body)?;
-    super::check_sql(&e.sql)?;
-    let keys = e.invalidate.map(|i| i.keys).unwrap_or_default();
-    for (i, k) in keys.iter().enumerate() {
+    let (sql, _) = plan::statement(&state.config, e.sql, e.query, "")?;
+    let inv = e.invalidate.unwrap_or_default();
+    for (i, k) in inv.keys.iter().enumerate() {
         if k.is_empty() || k.len() > state.config.cache.max_key_bytes {
             return Err(ApiError::invalid(
                 format!("invalidate.keys[{i}]"),
@@ -23,13 +23,17 @@ pub async fn execute(
             ));
         }
     }
+    plan::check_tags(&state.config, "invalidate.tags", &inv.tags)?;
     let s = state.clone();
+    let params = e.params;
     let resp = state
         .blocking
         .run(move || {
-            let rows_affected = db::execute(&s.pools, &e.sql, &e.params)?;
+            let rows_affected = db::execute(&s.pools, &sql, &params)?;
             // Only after the commit: invalidating first would let a read refill the old value.
-            let invalidation = s.cache.invalidate(&s.pools, &keys);
+            // Flights first, so no later read joins a query that began before the write.
+            s.flights.forget(&inv.keys, &inv.tags);
+            let invalidation = s.cache.invalidate(&s.pools, &inv.keys, &inv.tags);
             Ok(ExecuteResponse {
                 rows_affected,
                 invalidation,

@@ -1,6 +1,7 @@
 //! HTTP routes: one file per endpoint. Handlers authenticate first, then parse, then do the
 //! blocking work through `Blocking::run`.
 
+pub mod batch;
 pub mod cache;
 pub mod execute;
 pub mod health;
@@ -36,6 +37,16 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .default_service(web::to(method_not_allowed)),
     )
     .service(
+        web::resource(paths::BATCH)
+            .route(web::post().to(batch::batch))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource(paths::BATCH_KEYED)
+            .route(web::post().to(batch::keyed))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
         web::resource(paths::CACHE)
             .route(web::post().to(cache::cache))
             .default_service(web::to(method_not_allowed)),
@@ -59,14 +70,6 @@ pub fn check_ttl(state: &AppState, field: &str, ttl_s: u64) -> Result<(), ApiErr
             field,
             format!("must be between 1 and {max} seconds"),
         ));
-    }
-    Ok(())
-}
-
-/// Statements must be non-empty; the rest is Postgres' to judge.
-pub fn check_sql(sql: &str) -> Result<(), ApiError> {
-    if sql.trim().is_empty() {
-        return Err(ApiError::invalid("sql", "must not be empty"));
     }
     Ok(())
 }

@@ -1,0 +1,138 @@
+//! Single-flight: concurrent misses on one cache key run one Postgres query; the others wait
+//! for it (bounded by the request timeout) and share its result.
+//!
+//! Waiters hold no blocking thread and no in-flight slot: they await a watch channel. The work
+//! runs in a task of its own, so it finishes (and wakes the waiters) even if the request that
+//! started it goes away. An invalidation forgets the flights it concerns, so a read that starts
+//! after an acknowledged write never joins a flight that began before it.
+
+use crate::error::ApiError;
+use ferry_shared::api::Row;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// What a flight produced: the rows, and whether they were too large to cache.
+#[derive(Debug)]
+pub struct Fetched {
+    pub rows: Vec<Row>,
+    pub too_large: bool,
+}
+
+pub type Outcome = Result<Arc<Fetched>, ApiError>;
+
+struct Flight {
+    id: u64,
+    tags: Vec<String>,
+    tx: Arc<watch::Sender<Option<Outcome>>>,
+}
+
+#[derive(Default)]
+pub struct Flights {
+    map: Mutex<HashMap<String, Flight>>,
+    next_id: AtomicU64,
+    /// Requests that waited on another's query instead of running their own.
+    joined: AtomicU64,
+}
+
+impl Flights {
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Flight>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Joins the flight for `key`, or starts one running `work`, and waits for the outcome.
+    pub async fn run<F, Fut>(
+        self: &Arc<Self>,
+        key: &str,
+        tags: &[String],
+        timeout: Duration,
+        work: F,
+    ) -> Outcome
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Fetched, ApiError>> + 'static,
+    {
+        let mut rx = self.join_or_start(key, tags, work);
+        let waited = tokio::time::timeout(timeout, rx.wait_for(|v| v.is_some()))
+            .await
+            .map(|r| r.map(|v| v.clone()));
+        match waited {
+            Err(_) => Err(ApiError::Timeout {
+                what: "the shared postgres query",
+            }),
+            Ok(Err(_)) => Err(ApiError::internal("single-flight leader vanished")),
+            Ok(Ok(v)) => {
+                v.unwrap_or_else(|| Err(ApiError::internal("single-flight without outcome")))
+            }
+        }
+    }
+
+    /// Starts `work` for `key` unless a flight for it is already running; does not wait.
+    /// Used by stale-while-revalidate, so one refresh runs however many reads see it stale.
+    pub fn start<F, Fut>(self: &Arc<Self>, key: &str, tags: &[String], work: F)
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Fetched, ApiError>> + 'static,
+    {
+        drop(self.join_or_start(key, tags, work));
+    }
+
+    fn join_or_start<F, Fut>(
+        self: &Arc<Self>,
+        key: &str,
+        tags: &[String],
+        work: F,
+    ) -> watch::Receiver<Option<Outcome>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Fetched, ApiError>> + 'static,
+    {
+        let mut map = self.map();
+        if let Some(f) = map.get(key) {
+            self.joined.fetch_add(1, Ordering::Relaxed);
+            return f.tx.subscribe();
+        }
+        let (tx, rx) = watch::channel(None);
+        let tx = Arc::new(tx);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        map.insert(
+            key.to_string(),
+            Flight {
+                id,
+                tags: tags.to_vec(),
+                tx: tx.clone(),
+            },
+        );
+        drop(map);
+        let fut = work();
+        let flights = self.clone();
+        let key = key.to_string();
+        actix_web::rt::spawn(async move {
+            let outcome = fut.await.map(Arc::new);
+            tx.send_replace(Some(outcome));
+            let mut map = flights.map();
+            if map.get(&key).is_some_and(|f| f.id == id) {
+                map.remove(&key);
+            }
+        });
+        rx
+    }
+
+    /// Forgets the flights of these keys and tags: later reads start fresh ones. Those already
+    /// waiting keep theirs (they started before the write was acknowledged).
+    pub fn forget(&self, keys: &[String], tags: &[String]) {
+        if keys.is_empty() && tags.is_empty() {
+            return;
+        }
+        self.map()
+            .retain(|k, f| !keys.contains(k) && !f.tags.iter().any(|t| tags.contains(t)));
+    }
+
+    /// How many requests shared another request's query so far.
+    pub fn joined(&self) -> u64 {
+        self.joined.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,164 @@
+//! Keyed batch reads (`/v1/batch/keyed`): rows of a configured keyspace by id, in one Redis
+//! pipeline for the lookups, one Postgres query for all the misses, and one pipeline for the
+//! write-backs. Runs as one blocking job.
+
+use crate::cache::{EntryPolicy, Lookup, Observed, Probe, Stored};
+use crate::config::Keyspace;
+use crate::db;
+use crate::error::ApiError;
+use crate::state::AppState;
+use ferry_shared::api::{KeyedRequest, KeyedResponse, KeyedResult, KeyedStatus, Row};
+use serde_json::Value;
+use std::collections::HashMap;
+
+/// An id as it appears in cache keys and when matching rows: numbers and strings only.
+fn id_text(id: &Value) -> Option<String> {
+    match id {
+        Value::Number(n) => Some(n.to_string()),
+        Value::String(s) if !s.is_empty() => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// Checks the request before any I/O; returns the keyspace and the ids as text.
+pub fn validate<'c>(
+    state: &'c AppState,
+    req: &KeyedRequest,
+) -> Result<(&'c Keyspace, Vec<String>), ApiError> {
+    let ks = state.config.keyspaces.get(&req.keyspace).ok_or_else(|| {
+        ApiError::invalid(
+            "keyspace",
+            format!("no configured keyspace named {:?}", req.keyspace),
+        )
+    })?;
+    let max = state.config.cache.max_batch;
+    if req.ids.is_empty() || req.ids.len() > max {
+        return Err(ApiError::invalid("ids", format!("give 1 to {max} ids")));
+    }
+    let texts = req
+        .ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            id_text(id)
+                .filter(|t| t.len() <= state.config.cache.max_key_bytes)
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        format!("ids[{i}]"),
+                        "must be a number or a non-empty string",
+                    )
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((ks, texts))
+}
+
+/// The whole keyed read (blocking).
+pub fn run(state: &AppState, req: KeyedRequest) -> Result<KeyedResponse, ApiError> {
+    let (ks, texts) = validate(state, &req)?;
+    // Each distinct id is looked up and fetched once, answered as often as it was asked.
+    let mut first_seen: Vec<usize> = Vec::new();
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    for (i, t) in texts.iter().enumerate() {
+        index.entry(t.as_str()).or_insert_with(|| {
+            first_seen.push(i);
+            first_seen.len() - 1
+        });
+    }
+    let keys: Vec<String> = first_seen
+        .iter()
+        .map(|&i| format!("{}:{}", req.keyspace, texts[i]))
+        .collect();
+    let probes: Vec<Probe> = keys
+        .iter()
+        .map(|k| Probe {
+            key: k,
+            tags: &ks.tags,
+        })
+        .collect();
+    let lookups = state.cache.lookup_many(&state.pools, &probes);
+
+    let mut answers: Vec<Option<(KeyedStatus, Option<Row>, u64)>> = vec![None; keys.len()];
+    let mut misses: Vec<(usize, Option<Observed>)> = Vec::new();
+    for (u, lookup) in lookups.into_iter().enumerate() {
+        match lookup {
+            Lookup::Hit {
+                mut rows, age_ms, ..
+            } => {
+                answers[u] = Some((KeyedStatus::Hit, rows.pop(), age_ms));
+            }
+            Lookup::Revalidate { observed, .. } | Lookup::Miss { observed, .. } => {
+                misses.push((u, Some(observed)))
+            }
+            Lookup::Bypass => misses.push((u, None)),
+        }
+    }
+
+    if !misses.is_empty() {
+        let ids: Vec<Value> = misses
+            .iter()
+            .map(|(u, _)| req.ids[first_seen[*u]].clone())
+            .collect();
+        let rows = db::query(&state.pools, &ks.sql, &[Value::Array(ids)])?;
+        let mut by_id: HashMap<String, Row> = HashMap::new();
+        for row in rows {
+            let id = row.get(&ks.key_column).and_then(id_text).ok_or_else(|| {
+                ApiError::invalid(
+                    "keyspace",
+                    format!(
+                        "the keyspace's rows have no usable key column {:?}",
+                        ks.key_column
+                    ),
+                )
+            })?;
+            by_id.insert(id, row);
+        }
+        let policy = EntryPolicy {
+            ttl_s: ks.ttl_s,
+            ..Default::default()
+        };
+        let mut to_store: Vec<(usize, &Observed, Vec<Row>)> = Vec::new();
+        for (u, observed) in &misses {
+            let row = by_id.get(&texts[first_seen[*u]]).cloned();
+            let status = match (&row, observed) {
+                (None, _) => KeyedStatus::NotFound,
+                (Some(_), None) => KeyedStatus::Bypass,
+                (Some(r), Some(o)) => {
+                    to_store.push((*u, o, vec![r.clone()]));
+                    KeyedStatus::Miss
+                }
+            };
+            answers[*u] = Some((status, row, 0));
+        }
+        let items: Vec<(&str, &Observed, &[Row])> = to_store
+            .iter()
+            .map(|(u, o, rows)| (keys[*u].as_str(), *o, rows.as_slice()))
+            .collect();
+        let stored = state.cache.store_many(&state.pools, &items, &policy);
+        for ((u, _, _), s) in to_store.iter().zip(stored) {
+            if s == Stored::TooLarge {
+                if let Some(a) = answers[*u].as_mut() {
+                    a.0 = KeyedStatus::Bypass;
+                }
+            }
+        }
+    }
+
+    let results = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let (status, row, age_ms) = index
+                .get(t.as_str())
+                .and_then(|u| answers[*u].clone())
+                .unwrap_or((KeyedStatus::NotFound, None, 0));
+            KeyedResult {
+                id: req.ids[i].clone(),
+                status,
+                row,
+                age_ms,
+            }
+        })
+        .collect();
+    Ok(KeyedResponse { results })
+}

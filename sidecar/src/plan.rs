@@ -1,0 +1,269 @@
+//! From a request to what will run: the statement (raw or named), its parameters and the
+//! resolved cache policy. All validation of reads happens here, before any I/O.
+
+use crate::cache::{Cache, EntryPolicy, HASH_KEY_PREFIX};
+use crate::config::{Config, NamedQuery};
+use crate::error::ApiError;
+use ferry_shared::api::{CacheMode, QueryRequest};
+use serde_json::Value;
+
+/// Most tags one read may carry.
+pub const MAX_TAGS: usize = 32;
+
+/// A read ready to run.
+#[derive(Debug, Clone)]
+pub struct ReadPlan {
+    pub sql: String,
+    pub params: Vec<Value>,
+    pub cache: Option<CachePlan>,
+}
+
+/// The cache policy of one read, resolved from the request and the named query's defaults.
+#[derive(Debug, Clone)]
+pub struct CachePlan {
+    pub key: String,
+    pub entry: EntryPolicy,
+    pub tags: Vec<String>,
+    pub mode: CacheMode,
+}
+
+/// The statement to run: raw SQL (if allowed) or a named one. `field` prefixes error fields.
+pub fn statement<'c>(
+    config: &'c Config,
+    sql: Option<String>,
+    query: Option<String>,
+    field: &str,
+) -> Result<(String, Option<&'c NamedQuery>), ApiError> {
+    match (sql, query) {
+        (Some(_), Some(_)) => Err(ApiError::invalid(
+            format!("{field}sql"),
+            "give either sql or query, not both",
+        )),
+        (None, None) => Err(ApiError::invalid(
+            format!("{field}sql"),
+            "give sql, or query naming a configured statement",
+        )),
+        (Some(sql), None) => {
+            if !config.auth.allow_raw_sql {
+                return Err(ApiError::RawSqlForbidden);
+            }
+            if sql.trim().is_empty() {
+                return Err(ApiError::invalid(
+                    format!("{field}sql"),
+                    "must not be empty",
+                ));
+            }
+            Ok((sql, None))
+        }
+        (None, Some(name)) => match config.queries.get(&name) {
+            Some(q) => Ok((q.sql.clone(), Some(q))),
+            None => Err(ApiError::invalid(
+                format!("{field}query"),
+                format!("no configured query named {name:?}"),
+            )),
+        },
+    }
+}
+
+fn check_key(config: &Config, field: &str, key: &str) -> Result<(), ApiError> {
+    let max = config.cache.max_key_bytes;
+    if key.is_empty() {
+        return Err(ApiError::invalid(field, "must not be empty"));
+    }
+    if key.len() > max {
+        return Err(ApiError::invalid(field, format!("longer than {max} bytes")));
+    }
+    Ok(())
+}
+
+/// Tags: 1..=max_key_bytes bytes each, at most MAX_TAGS.
+pub fn check_tags(config: &Config, field: &str, tags: &[String]) -> Result<(), ApiError> {
+    if tags.len() > MAX_TAGS {
+        return Err(ApiError::invalid(field, format!("at most {MAX_TAGS} tags")));
+    }
+    tags.iter()
+        .enumerate()
+        .try_for_each(|(i, t)| check_key(config, &format!("{field}[{i}]"), t))
+}
+
+/// Seconds in 0..=max_ttl_s (or 1..= when `at_least_one`).
+fn check_seconds(config: &Config, field: &str, s: u64, at_least_one: bool) -> Result<(), ApiError> {
+    let max = config.cache.max_ttl_s;
+    if (at_least_one && s == 0) || s > max {
+        let min = u64::from(at_least_one);
+        return Err(ApiError::invalid(
+            field,
+            format!("must be between {min} and {max} seconds"),
+        ));
+    }
+    Ok(())
+}
+
+/// Resolves and validates one read. `field` prefixes error fields (`"reads[3]."` in batches).
+pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan, ApiError> {
+    let (sql, named) = statement(config, req.sql, req.query, field)?;
+    let defaults = named.cloned().unwrap_or_default();
+    let asked = req.cache;
+    if asked.is_none() && defaults.ttl_s.is_none() {
+        return Ok(ReadPlan {
+            sql,
+            params: req.params,
+            cache: None,
+        });
+    }
+    let asked = asked.unwrap_or_default();
+    let f = |name: &str| format!("{field}cache.{name}");
+    let ttl_s = asked.ttl_s.or(defaults.ttl_s).ok_or_else(|| {
+        ApiError::invalid(f("ttl_s"), "required (this query has no configured TTL)")
+    })?;
+    check_seconds(config, &f("ttl_s"), ttl_s, true)?;
+    let swr_s = asked.swr_s.or(defaults.swr_s).unwrap_or(0);
+    check_seconds(config, &f("swr_s"), swr_s, false)?;
+    let stale_if_error_s = asked
+        .stale_if_error_s
+        .or(defaults.stale_if_error_s)
+        .unwrap_or(0);
+    check_seconds(config, &f("stale_if_error_s"), stale_if_error_s, false)?;
+    let mut tags = defaults.tags;
+    tags.extend(asked.tags);
+    tags.sort();
+    tags.dedup();
+    check_tags(config, &f("tags"), &tags)?;
+    if let Some(k) = &asked.key {
+        check_key(config, &f("key"), k)?;
+        if k.starts_with(HASH_KEY_PREFIX) {
+            return Err(ApiError::invalid(
+                f("key"),
+                format!("keys starting with {HASH_KEY_PREFIX:?} are reserved for hashed entries"),
+            ));
+        }
+    }
+    let key = Cache::logical_key(&sql, &req.params, asked.key.as_deref());
+    Ok(ReadPlan {
+        sql,
+        params: req.params,
+        cache: Some(CachePlan {
+            key,
+            entry: EntryPolicy {
+                ttl_s,
+                swr_s,
+                stale_if_error_s,
+            },
+            tags,
+            mode: asked.mode,
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_shared::api::CachePolicy;
+    use serde_json::json;
+
+    fn config() -> Config {
+        let mut c = Config::default();
+        c.queries.insert(
+            "item".into(),
+            NamedQuery {
+                sql: "SELECT $1".into(),
+                ttl_s: Some(60),
+                tags: vec!["items".into()],
+                ..Default::default()
+            },
+        );
+        c
+    }
+
+    #[test]
+    fn named_queries_bring_their_policy() {
+        let p = read(
+            &config(),
+            QueryRequest {
+                query: Some("item".into()),
+                params: vec![json!(1)],
+                ..Default::default()
+            },
+            "",
+        )
+        .expect("valid");
+        let cache = p.cache.expect("cached by default");
+        assert_eq!(cache.entry.ttl_s, 60);
+        assert_eq!(cache.tags, vec!["items".to_string()]);
+    }
+
+    #[test]
+    fn request_fields_override_and_add() {
+        let p = read(
+            &config(),
+            QueryRequest {
+                query: Some("item".into()),
+                cache: Some(CachePolicy {
+                    ttl_s: Some(5),
+                    tags: vec!["extra".into()],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            "",
+        )
+        .expect("valid");
+        let cache = p.cache.expect("cache");
+        assert_eq!(cache.entry.ttl_s, 5);
+        assert_eq!(cache.tags, vec!["extra".to_string(), "items".to_string()]);
+    }
+
+    #[test]
+    fn mistakes_name_their_field() {
+        let c = config();
+        let cases = [
+            (QueryRequest::default(), "sql"),
+            (
+                QueryRequest {
+                    sql: Some("x".into()),
+                    query: Some("item".into()),
+                    ..Default::default()
+                },
+                "sql",
+            ),
+            (
+                QueryRequest {
+                    query: Some("nope".into()),
+                    ..Default::default()
+                },
+                "query",
+            ),
+            (
+                QueryRequest {
+                    sql: Some("x".into()),
+                    cache: Some(CachePolicy::default()),
+                    ..Default::default()
+                },
+                "cache.ttl_s",
+            ),
+        ];
+        for (req, field) in cases {
+            match read(&c, req, "reads[2].") {
+                Err(ApiError::InvalidValue { field: f, .. }) => {
+                    assert_eq!(f, format!("reads[2].{field}"))
+                }
+                other => panic!("expected invalid {field}, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn raw_sql_can_be_forbidden() {
+        let mut c = config();
+        c.auth.allow_raw_sql = false;
+        assert!(matches!(
+            read(&c, QueryRequest::sql("SELECT 1", vec![]), ""),
+            Err(ApiError::RawSqlForbidden)
+        ));
+        let named = QueryRequest {
+            query: Some("item".into()),
+            ..Default::default()
+        };
+        assert!(read(&c, named, "").is_ok());
+    }
+}

@@ -1,0 +1,200 @@
+//! The read-through engine: lookup, then hit / stale / single-flight fill from Postgres /
+//! stale-if-error, per the read's cache plan. Shared by `/v1/query` and `/v1/batch`.
+
+use crate::cache::{Lookup, Observed, Probe, Stored};
+use crate::db;
+use crate::error::ApiError;
+use crate::flight::{Fetched, Outcome};
+use crate::plan::{CachePlan, ReadPlan};
+use crate::state::AppState;
+use actix_web::web;
+use ferry_shared::api::{CacheMode, CacheStatus, QueryResponse, Row, StaleReason};
+use serde_json::Value;
+
+pub type State = web::Data<AppState>;
+
+/// Looks many reads up in one Redis pipeline (reads without a cache plan get `None`).
+pub async fn lookup_many(
+    state: &State,
+    plans: &[&ReadPlan],
+) -> Result<Vec<Option<Lookup>>, ApiError> {
+    let probes: Vec<(usize, String, Vec<String>)> = plans
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| p.cache.as_ref().map(|c| (i, c.key.clone(), c.tags.clone())))
+        .collect();
+    let n = plans.len();
+    if probes.is_empty() {
+        return Ok((0..n).map(|_| None).collect());
+    }
+    let s = state.clone();
+    state
+        .blocking
+        .run(move || {
+            let list: Vec<Probe> = probes
+                .iter()
+                .map(|(_, key, tags)| Probe { key, tags })
+                .collect();
+            let found = s.cache.lookup_many(&s.pools, &list);
+            let mut out: Vec<Option<Lookup>> = (0..n).map(|_| None).collect();
+            for ((i, _, _), l) in probes.iter().zip(found) {
+                out[*i] = Some(l);
+            }
+            Ok(out)
+        })
+        .await
+}
+
+/// One read from start to answer.
+pub async fn read(state: &State, plan: ReadPlan) -> Result<QueryResponse, ApiError> {
+    let lookup = lookup_many(state, &[&plan]).await?.pop().flatten();
+    answer(state, plan, lookup).await
+}
+
+/// Answers a read whose lookup (if it has a cache plan) is done.
+pub async fn answer(
+    state: &State,
+    plan: ReadPlan,
+    lookup: Option<Lookup>,
+) -> Result<QueryResponse, ApiError> {
+    let (Some(cache), Some(lookup)) = (plan.cache.clone(), lookup) else {
+        let rows = run_query(state, plan.sql, plan.params).await?;
+        return Ok(response(rows, CacheStatus::Bypass, 0, None));
+    };
+    let key = Some(cache.key.clone());
+    let with_key = |mut r: QueryResponse| {
+        r.key = key.clone();
+        r
+    };
+    let mode = cache.mode;
+    match lookup {
+        Lookup::Hit { rows, age_ms, .. } if mode != CacheMode::NoCache => {
+            Ok(with_key(response(rows, CacheStatus::Hit, age_ms, None)))
+        }
+        Lookup::Revalidate {
+            rows,
+            age_ms,
+            observed,
+        } if mode != CacheMode::NoCache => {
+            let work = fill(state, &plan.sql, &plan.params, &cache, observed);
+            state.flights.start(&cache.key, &cache.tags, work);
+            let mut r = response(rows, CacheStatus::Stale, age_ms, None);
+            r.stale_reason = Some(StaleReason::Revalidating);
+            Ok(with_key(r))
+        }
+        Lookup::Bypass if mode == CacheMode::OnlyIfCached => Err(ApiError::CacheUnavailable {
+            internal: "only-if-cached read while redis is unavailable".into(),
+        }),
+        _ if mode == CacheMode::OnlyIfCached => Err(ApiError::NotCached),
+        Lookup::Bypass => {
+            let rows = run_query(state, plan.sql, plan.params).await?;
+            Ok(with_key(response(rows, CacheStatus::Bypass, 0, None)))
+        }
+        Lookup::Hit { observed, .. } | Lookup::Revalidate { observed, .. } => {
+            // no-cache: skip what was found, refresh the entry.
+            let out = fetch(state, &plan, &cache, observed).await?;
+            Ok(with_key(filled(&out)))
+        }
+        Lookup::Miss { observed, stale } => match fetch(state, &plan, &cache, observed).await {
+            Ok(out) => Ok(with_key(filled(&out))),
+            Err(e) if is_upstream_failure(&e) => match stale {
+                Some((rows, age_ms)) => {
+                    let mut r = response(rows, CacheStatus::Stale, age_ms, None);
+                    r.stale_reason = Some(StaleReason::Error);
+                    r.upstream_error = Some(e.code());
+                    tracing::warn!(error = %e, key = %cache.key, "serving stale rows: postgres failed");
+                    Ok(with_key(r))
+                }
+                None => Err(e),
+            },
+            Err(e) => Err(e),
+        },
+    }
+}
+
+fn response(rows: Vec<Row>, cache: CacheStatus, age_ms: u64, key: Option<String>) -> QueryResponse {
+    QueryResponse {
+        rows,
+        cache,
+        age_ms,
+        key,
+        stale_reason: None,
+        upstream_error: None,
+    }
+}
+
+fn filled(out: &Fetched) -> QueryResponse {
+    let status = if out.too_large {
+        CacheStatus::Bypass
+    } else {
+        CacheStatus::Miss
+    };
+    response(out.rows.clone(), status, 0, None)
+}
+
+/// Failures of Postgres itself, for which a stale copy may stand in; the caller's own
+/// mistakes (SQL errors, bad params) are never papered over.
+fn is_upstream_failure(e: &ApiError) -> bool {
+    matches!(
+        e,
+        ApiError::DatabaseUnavailable { .. }
+            | ApiError::Timeout { .. }
+            | ApiError::Upstream { .. }
+            | ApiError::Overloaded { .. }
+    )
+}
+
+async fn run_query(state: &State, sql: String, params: Vec<Value>) -> Result<Vec<Row>, ApiError> {
+    let s = state.clone();
+    state
+        .blocking
+        .run(move || db::query(&s.pools, &sql, &params))
+        .await
+}
+
+/// The work of one fill: Postgres, then the conditional write-back.
+fn fill(
+    state: &State,
+    sql: &str,
+    params: &[Value],
+    cache: &CachePlan,
+    observed: Observed,
+) -> impl FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Fetched, ApiError>>>>
+{
+    let s = state.clone();
+    let (sql, params, key, entry) = (
+        sql.to_string(),
+        params.to_vec(),
+        cache.key.clone(),
+        cache.entry.clone(),
+    );
+    move || {
+        Box::pin(async move {
+            let job = s.clone();
+            s.blocking
+                .run(move || {
+                    let rows = db::query(&job.pools, &sql, &params)?;
+                    let stored = job.cache.store(&job.pools, &key, &observed, &rows, &entry);
+                    Ok(Fetched {
+                        rows,
+                        too_large: stored == Stored::TooLarge,
+                    })
+                })
+                .await
+        })
+    }
+}
+
+/// A miss: joins or starts the single flight for the key.
+async fn fetch(state: &State, plan: &ReadPlan, cache: &CachePlan, observed: Observed) -> Outcome {
+    let work = fill(state, &plan.sql, &plan.params, cache, observed);
+    state
+        .flights
+        .run(
+            &cache.key,
+            &cache.tags,
+            state.config.request_timeout(),
+            work,
+        )
+        .await
+}

@@ -1,0 +1,72 @@
+//! `POST /v1/batch` (many reads, each on its own) and `POST /v1/batch/keyed` (rows of a
+//! keyspace by id).
+
+use super::State;
+use crate::error::ApiError;
+use crate::{json, keyed, plan, read};
+use actix_web::{web, HttpRequest, HttpResponse};
+use ferry_shared::api::{BatchRequest, BatchResponse, BatchResult, KeyedRequest};
+use futures_util::stream::{self, StreamExt};
+
+/// Lookups in one pipeline; misses run concurrently, at most one per pooled Postgres
+/// connection at a time, answered in request order.
+pub async fn batch(
+    state: State,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = state.verifier.authenticate(&req, payload).await?;
+    let b: BatchRequest = json::parse(&body)?;
+    let max = state.config.cache.max_batch;
+    if b.reads.is_empty() || b.reads.len() > max {
+        return Err(ApiError::invalid("reads", format!("give 1 to {max} reads")));
+    }
+    let plans: Vec<Result<plan::ReadPlan, ApiError>> = b
+        .reads
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| plan::read(&state.config, r, &format!("reads[{i}].")))
+        .collect();
+    let valid: Vec<&plan::ReadPlan> = plans.iter().filter_map(|p| p.as_ref().ok()).collect();
+    let mut lookups = read::lookup_many(&state, &valid).await?.into_iter();
+    let jobs: Vec<_> = plans
+        .into_iter()
+        .map(|p| {
+            let lookup = if p.is_ok() {
+                lookups.next().flatten()
+            } else {
+                None
+            };
+            let state = state.clone();
+            async move {
+                match p {
+                    Ok(plan) => read::answer(&state, plan, lookup).await,
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .collect();
+    let concurrency = state.config.postgres.pool_size.max(1) as usize;
+    let results: Vec<BatchResult> = stream::iter(jobs)
+        .buffered(concurrency)
+        .map(|r| match r {
+            Ok(resp) => BatchResult::Ok(resp),
+            Err(e) => BatchResult::Error(e.body().error),
+        })
+        .collect()
+        .await;
+    Ok(HttpResponse::Ok().json(BatchResponse { results }))
+}
+
+pub async fn keyed(
+    state: State,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = state.verifier.authenticate(&req, payload).await?;
+    let k: KeyedRequest = json::parse(&body)?;
+    keyed::validate(&state, &k)?;
+    let s = state.clone();
+    let resp = state.blocking.run(move || keyed::run(&s, k)).await?;
+    Ok(HttpResponse::Ok().json(resp))
+}
