@@ -73,8 +73,9 @@ as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg" -l "$RUN/postgres.log" -w \
   -o "-p $PG_PORT -k $RUN -c listen_addresses=127.0.0.1" start >/dev/null
 PGOPTIONS="-c client_min_messages=warning" psql -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -f scripts/demo.sql
 
-step "4/5 sidecar on 127.0.0.1:$SIDECAR_PORT"
+step "4/5 sidecar on 127.0.0.1:$SIDECAR_PORT (config: deploy/ferry.toml, with its named queries)"
 port_free "$SIDECAR_PORT" || die "port $SIDECAR_PORT is taken (set FERRY_DEV_SIDECAR_PORT)"
+FERRY_CONFIG=$FERRY_ROOT/deploy/ferry.toml \
 FERRY_LISTEN=127.0.0.1:$SIDECAR_PORT \
 FERRY_REDIS_URL=redis://127.0.0.1:$REDIS_PORT \
 FERRY_DATABASE_URL=postgres://postgres@127.0.0.1:$PG_PORT/postgres \

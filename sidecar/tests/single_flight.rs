@@ -20,7 +20,12 @@ fn five_hundred_identical_misses_run_one_query() {
     });
     let ok = answers.iter().filter(|a| a.status == 200).count();
     let failed: Vec<_> = answers.iter().filter(|a| a.status != 200).collect();
-    assert!(failed.is_empty(), "{} failed, e.g. {:?}", failed.len(), failed.first());
+    assert!(
+        failed.is_empty(),
+        "{} failed, e.g. {:?}",
+        failed.len(),
+        failed.first()
+    );
     assert_eq!(ok, 500);
     assert_eq!(stack.pg.reads(), 1, "exactly one query ran on Postgres");
     // Every answer carries the one result.
@@ -47,6 +52,8 @@ fn different_keys_do_not_share() {
         });
         futures::future::join_all(all).await
     });
-    assert!(answers.iter().all(|a| a.status == 200 && a.body["cache"] == "miss"));
+    assert!(answers
+        .iter()
+        .all(|a| a.status == 200 && a.body["cache"] == "miss"));
     assert_eq!(stack.pg.reads(), 10);
 }

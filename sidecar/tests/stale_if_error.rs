@@ -57,5 +57,9 @@ fn an_invalidated_entry_is_not_a_stale_copy() {
     assert_eq!(w.body["invalidation"], "done");
     stack.pg.stop();
     let r = c.query(req);
-    assert_eq!(r.status, 503, "the pre-write copy must not come back: {:?}", r.body);
+    assert_eq!(
+        r.status, 503,
+        "the pre-write copy must not come back: {:?}",
+        r.body
+    );
 }

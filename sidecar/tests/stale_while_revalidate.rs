@@ -41,7 +41,11 @@ fn stale_rows_are_served_and_refreshed_once() {
     });
     let fresh = c.query(req.clone());
     assert_eq!(fresh.body["rows"][0]["n"], 2);
-    assert_eq!(stack.pg.reads(), 2, "exactly one refresh for twenty stale reads");
+    assert_eq!(
+        stack.pg.reads(),
+        2,
+        "exactly one refresh for twenty stale reads"
+    );
 }
 
 #[test]

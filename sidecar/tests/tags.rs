@@ -10,8 +10,10 @@ fn invalidating_a_tag_drops_every_entry_carrying_it() {
     let stack = common::Stack::start();
     let c = &stack.client;
     let read = |id: i64, tags: serde_json::Value| {
-        c.query(json!({"sql": "SELECT name FROM items WHERE id = $1", "params": [id],
-                       "cache": {"ttl_s": 300, "tags": tags}}))
+        c.query(
+            json!({"sql": "SELECT name FROM items WHERE id = $1", "params": [id],
+                       "cache": {"ttl_s": 300, "tags": tags}}),
+        )
     };
     for id in 1..=3 {
         assert_eq!(read(id, json!(["items"])).body["cache"], "miss");
@@ -20,15 +22,21 @@ fn invalidating_a_tag_drops_every_entry_carrying_it() {
     for id in 1..=3 {
         assert_eq!(read(id, json!(["items"])).body["cache"], "hit");
     }
-    let w = c.execute(json!({"sql": "UPDATE items SET name = name || '!' WHERE id <= 3",
-                             "invalidate": {"tags": ["items"]}}));
+    let w = c.execute(
+        json!({"sql": "UPDATE items SET name = name || '!' WHERE id <= 3",
+                             "invalidate": {"tags": ["items"]}}),
+    );
     assert_eq!(w.body, json!({"rows_affected": 3, "invalidation": "done"}));
     for id in 1..=3 {
         let r = read(id, json!(["items"]));
         assert_eq!(r.body["cache"], "miss", "{:?}", r.body);
         assert_eq!(r.body["rows"][0]["name"], format!("item {id}!"));
     }
-    assert_eq!(read(9, json!(["other"])).body["cache"], "hit", "other tags untouched");
+    assert_eq!(
+        read(9, json!(["other"])).body["cache"],
+        "hit",
+        "other tags untouched"
+    );
 }
 
 #[test]
@@ -51,11 +59,14 @@ fn no_stale_read_after_an_acknowledged_write_under_concurrency() {
             async move {
                 for i in 1..=WRITES {
                     let w = c
-                        .post("/v1/execute", &json!({
-                            "sql": "UPDATE counters SET n = $1 WHERE id = 1",
-                            "params": [i],
-                            "invalidate": {"tags": ["counters"]}
-                        }))
+                        .post(
+                            "/v1/execute",
+                            &json!({
+                                "sql": "UPDATE counters SET n = $1 WHERE id = 1",
+                                "params": [i],
+                                "invalidate": {"tags": ["counters"]}
+                            }),
+                        )
                         .await;
                     assert_eq!(w.status, 200, "{:?}", w.body);
                     assert_eq!(w.body["invalidation"], "done");
@@ -98,7 +109,10 @@ fn no_stale_read_after_an_acknowledged_write_under_concurrency() {
             .fold((0, 0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2))
     });
     println!("{WRITES} writes, {reads} concurrent reads ({hits} hits): {stale} stale reads");
-    assert_eq!(stale, 0, "a read after an acknowledged write returned the old value");
+    assert_eq!(
+        stale, 0,
+        "a read after an acknowledged write returned the old value"
+    );
     assert!(hits > 0, "the cache was in use");
     assert!(reads > WRITES, "readers ran alongside the writer");
 }

@@ -1,0 +1,139 @@
+//! Keyed batch: one Redis MGET, the misses filled by ONE Postgres query, written back, answered
+//! in request order with hit / miss / not_found per id.
+use ferry_sidecar::config::Keyspace;
+use ferry_testkit as common;
+use serde_json::json;
+
+/// A keyspace whose statement counts its executions (the CTE runs once per statement).
+fn counted(c: &mut ferry_sidecar::Config) {
+    c.keyspaces.insert(
+        "counted".into(),
+        Keyspace {
+            sql: "WITH bump AS (SELECT ferry_test_touch()) \
+                  SELECT id, name, price FROM items, bump WHERE id = ANY($1)"
+                .into(),
+            key_column: "id".into(),
+            ttl_s: 300,
+            tags: vec!["items".into()],
+        },
+    );
+}
+
+fn keyed(c: &common::Client, ids: serde_json::Value) -> common::client::Answer {
+    c.block_on(c.post(
+        "/v1/batch/keyed",
+        &json!({"keyspace": "counted", "ids": ids}),
+    ))
+}
+
+#[test]
+fn partial_hits_and_one_query_for_the_misses() {
+    let stack = common::Stack::start_with(counted);
+    let c = &stack.client;
+    let ids: Vec<i64> = (1..=100).collect();
+    let r = keyed(c, json!(ids));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let results = r.body["results"].as_array().expect("results");
+    assert_eq!(results.len(), 100);
+    assert!(results.iter().all(|x| x["status"] == "miss"));
+    assert_eq!(stack.pg.reads(), 1, "100 misses, one Postgres query");
+
+    // 50 cached, 50 not, one unknown, one duplicate, out of order.
+    let mut ids: Vec<i64> = (51..=150).rev().collect();
+    ids.push(5000);
+    ids.push(60);
+    let r = keyed(c, json!(ids));
+    let results = r.body["results"].as_array().expect("results");
+    assert_eq!(results.len(), ids.len());
+    for (x, id) in results.iter().zip(&ids) {
+        assert_eq!(x["id"], *id, "request order");
+        let want = match id {
+            51..=100 => "hit",
+            101..=150 => "miss",
+            _ => "not_found",
+        };
+        assert_eq!(x["status"], want, "id {id}: {x:?}");
+        if want == "not_found" {
+            assert!(x["row"].is_null());
+        } else {
+            assert_eq!(x["row"]["name"], format!("item {id}"));
+        }
+    }
+    assert_eq!(stack.pg.reads(), 2, "50 misses, one more query");
+    // All cached now, as items:<id> entries (shared with single reads of the same name).
+    let r = keyed(c, json!([101, 150, 51]));
+    assert!(r.body["results"]
+        .as_array()
+        .expect("r")
+        .iter()
+        .all(|x| x["status"] == "hit"));
+    assert_eq!(stack.pg.reads(), 2);
+    let single = c.query(
+        json!({"sql": "SELECT 0", "cache": {"ttl_s": 5, "key": "counted:150", "tags": ["items"]}}),
+    );
+    assert_eq!(single.body["cache"], "hit");
+    assert_eq!(single.body["rows"][0]["name"], "item 150");
+}
+
+#[test]
+fn writes_invalidate_keyed_rows_by_key_and_by_tag() {
+    let stack = common::Stack::start_with(counted);
+    let c = &stack.client;
+    keyed(c, json!([1, 2, 3]));
+    c.execute(json!({"sql": "UPDATE items SET name = 'one' WHERE id = 1", "invalidate": {"keys": ["counted:1"]}}));
+    let r = keyed(c, json!([1, 2]));
+    assert_eq!(r.body["results"][0]["status"], "miss");
+    assert_eq!(r.body["results"][0]["row"]["name"], "one");
+    assert_eq!(r.body["results"][1]["status"], "hit");
+    c.execute(json!({"sql": "UPDATE items SET name = 'two' WHERE id = 2", "invalidate": {"tags": ["items"]}}));
+    let r = keyed(c, json!([2, 3]));
+    assert_eq!(r.body["results"][0]["row"]["name"], "two");
+    assert!(r.body["results"]
+        .as_array()
+        .expect("r")
+        .iter()
+        .all(|x| x["status"] == "miss"));
+}
+
+#[test]
+fn redis_down_serves_every_row_from_postgres() {
+    let mut stack = common::Stack::start_with(counted);
+    stack.redis.kill();
+    let r = keyed(&stack.client, json!([1, 2, 9999]));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let s: Vec<_> = r.body["results"]
+        .as_array()
+        .expect("r")
+        .iter()
+        .map(|x| x["status"].clone())
+        .collect();
+    assert_eq!(
+        s,
+        vec![json!("bypass"), json!("bypass"), json!("not_found")]
+    );
+}
+
+#[test]
+fn keyed_mistakes_are_4xx() {
+    let stack = common::Stack::start_with(|c| {
+        counted(c);
+        c.cache.max_batch = 10;
+    });
+    let c = &stack.client;
+    for (body, field) in [
+        (json!({"keyspace": "nope", "ids": [1]}), "keyspace"),
+        (json!({"keyspace": "counted", "ids": []}), "ids"),
+        (
+            json!({"keyspace": "counted", "ids": (0..11).collect::<Vec<_>>()}),
+            "ids",
+        ),
+        (
+            json!({"keyspace": "counted", "ids": [1, {"a": 1}]}),
+            "ids[1]",
+        ),
+    ] {
+        let r = c.block_on(c.post("/v1/batch/keyed", &body));
+        assert_eq!(r.status, 400, "{body}: {:?}", r.body);
+        assert_eq!(r.body["error"]["field"], field, "{body}");
+    }
+}
