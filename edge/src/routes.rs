@@ -64,10 +64,12 @@ pub async fn get_item(_req: Request, ctx: Ctx) -> Result<Response> {
                 .into_iter()
                 .next()
                 .ok_or_else(|| EdgeError::NotFound(format!("no item {id}")))?;
-            Ok((
-                200,
-                json!({"item": item, "cache": r.cache, "age_ms": r.age_ms}),
-            ))
+            let mut body = json!({"item": item, "cache": r.cache, "age_ms": r.age_ms});
+            if let Some(reason) = r.stale_reason {
+                // Stale rows say why: being refreshed, or standing in for a Postgres failure.
+                body["stale_reason"] = json!(reason);
+            }
+            Ok((200, body))
         }
         .await,
     )
