@@ -169,9 +169,42 @@ impl PgServer {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// A superuser client over the unix socket (trust auth, even after `require_password`).
     pub fn client(&self) -> ::postgres::Client {
-        ::postgres::Client::connect(&self.url(), ::postgres::NoTls)
+        let mut cfg = ::postgres::Config::new();
+        cfg.host_path(self.dir.path())
+            .port(self.port)
+            .user("postgres")
+            .dbname("postgres");
+        cfg.connect(::postgres::NoTls)
             .expect("connect to the test postgres")
+    }
+
+    /// Makes TCP clients authenticate with a password (SCRAM), as hosted Postgres does, so
+    /// a fresh connection pays the auth round trips. Returns the URL with the password.
+    pub fn require_password(&self, password: &str) -> String {
+        let mut c = self.client();
+        c.batch_execute(&format!(
+            "SET password_encryption = 'scram-sha-256'; ALTER USER postgres PASSWORD '{password}';"
+        ))
+        .expect("set password");
+        std::fs::write(
+            self.data().join("pg_hba.conf"),
+            "local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n",
+        )
+        .expect("write pg_hba.conf");
+        c.batch_execute("SELECT pg_reload_conf()").expect("reload");
+        // Give the postmaster a moment to reread pg_hba.conf.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        format!(
+            "postgres://postgres:{password}@127.0.0.1:{}/postgres",
+            self.port
+        )
+    }
+
+    /// The directory Postgres' unix socket is in (trust auth there).
+    pub fn socket_dir(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
     }
 
     /// The demo schema (scripts/demo.sql) plus a read counter for "did this touch Postgres".

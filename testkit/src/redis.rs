@@ -6,6 +6,8 @@ use std::time::Duration;
 
 pub struct RedisServer {
     pub port: u16,
+    /// Set when started with `--requirepass`: clients must AUTH (as on hosted plans).
+    pub password: Option<String>,
     child: Option<Child>,
     dir: tempfile::TempDir,
     extra_args: Vec<String>,
@@ -18,8 +20,14 @@ impl RedisServer {
 
     /// Extra redis-server arguments, e.g. `["--maxclients", "30"]`.
     pub fn start_with_args(args: &[&str]) -> RedisServer {
+        let password = args
+            .iter()
+            .position(|a| *a == "--requirepass")
+            .and_then(|i| args.get(i + 1))
+            .map(|p| p.to_string());
         let mut r = RedisServer {
             port: free_port(),
+            password,
             child: None,
             dir: tempfile::tempdir().expect("tempdir for redis"),
             extra_args: args.iter().map(|s| s.to_string()).collect(),
@@ -61,7 +69,10 @@ impl RedisServer {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        match &self.password {
+            Some(pw) => format!("redis://:{pw}@127.0.0.1:{}/", self.port),
+            None => format!("redis://127.0.0.1:{}/", self.port),
+        }
     }
 
     pub fn conn(&self) -> ::redis::Connection {

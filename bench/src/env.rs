@@ -1,0 +1,213 @@
+//! The bench's private world: Redis with a password, Postgres with SCRAM auth (demo data and
+//! pgbench tables), the release sidecar as its own process (so its RSS and CPU are its own),
+//! and webdis. Nothing here touches the machine's shared services.
+
+use ferry_testkit::{free_port, wait_until, PgServer, RedisServer};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub const SECRET: &str = "bench-secret-0123456789abcdef";
+pub const REDIS_PASSWORD: &str = "bench-redis-pass";
+pub const PG_PASSWORD: &str = "bench-pg-pass";
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| repo_root().join("target"))
+}
+
+/// A process we started; killed on drop.
+pub struct Proc {
+    pub child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        for _ in 0..50 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the release sidecar binary against these stores.
+pub fn start_sidecar(redis_url: &str, pg_url: &str, extra: &[(&str, &str)]) -> Proc {
+    let bin = std::env::var("FERRY_SIDECAR_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| target_dir().join("release/ferry-sidecar"));
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it with `cargo build --release -p ferry-sidecar` (scripts/bench.sh does)",
+        bin.display()
+    );
+    let port = free_port();
+    let mut cmd = Command::new(&bin);
+    cmd.env_clear()
+        .env("FERRY_LISTEN", format!("127.0.0.1:{port}"))
+        .env("FERRY_REDIS_URL", redis_url)
+        .env("FERRY_DATABASE_URL", pg_url)
+        .env("FERRY_SECRET", SECRET)
+        .env("FERRY_LOG", "warn")
+        .env("FERRY_SERVER_MAX_IN_FLIGHT", "4096")
+        .env("FERRY_CONFIG", repo_root().join("deploy/ferry.toml"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().expect("start the sidecar");
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let proc_ = Proc { child, addr };
+    wait_until("the sidecar to be ready", Duration::from_secs(20), || {
+        std::net::TcpStream::connect(addr).is_ok()
+    });
+    proc_
+}
+
+/// webdis in front of `redis` (foreground, its own config in a temp dir).
+pub fn start_webdis(redis: &RedisServer, dir: &std::path::Path) -> Proc {
+    let port = free_port();
+    let conf = dir.join("webdis.json");
+    std::fs::write(
+        &conf,
+        serde_json::json!({
+            "redis_host": "127.0.0.1",
+            "redis_port": redis.port,
+            "redis_auth": redis.password,
+            "http_host": "127.0.0.1",
+            "http_port": port,
+            "threads": 2,
+            "pool_size": 8,
+            "daemonize": false,
+            "database": 0,
+            "verbosity": 0,
+            "logfile": dir.join("webdis.log"),
+        })
+        .to_string(),
+    )
+    .expect("write webdis.json");
+    let child = Command::new("webdis")
+        .arg(&conf)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start webdis (apt-get install webdis; scripts/bench.sh installs it)");
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let p = Proc { child, addr };
+    wait_until("webdis to listen", Duration::from_secs(10), || {
+        std::net::TcpStream::connect(addr).is_ok()
+    });
+    p
+}
+
+/// Postgres with a password for TCP clients, the demo schema and pgbench's tables.
+pub fn start_postgres() -> (PgServer, String) {
+    let pg = PgServer::start();
+    pg.setup_demo_schema();
+    let url = pg.require_password(PG_PASSWORD);
+    let out = Command::new(pgbench())
+        .args(["-i", "-s", "1", "-q", "-h"])
+        .arg(pg.socket_dir())
+        .args(["-p", &pg.port.to_string(), "-U", "postgres", "postgres"])
+        .output()
+        .expect("run pgbench -i");
+    assert!(
+        out.status.success(),
+        "pgbench -i failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (pg, url)
+}
+
+pub fn pgbench() -> PathBuf {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| d.flatten().map(|e| e.path().join("bin")).collect())
+        .unwrap_or_default();
+    dirs.sort();
+    dirs.into_iter()
+        .rev()
+        .map(|d| d.join("pgbench"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("pgbench"))
+}
+
+/// Peak RSS sampled and CPU used by a process between two readings.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcStat {
+    pub rss_kb: u64,
+    pub cpu_ticks: u64,
+}
+
+pub fn proc_stat(pid: u32) -> ProcStat {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss_kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the ")" that ends the command name: utime is the 12th, stime the 13th.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let tick = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    ProcStat {
+        rss_kb,
+        cpu_ticks: tick(11) + tick(12),
+    }
+}
+
+/// Cores, CPU model, kernel: stamped on every result file.
+pub fn machine() -> serde_json::Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_else(|| "unknown".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let version = |cmd: &str, arg: &str| {
+        Command::new(cmd)
+            .arg(arg)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    };
+    serde_json::json!({
+        "cores": cores,
+        "cpu": model,
+        "kernel": version("uname", "-r"),
+        "redis": version("redis-server", "--version"),
+        "postgres": version(&pgbench().with_file_name("postgres").display().to_string(), "--version"),
+        "ferry": env!("CARGO_PKG_VERSION"),
+    })
+}

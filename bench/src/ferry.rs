@@ -1,0 +1,60 @@
+//! A signed async client for the sidecar (what the edge does, from native code).
+
+use ferry_shared::sign;
+use rand::Rng;
+use serde_json::Value;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+#[derive(Clone)]
+pub struct Ferry {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Ferry {
+    /// `base` is the address to call (the latency proxy in front of the sidecar, or the sidecar).
+    pub fn new(base: String, max_idle: usize) -> Ferry {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(max_idle)
+            .tcp_nodelay(true)
+            .build()
+            .unwrap_or_default();
+        Ferry { base, http }
+    }
+
+    /// One signed POST; Ok(body) for 2xx, Err(description) otherwise.
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Value, String> {
+        let bytes = serde_json::to_vec(body).map_err(|e| e.to_string())?;
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let nonce = hex::encode(rand::thread_rng().gen::<[u8; 16]>());
+        let h = sign::sign(
+            super::env::SECRET.as_bytes(),
+            now,
+            &nonce,
+            "POST",
+            path,
+            &bytes,
+        );
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .header(sign::HEADER_TIMESTAMP, h.timestamp)
+            .header(sign::HEADER_NONCE, h.nonce)
+            .header(sign::HEADER_SIGNATURE, h.signature)
+            .body(bytes)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let body: Value = resp.json().await.map_err(|e| e.to_string())?;
+        if status.is_success() {
+            Ok(body)
+        } else {
+            Err(format!("{status}: {body}"))
+        }
+    }
+}

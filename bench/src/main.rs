@@ -1,0 +1,236 @@
+//! `ferry-bench`: reproduces, on one machine, the measurements Ferry exists for (see
+//! ../shared/DESIGN.md and README "Performance"), with Ferry in place of the proxy.
+//! A latency proxy stands in for the edge <-> data centre link. Run through scripts/bench.sh,
+//! which installs webdis, wrk and redis-tools and builds the release sidecar.
+
+mod env;
+mod ferry;
+mod proxy;
+mod report;
+mod resp;
+mod scenarios;
+mod stats;
+
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use scenarios::{Measurement, Plan, Resources};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(about = "Ferry's benchmarks: direct vs through Ferry, over a simulated wide-area link")]
+struct Args {
+    #[command(subcommand)]
+    scenario: Option<Which>,
+    /// A smoke run: few samples, short loads (under a minute).
+    #[arg(long)]
+    quick: bool,
+    /// Where result files go.
+    #[arg(long, default_value = "bench/results")]
+    out: PathBuf,
+}
+
+#[derive(Subcommand, Clone, Copy, PartialEq, Eq)]
+enum Which {
+    /// A cached GET: fresh connection + AUTH per request vs Ferry.
+    Redis,
+    /// A point query: fresh connection + auth vs Ferry uncached vs Ferry cached.
+    Postgres,
+    /// 100 keys: sequential vs 10 concurrent connections vs one batch; 100 B and 50 KB values.
+    Keys,
+    /// 500 concurrent isolates against a Redis capped at 30 clients.
+    Connections,
+    /// Requests per second: Ferry vs webdis vs redis-benchmark; /v1/query vs pgbench -S.
+    Throughput,
+}
+
+/// What the scenarios need: addresses, passwords, progress.
+pub struct Ctx {
+    pub redis_addr: SocketAddr,
+    pub redis_password: String,
+    pub pg_addr: SocketAddr,
+    pub pg_password: String,
+    pub sidecar_addr: SocketAddr,
+    pub limited_redis_addr: SocketAddr,
+    pub limited_sidecar_addr: SocketAddr,
+    pub webdis_addr: SocketAddr,
+    pub progress: ProgressBar,
+}
+
+impl Ctx {
+    pub fn step(&self, what: &str) {
+        self.progress.inc(1);
+        self.progress.set_message(what.to_string());
+    }
+}
+
+fn steps(which: Which) -> u64 {
+    match which {
+        Which::Redis => 6,
+        Which::Postgres => 9,
+        Which::Keys => 6,
+        Which::Connections => 2,
+        Which::Throughput => 7,
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    let selected: Vec<Which> = match args.scenario {
+        Some(w) => vec![w],
+        None => vec![
+            Which::Redis,
+            Which::Postgres,
+            Which::Keys,
+            Which::Connections,
+            Which::Throughput,
+        ],
+    };
+    let plan = Plan::new(args.quick);
+    let started = Instant::now();
+
+    eprintln!("starting private Redis (password), Redis (maxclients 30), Postgres (SCRAM), the sidecar, webdis...");
+    let redis =
+        ferry_testkit::RedisServer::start_with_args(&["--requirepass", env::REDIS_PASSWORD]);
+    let limited = ferry_testkit::RedisServer::start_with_args(&[
+        "--requirepass",
+        env::REDIS_PASSWORD,
+        "--maxclients",
+        "30",
+    ]);
+    let (pg, pg_url) = env::start_postgres();
+    let sidecar = env::start_sidecar(&redis.url(), &pg_url, &[]);
+    let limited_sidecar = env::start_sidecar(&limited.url(), &pg_url, &[]);
+    let webdis_dir =
+        std::env::temp_dir().join(format!("ferry-bench-webdis-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&webdis_dir);
+    let webdis = env::start_webdis(&redis, &webdis_dir);
+
+    let progress = ProgressBar::new(selected.iter().map(|w| steps(*w)).sum::<u64>() + 1);
+    progress.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let ctx = Ctx {
+        redis_addr: ([127, 0, 0, 1], redis.port).into(),
+        redis_password: env::REDIS_PASSWORD.into(),
+        pg_addr: ([127, 0, 0, 1], pg.port).into(),
+        pg_password: env::PG_PASSWORD.into(),
+        sidecar_addr: sidecar.addr,
+        limited_redis_addr: ([127, 0, 0, 1], limited.port).into(),
+        limited_sidecar_addr: limited_sidecar.addr,
+        webdis_addr: webdis.addr,
+        progress,
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let (measurements, resources, overhead) = rt.block_on(async {
+        ctx.step("measuring the latency proxy's own cost");
+        let overhead = proxy_overhead(&ctx).await;
+        let mut all: Vec<Measurement> = Vec::new();
+        let mut res: Vec<Resources> = Vec::new();
+        let pid = sidecar.pid();
+        for w in &selected {
+            let (m, r) = match w {
+                Which::Redis => {
+                    scenarios::watch("redis", pid, scenarios::redis::run(&ctx, &plan)).await
+                }
+                Which::Postgres => {
+                    scenarios::watch("postgres", pid, scenarios::postgres::run(&ctx, &plan)).await
+                }
+                Which::Keys => {
+                    scenarios::watch("keys", pid, scenarios::keys::run(&ctx, &plan)).await
+                }
+                Which::Connections => {
+                    scenarios::watch(
+                        "connections",
+                        limited_sidecar.pid(),
+                        scenarios::connections::run(&ctx, &plan),
+                    )
+                    .await
+                }
+                Which::Throughput => {
+                    scenarios::watch("throughput", pid, scenarios::throughput::run(&ctx, &plan))
+                        .await
+                }
+            };
+            all.extend(m);
+            res.push(r);
+        }
+        (all, res, overhead)
+    });
+    ctx.progress
+        .finish_with_message(format!("done in {:.0} s", started.elapsed().as_secs_f64()));
+
+    let report = report::Report {
+        date: chrono::Local::now().format("%Y-%m-%d %H:%M %Z").to_string(),
+        quick: args.quick,
+        machine: env::machine(),
+        proxy_overhead_ms: overhead,
+        measurements,
+        resources,
+    };
+    let md = report.markdown();
+    println!("\n{md}");
+    if let Err(e) = write(&args.out, &report, &md) {
+        eprintln!("could not write results to {}: {e}", args.out.display());
+        std::process::exit(1);
+    }
+    drop((webdis, sidecar, limited_sidecar, pg, redis, limited));
+    let _ = std::fs::remove_dir_all(&webdis_dir);
+}
+
+/// Files: <stamp>.md/.json, and latest.md / latest.json / latency.svg.
+fn write(out: &std::path::Path, report: &report::Report, md: &str) -> Result<(), String> {
+    std::fs::create_dir_all(out).map_err(|e| e.to_string())?;
+    let stamp = chrono::Local::now().format("%Y-%m-%d-%H%M").to_string();
+    let suffix = if report.quick { "-quick" } else { "" };
+    let json = serde_json::to_string_pretty(&report.json()).map_err(|e| e.to_string())?;
+    for name in [format!("{stamp}{suffix}"), format!("latest{suffix}")] {
+        std::fs::write(out.join(format!("{name}.md")), md).map_err(|e| e.to_string())?;
+        std::fs::write(out.join(format!("{name}.json")), &json).map_err(|e| e.to_string())?;
+    }
+    report.chart(&out.join(format!("latency{suffix}.svg")))?;
+    eprintln!("results written to {}", out.display());
+    Ok(())
+}
+
+/// The proxy's own cost: a PING round trip through it at 0 ms delay, minus one without it.
+async fn proxy_overhead(ctx: &Ctx) -> f64 {
+    let p50 = |mut v: Vec<Duration>| {
+        v.sort();
+        v.get(v.len() / 2)
+            .copied()
+            .unwrap_or_default()
+            .as_secs_f64()
+            * 1000.0
+    };
+    let measure = |addr: SocketAddr| async move {
+        let mut c = resp::Conn::connect(addr).await.ok()?;
+        c.cmd(&[b"AUTH", env::REDIS_PASSWORD.as_bytes()])
+            .await
+            .ok()?;
+        let mut v = Vec::new();
+        for _ in 0..300 {
+            let t = Instant::now();
+            c.cmd(&[b"PING"]).await.ok()?;
+            v.push(t.elapsed());
+        }
+        Some(v)
+    };
+    let direct = measure(ctx.redis_addr).await.unwrap_or_default();
+    let Ok(proxy) = proxy::LatencyProxy::start(ctx.redis_addr, Duration::ZERO).await else {
+        return 0.0;
+    };
+    let via = measure(proxy.addr).await.unwrap_or_default();
+    (p50(via) - p50(direct)).max(0.0)
+}

@@ -1,0 +1,81 @@
+//! Scenario 1: a cached GET. Direct = what a per-request isolate does (connect, AUTH, GET,
+//! close) across the wide-area link; Ferry = kept-alive HTTP to the sidecar across the same
+//! link, the sidecar holding pooled Redis connections.
+
+use super::{Measurement, Plan};
+use crate::ferry::Ferry;
+use crate::proxy::LatencyProxy;
+use crate::resp;
+use crate::stats::Summary;
+use crate::Ctx;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+pub const KEY: &str = "bench:key";
+
+pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
+    let value = "v".repeat(100);
+    let mut r = resp::Conn::connect(ctx.redis_addr).await.expect("redis");
+    r.cmd(&[b"AUTH", ctx.redis_password.as_bytes()])
+        .await
+        .expect("auth");
+    r.cmd(&[b"SET", KEY.as_bytes(), value.as_bytes()])
+        .await
+        .expect("set");
+    let direct_ferry = Ferry::new(format!("http://{}", ctx.sidecar_addr), 4);
+    direct_ferry
+        .post(
+            "/v1/cache",
+            &json!({"op": "set", "key": KEY, "value": value}),
+        )
+        .await
+        .expect("ferry set");
+
+    let mut out = Vec::new();
+    for rtt in &plan.rtts {
+        let to_redis = LatencyProxy::start(ctx.redis_addr, *rtt)
+            .await
+            .expect("proxy");
+        let to_sidecar = LatencyProxy::start(ctx.sidecar_addr, *rtt)
+            .await
+            .expect("proxy");
+        ctx.step(&format!("redis: direct, fresh connection, RTT {rtt:?}"));
+        let mut direct = Vec::with_capacity(plan.samples);
+        for _ in 0..plan.samples {
+            let t = Instant::now();
+            let mut c = resp::Conn::connect(to_redis.addr).await.expect("connect");
+            c.cmd(&[b"AUTH", ctx.redis_password.as_bytes()])
+                .await
+                .expect("auth");
+            let v = c.cmd(&[b"GET", KEY.as_bytes()]).await.expect("get");
+            drop(c);
+            direct.push(t.elapsed());
+            assert_eq!(v.len(), 100);
+        }
+        ctx.step(&format!("redis: Ferry, RTT {rtt:?}"));
+        let ferry = Ferry::new(format!("http://{}", to_sidecar.addr), 4);
+        let get = json!({"op": "get", "key": KEY});
+        ferry.post("/v1/cache", &get).await.expect("warm-up");
+        let mut via = Vec::with_capacity(plan.samples);
+        for _ in 0..plan.samples {
+            let t = Instant::now();
+            let v = ferry.post("/v1/cache", &get).await.expect("ferry get");
+            via.push(t.elapsed());
+            assert_eq!(v["value"].as_str().map(str::len), Some(100));
+        }
+        let ms = rtt.as_secs_f64() * 1000.0;
+        out.push(row(ms, "direct (connect+AUTH+GET)", &direct));
+        out.push(row(ms, "Ferry (pooled, kept-alive)", &via));
+    }
+    out
+}
+
+fn row(rtt_ms: f64, path: &str, samples: &[Duration]) -> Measurement {
+    Measurement {
+        scenario: "redis",
+        rtt_ms,
+        path: path.into(),
+        latency: Some(Summary::of(samples)),
+        figures: json!({}),
+    }
+}

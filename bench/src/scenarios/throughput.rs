@@ -1,0 +1,211 @@
+//! Scenario 5: requests per second at equal concurrency on loopback. A cache-hit GET through
+//! Ferry vs webdis (HTTP-to-Redis in C) vs redis-benchmark (raw Redis); cached vs uncached
+//! `/v1/query` vs `pgbench -S` on the same table. Ferry and webdis get the same load generator.
+
+use super::{Measurement, Plan};
+use crate::env::pgbench;
+use crate::ferry::Ferry;
+use crate::Ctx;
+use rand::Rng;
+use serde_json::json;
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
+    let c = plan.concurrency;
+    let d = plan.throughput_for;
+    let ferry = Ferry::new(format!("http://{}", ctx.sidecar_addr), c);
+    ferry
+        .post(
+            "/v1/cache",
+            &json!({"op": "set", "key": "bench:tp", "value": "v".repeat(100)}),
+        )
+        .await
+        .expect("set");
+    let mut out = Vec::new();
+
+    ctx.step("throughput: Ferry cache GET");
+    let get = json!({"op": "get", "key": "bench:tp"});
+    let rps = load(c, d, {
+        let f = ferry.clone();
+        move || {
+            let f = f.clone();
+            let get = get.clone();
+            async move { f.post("/v1/cache", &get).await.is_ok() }
+        }
+    })
+    .await;
+    out.push(row("cache GET: Ferry (/v1/cache, signed)", rps, c));
+
+    // Where Ferry's time goes: the same server answering an unsigned GET /healthz (HTTP and
+    // actix only: no signature, no JSON body, no blocking hop, no Redis).
+    let http0 = reqwest::Client::builder()
+        .pool_max_idle_per_host(c)
+        .build()
+        .unwrap_or_default();
+    let health = format!("http://{}/healthz", ctx.sidecar_addr);
+    let rps = load(c, d, move || {
+        let (http, url) = (http0.clone(), health.clone());
+        async move {
+            match http.get(&url).send().await {
+                Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                Err(_) => false,
+            }
+        }
+    })
+    .await;
+    out.push(row("floor: Ferry GET /healthz (HTTP only)", rps, c));
+
+    ctx.step("throughput: webdis GET");
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(c)
+        .build()
+        .unwrap_or_default();
+    let url = format!("http://{}/GET/ferry:k:bench:tp", ctx.webdis_addr);
+    let rps = load(c, d, move || {
+        let (http, url) = (http.clone(), url.clone());
+        async move {
+            match http.get(&url).send().await {
+                Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                Err(_) => false,
+            }
+        }
+    })
+    .await;
+    out.push(row("cache GET: webdis", rps, c));
+
+    ctx.step("throughput: redis-benchmark GET");
+    let n = (d.as_secs_f64() * 50_000.0) as u64;
+    let rb = Command::new("redis-benchmark")
+        .args(["-h", "127.0.0.1", "-p", &ctx.redis_addr.port().to_string()])
+        .args([
+            "-a",
+            &ctx.redis_password,
+            "-c",
+            &c.to_string(),
+            "-n",
+            &n.to_string(),
+        ])
+        .args(["-t", "get", "--csv"])
+        .output();
+    let rps = rb
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .find(|l| l.contains("GET"))
+                .and_then(|l| l.split(',').nth(1).map(|v| v.trim_matches('"').to_string()))
+        })
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    out.push(row("cache GET: redis-benchmark (raw Redis)", rps, c));
+
+    let sql = "SELECT abalance FROM pgbench_accounts WHERE aid = $1";
+    for (label, cached) in [
+        ("query: Ferry cached (/v1/query hit)", true),
+        ("query: Ferry uncached (/v1/query)", false),
+    ] {
+        ctx.step(&format!("throughput: {label}"));
+        if cached {
+            for aid in 1..=100 {
+                ferry
+                    .post(
+                        "/v1/query",
+                        &json!({"sql": sql, "params": [aid], "cache": {"ttl_s": 600}}),
+                    )
+                    .await
+                    .expect("fill");
+            }
+        }
+        let f = ferry.clone();
+        let rps = load(c, d, move || {
+            let f = f.clone();
+            async move {
+                let body = if cached {
+                    let aid = rand::thread_rng().gen_range(1..=100);
+                    json!({"sql": sql, "params": [aid], "cache": {"ttl_s": 600}})
+                } else {
+                    let aid = rand::thread_rng().gen_range(1..=100_000);
+                    json!({"sql": sql, "params": [aid]})
+                };
+                f.post("/v1/query", &body).await.is_ok()
+            }
+        })
+        .await;
+        out.push(row(label, rps, c));
+    }
+
+    ctx.step("throughput: pgbench -S");
+    let pb = Command::new(pgbench())
+        .args([
+            "-S",
+            "-n",
+            "-c",
+            &c.to_string(),
+            "-j",
+            "2",
+            "-T",
+            &d.as_secs().max(1).to_string(),
+        ])
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &ctx.pg_addr.port().to_string(),
+            "-U",
+            "postgres",
+            "postgres",
+        ])
+        .env("PGPASSWORD", &ctx.pg_password)
+        .output();
+    let rps = pb
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .find(|l| l.starts_with("tps ="))
+                .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
+        })
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    out.push(row(
+        "query: pgbench -S (raw Postgres, persistent connections)",
+        rps,
+        c,
+    ));
+    out
+}
+
+fn row(path: &str, rps: f64, concurrency: usize) -> Measurement {
+    Measurement {
+        scenario: "throughput",
+        rtt_ms: 0.0,
+        path: path.into(),
+        latency: None,
+        figures: json!({"rps": rps.round(), "concurrency": concurrency}),
+    }
+}
+
+/// Runs `concurrency` workers calling `f` until `dur` passes; successful calls per second.
+async fn load<F, Fut>(concurrency: usize, dur: Duration, f: F) -> f64
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let ok = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let workers = (0..concurrency).map(|_| {
+        let (f, ok) = (f.clone(), ok.clone());
+        tokio::spawn(async move {
+            while start.elapsed() < dur {
+                if f().await {
+                    ok.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    });
+    futures::future::join_all(workers).await;
+    ok.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
