@@ -23,6 +23,8 @@ pub enum ErrorCode {
     NotText,
     /// The body is larger than the configured limit (413).
     PayloadTooLarge,
+    /// The body is declared as something other than application/json (415).
+    UnsupportedMediaType,
     /// The request is not signed (401).
     AuthMissing,
     /// A signature header is present but malformed (401).
@@ -76,6 +78,7 @@ impl ErrorCode {
             NotFound | NotCached => 404,
             MethodNotAllowed => 405,
             PayloadTooLarge => 413,
+            UnsupportedMediaType => 415,
             UnsupportedType | NotText => 422,
             Internal | EdgeMisconfigured => 500,
             UpstreamError | SidecarUnreachable | SidecarBadResponse | SidecarAuthFailed => 502,
@@ -95,6 +98,7 @@ impl ErrorCode {
             UnsupportedType => "unsupported_type",
             NotText => "not_text",
             PayloadTooLarge => "payload_too_large",
+            UnsupportedMediaType => "unsupported_media_type",
             AuthMissing => "auth_missing",
             AuthMalformed => "auth_malformed",
             AuthExpired => "auth_expired",

@@ -42,6 +42,8 @@ pub enum ApiError {
     NotText { key: String },
     #[error("not found")]
     NotFound,
+    #[error("unsupported media type")]
+    UnsupportedMediaType,
     #[error("not cached")]
     NotCached,
     #[error("raw sql forbidden")]
@@ -96,6 +98,7 @@ impl ApiError {
             ApiError::UnsupportedType { .. } => ErrorCode::UnsupportedType,
             ApiError::NotText { .. } => ErrorCode::NotText,
             ApiError::NotFound => ErrorCode::NotFound,
+            ApiError::UnsupportedMediaType => ErrorCode::UnsupportedMediaType,
             ApiError::NotCached => ErrorCode::NotCached,
             ApiError::RawSqlForbidden => ErrorCode::RawSqlForbidden,
             ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
@@ -139,6 +142,7 @@ impl ApiError {
             | ApiError::UnsupportedType { .. }
             | ApiError::NotText { .. } => self.to_string(),
             ApiError::NotFound => "no such route".into(),
+            ApiError::UnsupportedMediaType => "the body must be application/json".into(),
             ApiError::NotCached => "not in the cache, and cache.mode is only-if-cached".into(),
             ApiError::RawSqlForbidden => {
                 "raw SQL is not allowed here: send a named query (\"query\": \"NAME\")".into()

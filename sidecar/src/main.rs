@@ -51,7 +51,10 @@ fn main() -> ExitCode {
 fn init_tracing(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FERRY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // Logs go to stderr (journald and docker collect it); stdout stays free.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();
     } else {

@@ -102,6 +102,55 @@ fn malformed_and_mistyped_bodies_are_400_naming_the_field() {
 }
 
 #[test]
+fn wrong_content_types_are_415() {
+    let stack = common::Stack::start();
+    let c = &stack.client;
+    let body = br#"{"sql": "SELECT 1 AS one"}"#.to_vec();
+    for ct in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "application/jsonp",
+    ] {
+        let mut headers = c.headers_for(
+            "POST",
+            "/v1/query",
+            &body,
+            common::client::now_s(),
+            &common::client::nonce(),
+        );
+        headers.push(("content-type", ct.to_string()));
+        // A request carrying only this content type (send_raw would add application/json).
+        let r = c.block_on(async {
+            let mut req = c
+                .http
+                .post(format!("{}/v1/query", c.base))
+                .body(body.clone());
+            for (k, v) in &headers {
+                req = req.header(*k, v);
+            }
+            let resp = req.send().await.expect("send");
+            let status = resp.status().as_u16();
+            let v: serde_json::Value = resp.json().await.unwrap_or_default();
+            (status, v)
+        });
+        assert_eq!(r.0, 415, "{ct}: {:?}", r.1);
+        assert_eq!(r.1["error"]["code"], "unsupported_media_type");
+    }
+    let ok = c.raw("POST", "/v1/query", body.clone(), &{
+        let mut h = c.headers_for(
+            "POST",
+            "/v1/query",
+            &body,
+            common::client::now_s(),
+            &common::client::nonce(),
+        );
+        h.push(("content-type", "application/json; charset=utf-8".into()));
+        h
+    });
+    assert_eq!(ok.status, 200, "{:?}", ok.body);
+}
+
+#[test]
 fn oversized_bodies_are_413() {
     let stack = common::Stack::start_with(|c| c.server.body_limit_bytes = 4096);
     let c = &stack.client;

@@ -4,12 +4,14 @@
 
 pub mod client;
 pub mod postgres;
+pub mod proxy;
 pub mod redis;
 pub mod sidecar;
 pub mod wrangler;
 
 pub use self::client::Client;
 pub use self::postgres::PgServer;
+pub use self::proxy::CutProxy;
 pub use self::redis::RedisServer;
 pub use self::sidecar::Sidecar;
 pub use self::wrangler::WranglerDev;

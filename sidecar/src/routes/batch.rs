@@ -3,7 +3,7 @@
 
 use super::State;
 use crate::error::ApiError;
-use crate::{json, keyed, plan, read};
+use crate::{keyed, plan, read};
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::{BatchRequest, BatchResponse, BatchResult, KeyedRequest};
 use futures_util::stream::{self, StreamExt};
@@ -15,8 +15,7 @@ pub async fn batch(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let body = state.verifier.authenticate(&req, payload).await?;
-    let b: BatchRequest = json::parse(&body)?;
+    let b: BatchRequest = super::signed_json(&state, &req, payload).await?;
     let max = state.config.cache.max_batch;
     if b.reads.is_empty() || b.reads.len() > max {
         return Err(ApiError::invalid("reads", format!("give 1 to {max} reads")));
@@ -63,8 +62,7 @@ pub async fn keyed(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let body = state.verifier.authenticate(&req, payload).await?;
-    let k: KeyedRequest = json::parse(&body)?;
+    let k: KeyedRequest = super::signed_json(&state, &req, payload).await?;
     keyed::validate(&state, &k)?;
     let s = state.clone();
     let resp = state.blocking.run(move || keyed::run(&s, k)).await?;

@@ -1,8 +1,8 @@
 //! `POST /v1/cache`: plain cache commands (get, set, del, mget, mset, incr, expire).
 
 use super::State;
+use crate::commands;
 use crate::error::ApiError;
-use crate::{commands, json};
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::CacheCommand;
 
@@ -11,8 +11,7 @@ pub async fn cache(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let body = state.verifier.authenticate(&req, payload).await?;
-    let cmd: CacheCommand = json::parse(&body)?;
+    let cmd: CacheCommand = super::signed_json(&state, &req, payload).await?;
     commands::validate(&state, &cmd)?;
     let s = state.clone();
     let reply = state.blocking.run(move || commands::run(&s, cmd)).await?;

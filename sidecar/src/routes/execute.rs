@@ -2,7 +2,7 @@
 
 use super::State;
 use crate::error::ApiError;
-use crate::{db, json, plan};
+use crate::{db, plan};
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::{ExecuteRequest, ExecuteResponse};
 
@@ -11,8 +11,7 @@ pub async fn execute(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let body = state.verifier.authenticate(&req, payload).await?;
-    let e: ExecuteRequest = json::parse(&body)?;
+    let e: ExecuteRequest = super::signed_json(&state, &req, payload).await?;
     let (sql, _) = plan::statement(&state.config, e.sql, e.query, "")?;
     let inv = e.invalidate.unwrap_or_default();
     for (i, k) in inv.keys.iter().enumerate() {

@@ -62,6 +62,25 @@ async fn method_not_allowed() -> HttpResponse {
     ApiError::MethodNotAllowed.error_response()
 }
 
+/// Authenticates a request, checks its content type, and parses its JSON body: in that
+/// order, so nothing of an unauthenticated body is ever parsed.
+pub async fn signed_json<T: serde::de::DeserializeOwned>(
+    state: &State,
+    req: &actix_web::HttpRequest,
+    payload: web::Payload,
+) -> Result<T, ApiError> {
+    let body = state.verifier.authenticate(req, payload).await?;
+    // Absent is fine (the body must still be JSON); anything but JSON is refused.
+    if let Some(ct) = req.headers().get(actix_web::http::header::CONTENT_TYPE) {
+        let ct = ct.to_str().unwrap_or_default().to_ascii_lowercase();
+        let essence = ct.split(';').next().unwrap_or_default().trim();
+        if essence != "application/json" {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+    }
+    crate::json::parse(&body)
+}
+
 /// TTLs must be at least a second and at most `cache.max_ttl_s`.
 pub fn check_ttl(state: &AppState, field: &str, ttl_s: u64) -> Result<(), ApiError> {
     let max = state.config.cache.max_ttl_s;

@@ -2,7 +2,7 @@
 
 use super::State;
 use crate::error::ApiError;
-use crate::{json, plan, read};
+use crate::{plan, read};
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::QueryRequest;
 
@@ -11,8 +11,7 @@ pub async fn query(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let body = state.verifier.authenticate(&req, payload).await?;
-    let q: QueryRequest = json::parse(&body)?;
+    let q: QueryRequest = super::signed_json(&state, &req, payload).await?;
     let plan = plan::read(&state.config, q, "")?;
     let resp = read::read(&state, plan).await?;
     Ok(HttpResponse::Ok().json(resp))
