@@ -47,4 +47,7 @@ done
 grep -A12 '^## targets' "$out/latest-quick.md" || true
 rm -rf "$out"
 
+step "fuzz smoke run (scripts/fuzz.sh 10: request decoding and signature verification, 10 s each)"
+bash scripts/fuzz.sh 10
+
 step "all checks passed"
