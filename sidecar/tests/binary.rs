@@ -51,28 +51,15 @@ fn runs_from_env_alone_and_drains_on_sigterm() {
     let redis = common::RedisServer::start();
     let pg = common::PgServer::start();
     pg.setup_demo_schema();
-    let port = common::free_port();
-    let mut child = Command::new(BIN)
-        .env_clear()
-        .env("FERRY_LISTEN", format!("127.0.0.1:{port}"))
-        .env("FERRY_REDIS_URL", redis.url())
-        .env("FERRY_DATABASE_URL", pg.url())
-        .env("FERRY_SECRET", common::SECRET)
-        .env("FERRY_SERVER_WORKERS", "2")
-        .env("FERRY_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start binary");
-    let client = common::Client::new(&format!("http://127.0.0.1:{port}"), common::SECRET);
-    common::wait_until(
-        "the binary to become ready",
-        Duration::from_secs(20),
-        || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-                && client.get("/readyz").status == 200
-        },
+    let mut sidecar = common::SidecarProcess::start(
+        BIN,
+        &redis.url(),
+        &pg.url(),
+        &[("FERRY_LOG", "warn")],
+        Stdio::piped(),
     );
+    let port = sidecar.port;
+    let client = sidecar.client.clone();
     let r =
         client.query(json!({"sql": "SELECT name FROM items WHERE id = 1", "cache": {"ttl_s": 5}}));
     assert_eq!(r.status, 200, "{:?}", r.body);
@@ -83,17 +70,12 @@ fn runs_from_env_alone_and_drains_on_sigterm() {
         c.query(json!({"sql": "SELECT pg_sleep(1)::text AS s, 1 AS done"}))
     });
     std::thread::sleep(Duration::from_millis(300));
-    let pid = child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill")
-        .success());
+    // Returns once the process exited: after draining the slow request.
+    let status = sidecar.terminate();
     let answer = slow.join().expect("slow request");
     assert_eq!(answer.status, 200, "{:?}", answer.body);
     assert_eq!(answer.body["rows"][0]["done"], 1);
 
-    let status = child.wait().expect("wait");
     assert!(status.success(), "exit status {status:?}");
     assert!(
         std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),

@@ -53,25 +53,14 @@ fn two_thousand_connections_and_ten_times_the_pool() {
     let redis = RedisServer::start();
     let pg = PgServer::start();
     pg.setup_demo_schema();
-    let port = common::free_port();
-    let mut child = Command::new(BIN)
-        .env_clear()
-        .env("FERRY_LISTEN", format!("127.0.0.1:{port}"))
-        .env("FERRY_REDIS_URL", redis.url())
-        .env("FERRY_DATABASE_URL", pg.url())
-        .env("FERRY_SECRET", common::SECRET)
-        .env("FERRY_SERVER_WORKERS", "2")
-        .env("FERRY_SERVER_MAX_IN_FLIGHT", "4096")
-        .env("FERRY_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start binary");
-    let pid = child.id();
-    let c = common::Client::new(&format!("http://127.0.0.1:{port}"), common::SECRET);
-    common::wait_until("the binary to be ready", Duration::from_secs(20), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() && c.get("/readyz").status == 200
-    });
+    let mut sidecar = common::SidecarProcess::start(
+        BIN,
+        &redis.url(),
+        &pg.url(),
+        &[("FERRY_SERVER_MAX_IN_FLIGHT", "4096")],
+        Stdio::null(),
+    );
+    let (pid, port, c) = (sidecar.pid(), sidecar.port, sidecar.client.clone());
     let cached = json!({"sql": "SELECT name FROM items WHERE id = 1", "cache": {"ttl_s": 300}});
     c.query(cached.clone());
     let rss_idle = peak_rss_kb(pid);
@@ -143,10 +132,7 @@ fn two_thousand_connections_and_ten_times_the_pool() {
         rss_after_conns,
         rss_peak
     );
-    let _ = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
-    let _ = child.wait();
+    sidecar.terminate();
 
     assert_eq!(errors, 0, "2,000 concurrent connections all served");
     assert_eq!(ok, 10, "one slow query per pooled connection");

@@ -3,8 +3,7 @@
 //! the connection strings.
 use ferry_testkit::{self as common, PgServer, RedisServer};
 use serde_json::json;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Stdio;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
 
@@ -15,23 +14,15 @@ fn no_secret_in_responses_or_logs() {
     pg.setup_demo_schema();
     let pg_url = pg.require_password("pg-pass-5ecret");
     let secret = "hmac-secret-5ecret-0123456789";
-    let port = common::free_port();
     let log = tempfile::NamedTempFile::new().expect("log file");
-    let mut child = Command::new(BIN)
-        .env_clear()
-        .env("FERRY_LISTEN", format!("127.0.0.1:{port}"))
-        .env("FERRY_REDIS_URL", redis.url())
-        .env("FERRY_DATABASE_URL", &pg_url)
-        .env("FERRY_SECRET", secret)
-        .env("FERRY_LOG", "debug")
-        .stdout(Stdio::null())
-        .stderr(log.reopen().expect("reopen"))
-        .spawn()
-        .expect("start binary");
-    let c = common::Client::new(&format!("http://127.0.0.1:{port}"), secret);
-    common::wait_until("ready", Duration::from_secs(20), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() && c.get("/readyz").status == 200
-    });
+    let mut sidecar = common::SidecarProcess::start(
+        BIN,
+        &redis.url(),
+        &pg_url,
+        &[("FERRY_SECRET", secret), ("FERRY_LOG", "debug")],
+        Stdio::from(log.reopen().expect("reopen")),
+    );
+    let c = sidecar.client.clone();
     let mut bodies = Vec::new();
     bodies.push(
         c.query(json!({"sql": "SELECT name FROM items WHERE id = 1", "cache": {"ttl_s": 5}}))
@@ -54,10 +45,7 @@ fn no_secret_in_responses_or_logs() {
             .body,
     );
     bodies.push(c.get("/readyz").body);
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let _ = child.wait();
+    sidecar.terminate();
     let logs = std::fs::read_to_string(log.path()).expect("read log");
     let needles = ["5ecret", &pg_url, "pg-pass", "redis-pass", secret];
     for n in needles {

@@ -5,7 +5,7 @@
 //!   FERRY_SOAK_S=600 cargo test -p ferry-sidecar --test soak -- --ignored --nocapture
 use ferry_testkit::{self as common, PgServer, RedisServer};
 use serde_json::json;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,24 +42,15 @@ fn no_growth_under_steady_load() {
     let redis = RedisServer::start();
     let pg = PgServer::start();
     pg.setup_demo_schema();
-    let port = common::free_port();
-    let mut child = Command::new(BIN)
-        .env_clear()
-        .env("FERRY_LISTEN", format!("127.0.0.1:{port}"))
-        .env("FERRY_REDIS_URL", redis.url())
-        .env("FERRY_DATABASE_URL", pg.url())
-        .env("FERRY_SECRET", common::SECRET)
-        .env("FERRY_AUTH_MAX_SKEW_S", WINDOW_S.to_string())
-        .env("FERRY_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start binary");
-    let pid = child.id();
-    let c = common::Client::new(&format!("http://127.0.0.1:{port}"), common::SECRET);
-    common::wait_until("ready", Duration::from_secs(20), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() && c.get("/readyz").status == 200
-    });
+    let window = WINDOW_S.to_string();
+    let mut sidecar = common::SidecarProcess::start(
+        BIN,
+        &redis.url(),
+        &pg.url(),
+        &[("FERRY_AUTH_MAX_SKEW_S", &window)],
+        Stdio::null(),
+    );
+    let (pid, c) = (sidecar.pid(), sidecar.client.clone());
     let stop = Arc::new(AtomicBool::new(false));
     let (sent, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let load = {
@@ -96,10 +87,7 @@ fn no_growth_under_steady_load() {
     }
     stop.store(true, Ordering::Relaxed);
     load.join().expect("load");
-    let _ = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
-    let _ = child.wait();
+    sidecar.terminate();
 
     let settled: Vec<_> = samples.iter().filter(|(t, _)| *t >= WINDOW_S * 2).collect();
     let first = settled.first().map(|s| s.1).unwrap_or_default();

@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod postgres;
+pub mod process;
 pub mod proxy;
 pub mod redis;
 pub mod sidecar;
@@ -11,6 +12,7 @@ pub mod wrangler;
 
 pub use self::client::Client;
 pub use self::postgres::PgServer;
+pub use self::process::SidecarProcess;
 pub use self::proxy::CutProxy;
 pub use self::redis::RedisServer;
 pub use self::sidecar::Sidecar;

@@ -1,0 +1,80 @@
+//! The sidecar binary as its own process (for tests that need its own memory, its own log,
+//! or real signals), configured from environment variables alone.
+
+use super::{free_port, wait_until, Client, SECRET};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub struct SidecarProcess {
+    pub child: Child,
+    pub port: u16,
+    pub client: Client,
+}
+
+impl SidecarProcess {
+    /// Starts `bin` (a test's `env!("CARGO_BIN_EXE_ferry-sidecar")`) on a free port with
+    /// FERRY_LISTEN, FERRY_REDIS_URL, FERRY_DATABASE_URL, FERRY_SECRET (the test secret unless
+    /// `env` sets another) plus `env`, stderr to `stderr`; waits until /readyz answers 200.
+    pub fn start(
+        bin: &str,
+        redis_url: &str,
+        pg_url: &str,
+        env: &[(&str, &str)],
+        stderr: Stdio,
+    ) -> SidecarProcess {
+        let port = free_port();
+        let mut cmd = Command::new(bin);
+        cmd.env_clear()
+            .env("FERRY_LISTEN", format!("127.0.0.1:{port}"))
+            .env("FERRY_REDIS_URL", redis_url)
+            .env("FERRY_DATABASE_URL", pg_url)
+            .env("FERRY_SECRET", SECRET)
+            .env("FERRY_SERVER_WORKERS", "2")
+            .env("FERRY_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("start the sidecar binary");
+        let secret = env
+            .iter()
+            .find(|(k, _)| *k == "FERRY_SECRET")
+            .map_or(SECRET, |(_, v)| *v);
+        let client = Client::new(&format!("http://127.0.0.1:{port}"), secret);
+        wait_until(
+            "the binary to become ready",
+            Duration::from_secs(20),
+            || {
+                std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+                    && client.get("/readyz").status == 200
+            },
+        );
+        SidecarProcess {
+            child,
+            port,
+            client,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM (a graceful drain); returns once the process has exited.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status();
+        self.child.wait().expect("wait for the sidecar")
+    }
+}
+
+impl Drop for SidecarProcess {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
