@@ -41,39 +41,12 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
 
     // Where Ferry's time goes: the same server answering an unsigned GET /healthz (HTTP and
     // actix only: no signature, no JSON body, no blocking hop, no Redis).
-    let http0 = reqwest::Client::builder()
-        .pool_max_idle_per_host(c)
-        .build()
-        .unwrap_or_default();
-    let health = format!("http://{}/healthz", ctx.sidecar_addr);
-    let rps = load(c, d, move || {
-        let (http, url) = (http0.clone(), health.clone());
-        async move {
-            match http.get(&url).send().await {
-                Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
-                Err(_) => false,
-            }
-        }
-    })
-    .await;
+    let rps = get_load(c, d, format!("http://{}/healthz", ctx.sidecar_addr)).await;
     out.push(row("floor: Ferry GET /healthz (HTTP only)", rps, c));
 
     ctx.step("throughput: webdis GET");
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(c)
-        .build()
-        .unwrap_or_default();
     let url = format!("http://{}/GET/ferry:k:bench:tp", ctx.webdis_addr);
-    let rps = load(c, d, move || {
-        let (http, url) = (http.clone(), url.clone());
-        async move {
-            match http.get(&url).send().await {
-                Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
-                Err(_) => false,
-            }
-        }
-    })
-    .await;
+    let rps = get_load(c, d, url).await;
     out.push(row("cache GET: webdis", rps, c));
 
     ctx.step("throughput: redis-benchmark GET");
@@ -186,6 +159,24 @@ fn row(path: &str, rps: f64, concurrency: usize) -> Measurement {
         latency: None,
         figures: json!({"rps": rps.round(), "concurrency": concurrency}),
     }
+}
+
+/// Plain GETs of `url` (webdis, and Ferry's unsigned /healthz floor) under the same load.
+async fn get_load(concurrency: usize, dur: Duration, url: String) -> f64 {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(concurrency)
+        .build()
+        .unwrap_or_default();
+    load(concurrency, dur, move || {
+        let (http, url) = (http.clone(), url.clone());
+        async move {
+            match http.get(&url).send().await {
+                Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                Err(_) => false,
+            }
+        }
+    })
+    .await
 }
 
 /// Runs `concurrency` workers calling `f` until `dur` passes; successful calls per second.
