@@ -93,6 +93,8 @@ pub struct AuthConfig {
     pub max_nonces: usize,
     /// Whether callers may send raw SQL; false: only `[queries.NAME]` statements (raw: 403).
     pub allow_raw_sql: bool,
+    /// During a secret rotation: the old secret, still accepted alongside `secret`. Empty: none.
+    pub previous_secret: String,
 }
 
 #[derive(Clone, Serialize, Deserialize, PartialEq)]
@@ -179,6 +181,7 @@ impl std::fmt::Debug for AuthConfig {
             .field("max_skew_s", &self.max_skew_s)
             .field("max_nonces", &self.max_nonces)
             .field("allow_raw_sql", &self.allow_raw_sql)
+            .field("previous_secret", &"<redacted>")
             .finish()
     }
 }
@@ -234,6 +237,7 @@ impl Default for AuthConfig {
             max_skew_s: ferry_shared::sign::DEFAULT_MAX_SKEW_S,
             max_nonces: 1_000_000,
             allow_raw_sql: true,
+            previous_secret: String::new(),
         }
     }
 }
@@ -386,6 +390,9 @@ impl Config {
                 "auth.secret",
                 "must be set and at least 16 bytes (FERRY_SECRET, auth.secret or auth.secret_file)",
             );
+        }
+        if !self.auth.previous_secret.is_empty() && self.auth.previous_secret.len() < 16 {
+            return invalid("auth.previous_secret", "must be empty or at least 16 bytes");
         }
         if self.redis.pool_size == 0 {
             return invalid("redis.pool_size", "must be at least 1");

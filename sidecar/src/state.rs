@@ -30,8 +30,14 @@ impl AppState {
             timeout.as_secs(),
             config.cache.max_entry_bytes,
         ));
+        // During a rotation both the new and the previous secret are accepted.
+        let secrets = [&config.auth.secret, &config.auth.previous_secret]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .map(|s| s.as_bytes().to_vec())
+            .collect();
         let verifier = Verifier::new(
-            vec![config.auth.secret.as_bytes().to_vec()],
+            secrets,
             config.auth.max_skew_s,
             config.auth.max_nonces,
             config.server.body_limit_bytes,
