@@ -89,6 +89,8 @@ mod wasm {
 
     pub struct SidecarClient {
         cfg: EdgeConfig,
+        /// Sent as `x-ferry-request-id`, so the sidecar logs this request under the same id.
+        request_id: String,
     }
 
     fn nonce() -> Result<String, EdgeError> {
@@ -107,8 +109,8 @@ mod wasm {
     }
 
     impl SidecarClient {
-        pub fn new(cfg: EdgeConfig) -> Self {
-            SidecarClient { cfg }
+        pub fn new(cfg: EdgeConfig, request_id: String) -> Self {
+            SidecarClient { cfg, request_id }
         }
 
         /// Sends one call and returns (status, Retry-After, body), bounded by the timeout
@@ -118,6 +120,9 @@ mod wasm {
             for (k, v) in &call.headers {
                 headers.set(k, v).map_err(|_| EdgeError::Unreachable)?;
             }
+            headers
+                .set(ferry_shared::api::REQUEST_ID_HEADER, &self.request_id)
+                .map_err(|_| EdgeError::Unreachable)?;
             let mut init = RequestInit::new();
             init.with_method(method(call.method)).with_headers(headers);
             if !call.body.is_empty() {

@@ -31,10 +31,14 @@ mod entry {
             .get_async("/cache/:key", routes::get_cache)
             .put_async("/cache/:key", routes::put_cache)
             .get_async("/health", routes::health)
-            .or_else_any_method_async("/*path", |_, _| async {
-                routes::error_response(&EdgeError::NotFound(
-                    "no such route: try /items/1, /items?ids=1,2, /cache/greeting, /health".into(),
-                ))
+            .or_else_any_method_async("/*path", |req, _| async move {
+                routes::error_response(
+                    &routes::request_id(&req),
+                    &EdgeError::NotFound(
+                        "no such route: try /items/1, /items?ids=1,2, /cache/greeting, /health"
+                            .into(),
+                    ),
+                )
             })
             .run(req, env)
             .await;
@@ -43,7 +47,10 @@ mod entry {
             Ok(resp) => Ok(resp),
             Err(e) => {
                 worker::console_error!("edge error: {e}");
-                routes::error_response(&EdgeError::bad_request("the request could not be handled"))
+                routes::error_response(
+                    &routes::request_id_fallback(),
+                    &EdgeError::bad_request("the request could not be handled"),
+                )
             }
         }
     }

@@ -5,14 +5,38 @@ use crate::client::SidecarClient;
 use crate::config::{self, EdgeConfig};
 use crate::error::EdgeError;
 use crate::requests;
-use ferry_shared::api::{CacheCommand, CacheReply, KeyedStatus};
+use ferry_shared::api::{CacheCommand, CacheReply, KeyedStatus, REQUEST_ID_HEADER};
 use serde_json::{json, Value};
 use worker::{Headers, Request, Response, Result, RouteContext};
 
 type Ctx = RouteContext<()>;
 
+/// This request's id: the caller's `x-ferry-request-id` when it is well-formed (1-64 of
+/// `[A-Za-z0-9_-]`), else 16 fresh random hex characters.
+pub fn request_id(req: &Request) -> String {
+    let given = req
+        .headers()
+        .get(REQUEST_ID_HEADER)
+        .ok()
+        .flatten()
+        .filter(|id| {
+            (1..=64).contains(&id.len())
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        });
+    given.unwrap_or_else(request_id_fallback)
+}
+
+/// A fresh id, for answers given without the request at hand.
+pub fn request_id_fallback() -> String {
+    let mut bytes = [0u8; 8];
+    let _ = getrandom::getrandom(&mut bytes);
+    hex::encode(bytes)
+}
+
 /// The sidecar client from the bindings, or why not.
-fn client(ctx: &Ctx) -> std::result::Result<SidecarClient, EdgeError> {
+fn client(ctx: &Ctx, request_id: &str) -> std::result::Result<SidecarClient, EdgeError> {
     let var = |name: &str| ctx.var(name).ok().map(|v| v.to_string());
     let cfg = EdgeConfig::from_bindings(
         var(config::VAR_SIDECAR_URL),
@@ -20,21 +44,32 @@ fn client(ctx: &Ctx) -> std::result::Result<SidecarClient, EdgeError> {
         var(config::VAR_ALLOW_HTTP),
         ctx.secret(config::SECRET).ok().map(|s| s.to_string()),
     )?;
-    Ok(SidecarClient::new(cfg))
+    Ok(SidecarClient::new(cfg, request_id.to_string()))
 }
 
 /// Renders a handler's outcome. Building a response can itself fail only if the runtime is
 /// broken; that error is passed to the router, which still answers.
-pub fn respond(outcome: std::result::Result<(u16, Value), EdgeError>) -> Result<Response> {
+pub fn respond(
+    request_id: &str,
+    outcome: std::result::Result<(u16, Value), EdgeError>,
+) -> Result<Response> {
     match outcome {
-        Ok((status, body)) => Ok(Response::from_json(&body)?.with_status(status)),
-        Err(e) => error_response(&e),
+        Ok((status, body)) => {
+            let headers = Headers::new();
+            headers.set("content-type", "application/json")?;
+            headers.set(REQUEST_ID_HEADER, request_id)?;
+            Ok(Response::from_json(&body)?
+                .with_status(status)
+                .with_headers(headers))
+        }
+        Err(e) => error_response(request_id, &e),
     }
 }
 
-pub fn error_response(e: &EdgeError) -> Result<Response> {
+pub fn error_response(request_id: &str, e: &EdgeError) -> Result<Response> {
     let headers = Headers::new();
     headers.set("content-type", "application/json")?;
+    headers.set(REQUEST_ID_HEADER, request_id)?;
     if let Some(ra) = e.retry_after() {
         headers.set("retry-after", ra)?;
     }
@@ -54,11 +89,13 @@ async fn body_bytes(req: &mut Request) -> std::result::Result<Vec<u8>, EdgeError
 }
 
 /// `GET /items/:id`: one item through the cache.
-pub async fn get_item(_req: Request, ctx: Ctx) -> Result<Response> {
+pub async fn get_item(req: Request, ctx: Ctx) -> Result<Response> {
+    let rid = request_id(&req);
     respond(
+        &rid,
         async {
             let id = requests::parse_id(param(&ctx, "id"))?;
-            let r = client(&ctx)?.query(&requests::item_query(id)).await?;
+            let r = client(&ctx, &rid)?.query(&requests::item_query(id)).await?;
             let item = r
                 .rows
                 .into_iter()
@@ -78,11 +115,15 @@ pub async fn get_item(_req: Request, ctx: Ctx) -> Result<Response> {
 /// `GET /items?ids=1,2,3`: many items in one sidecar call (a keyed batch: partial hits from
 /// Redis, the rest from one Postgres query), in the order asked.
 pub async fn get_items(req: Request, ctx: Ctx) -> Result<Response> {
+    let rid = request_id(&req);
     respond(
+        &rid,
         async {
             let url = req.url().map_err(|_| EdgeError::bad_request("bad URL"))?;
             let ids = requests::parse_ids(url.query())?;
-            let r = client(&ctx)?.keyed(&requests::items_request(&ids)).await?;
+            let r = client(&ctx, &rid)?
+                .keyed(&requests::items_request(&ids))
+                .await?;
             let mut items = Vec::new();
             let mut missing = Vec::new();
             let mut hits = 0;
@@ -106,11 +147,13 @@ pub async fn get_items(req: Request, ctx: Ctx) -> Result<Response> {
 
 /// `PUT /items/:id`: write the item, then invalidate its cache entry (before answering).
 pub async fn put_item(mut req: Request, ctx: Ctx) -> Result<Response> {
+    let rid = request_id(&req);
     respond(
+        &rid,
         async {
             let id = requests::parse_id(param(&ctx, "id"))?;
             let write = requests::item_upsert(id, &body_bytes(&mut req).await?)?;
-            let r = client(&ctx)?.execute(&write).await?;
+            let r = client(&ctx, &rid)?.execute(&write).await?;
             Ok((
                 200,
                 json!({"id": id, "written": r.rows_affected == 1, "invalidation": r.invalidation}),
@@ -121,12 +164,14 @@ pub async fn put_item(mut req: Request, ctx: Ctx) -> Result<Response> {
 }
 
 /// `GET /cache/:key`: a plain cache value.
-pub async fn get_cache(_req: Request, ctx: Ctx) -> Result<Response> {
+pub async fn get_cache(req: Request, ctx: Ctx) -> Result<Response> {
+    let rid = request_id(&req);
     respond(
+        &rid,
         async {
             let key = requests::parse_cache_key(param(&ctx, "key"))?;
             let cmd = CacheCommand::Get { key: key.clone() };
-            match client(&ctx)?.cache(&cmd).await? {
+            match client(&ctx, &rid)?.cache(&cmd).await? {
                 CacheReply::Get { value: Some(v) } => Ok((200, json!({"key": key, "value": v}))),
                 CacheReply::Get { value: None } => {
                     Err(EdgeError::NotFound(format!("no key {key}")))
@@ -140,11 +185,13 @@ pub async fn get_cache(_req: Request, ctx: Ctx) -> Result<Response> {
 
 /// `PUT /cache/:key` with `{"value": "...", "ttl_s": 60}`.
 pub async fn put_cache(mut req: Request, ctx: Ctx) -> Result<Response> {
+    let rid = request_id(&req);
     respond(
+        &rid,
         async {
             let key = requests::parse_cache_key(param(&ctx, "key"))?;
             let cmd = requests::cache_set(key.clone(), &body_bytes(&mut req).await?)?;
-            match client(&ctx)?.cache(&cmd).await? {
+            match client(&ctx, &rid)?.cache(&cmd).await? {
                 CacheReply::Set {} => Ok((200, json!({"key": key, "stored": true}))),
                 _ => Err(EdgeError::BadResponse { status: 200 }),
             }
@@ -154,10 +201,12 @@ pub async fn put_cache(mut req: Request, ctx: Ctx) -> Result<Response> {
 }
 
 /// `GET /health`: the edge is up; is the sidecar reachable and ready?
-pub async fn health(_req: Request, ctx: Ctx) -> Result<Response> {
+pub async fn health(req: Request, ctx: Ctx) -> Result<Response> {
+    let rid = request_id(&req);
     respond(
+        &rid,
         async {
-            let ready = client(&ctx)?.readiness().await?;
+            let ready = client(&ctx, &rid)?.readiness().await?;
             let status = if ready.ready { 200 } else { 503 };
             Ok((status, json!({"edge": "up", "sidecar": ready})))
         }

@@ -26,6 +26,20 @@ fn the_edge_reads_writes_and_caches_through_the_sidecar() {
     assert_eq!(h.status, 200, "{:?}\n{}", h.body, edge.log());
     assert_eq!(h.body["sidecar"]["ready"], true);
 
+    // Every answer carries a request id; a caller's well-formed one is kept end to end.
+    let id = h.headers["x-ferry-request-id"]
+        .to_str()
+        .expect("ascii")
+        .to_string();
+    assert_eq!(id.len(), 16, "{id}");
+    let r = c.raw(
+        "GET",
+        "/items/abc",
+        Vec::new(),
+        &[("x-ferry-request-id", "trace-me-1".into())],
+    );
+    assert_eq!(r.headers["x-ferry-request-id"], "trace-me-1");
+
     // Read one item: miss, then hit.
     let first = get(&c, "/items/7");
     assert_eq!(first.status, 200, "{:?}\n{}", first.body, edge.log());

@@ -7,6 +7,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+/// The header that carries a request's id from the edge through the sidecar and back.
+pub const REQUEST_ID_HEADER: &str = "x-ferry-request-id";
+
 /// Paths of the v1 endpoints.
 pub mod paths {
     pub const QUERY: &str = "/v1/query";

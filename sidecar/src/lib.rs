@@ -21,6 +21,7 @@ pub mod pg_params;
 pub mod plan;
 pub mod pools;
 pub mod read;
+pub mod request_id;
 pub mod routes;
 pub mod state;
 
@@ -42,7 +43,9 @@ pub fn run(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<Serve
     let mut server = HttpServer::new(move || {
         App::new()
             .app_data(data.clone())
+            // Logger inside the request-id span, so access lines carry the id too.
             .wrap(middleware::Logger::new("%r %s %Dms").log_target("ferry::access"))
+            .wrap(middleware::from_fn(request_id::middleware))
             .configure(configure)
     })
     .shutdown_timeout(server_cfg.shutdown_timeout_s)
