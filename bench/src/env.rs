@@ -69,6 +69,7 @@ pub fn start_sidecar(redis_url: &str, pg_url: &str, extra: &[(&str, &str)]) -> P
         .env("FERRY_SECRET", SECRET)
         .env("FERRY_LOG", "warn")
         .env("FERRY_SERVER_MAX_IN_FLIGHT", "4096")
+        .env("FERRY_SERVER_ADMIN_LISTEN", "")
         .env("FERRY_CONFIG", repo_root().join("deploy/ferry.toml"))
         .stdout(Stdio::null())
         .stderr(Stdio::null());

@@ -93,6 +93,9 @@ impl Flights {
         let mut map = self.map();
         if let Some(f) = map.get(key) {
             self.joined.fetch_add(1, Ordering::Relaxed);
+            crate::metrics::global()
+                .flights_joined
+                .fetch_add(1, Ordering::Relaxed);
             return f.tx.subscribe();
         }
         let (tx, rx) = watch::channel(None);

@@ -152,6 +152,12 @@ pub fn run(state: &AppState, req: KeyedRequest) -> Result<KeyedResponse, ApiErro
                 .get(t.as_str())
                 .and_then(|u| answers[*u].clone())
                 .unwrap_or((KeyedStatus::NotFound, None, 0));
+            crate::metrics::global().cache_outcome(match status {
+                KeyedStatus::Hit => "hit",
+                KeyedStatus::Miss => "miss",
+                KeyedStatus::NotFound => "not_found",
+                KeyedStatus::Bypass => "bypass",
+            });
             KeyedResult {
                 id: req.ids[i].clone(),
                 status,

@@ -16,6 +16,7 @@ pub mod error;
 pub mod flight;
 pub mod json;
 pub mod keyed;
+pub mod metrics;
 pub mod pg_json;
 pub mod pg_params;
 pub mod plan;
@@ -45,6 +46,7 @@ pub fn run(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<Serve
             .app_data(data.clone())
             // Logger inside the request-id span, so access lines carry the id too.
             .wrap(middleware::Logger::new("%r %s %Dms").log_target("ferry::access"))
+            .wrap(middleware::from_fn(metrics::middleware))
             .wrap(middleware::from_fn(request_id::middleware))
             .configure(configure)
     })
@@ -56,4 +58,22 @@ pub fn run(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<Serve
         server = server.workers(server_cfg.workers);
     }
     Ok(server.run())
+}
+
+/// The admin server: `GET /metrics` (Prometheus text) and `GET /healthz`, meant for a listener
+/// bound to localhost (`server.admin_listen`).
+pub fn admin(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<Server> {
+    let data = web::Data::from(state);
+    Ok(HttpServer::new(move || {
+        App::new()
+            .app_data(data.clone())
+            .route("/metrics", web::get().to(routes::health::metrics))
+            .route("/healthz", web::get().to(routes::health::healthz))
+    })
+    .workers(1)
+    // On a signal actix stops the whole System once a server has stopped; the admin server
+    // would stop first and cut the main server's drain short. It is stopped by the caller.
+    .disable_signals()
+    .listen(listener)?
+    .run())
 }

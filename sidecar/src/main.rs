@@ -74,5 +74,19 @@ async fn serve(config: Config) -> std::io::Result<()> {
         postgres_pool = pg_size,
         "ferry-sidecar listening"
     );
-    ferry_sidecar::run(listener, state)?.await
+    let main = ferry_sidecar::run(listener, state.clone())?;
+    let admin_listen = state.config.server.admin_listen.clone();
+    if admin_listen.is_empty() {
+        return main.await;
+    }
+    let admin = TcpListener::bind(&admin_listen)?;
+    tracing::info!(admin = %admin.local_addr()?, "metrics on GET /metrics");
+    let admin = ferry_sidecar::admin(admin, state)?;
+    let admin_handle = admin.handle();
+    // The admin server stops with the main one (both handle SIGTERM themselves).
+    let admin_task = actix_web::rt::spawn(admin);
+    let result = main.await;
+    admin_handle.stop(true).await;
+    let _ = admin_task.await;
+    result
 }

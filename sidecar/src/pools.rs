@@ -147,7 +147,13 @@ impl Pools {
 
     /// A Redis connection, or why not. Trips the breaker on failure.
     pub fn redis_conn(&self) -> Result<RedisConn, ApiError> {
-        self.redis.get().map_err(|e| {
+        let m = crate::metrics::global();
+        m.redis_waiting.fetch_add(1, Ordering::Relaxed);
+        let start = Instant::now();
+        let got = self.redis.get();
+        m.redis_waiting.fetch_sub(1, Ordering::Relaxed);
+        m.checkout("redis", start.elapsed());
+        got.map_err(|e| {
             self.mark_redis_failed();
             ApiError::CacheUnavailable {
                 internal: e.to_string(),
@@ -163,7 +169,13 @@ impl Pools {
             .pg
             .as_ref()
             .ok_or_else(|| ApiError::internal("postgres pool used after shutdown"))?;
-        pool.get().map_err(|e| {
+        let m = crate::metrics::global();
+        m.pg_waiting.fetch_add(1, Ordering::Relaxed);
+        let start = Instant::now();
+        let got = pool.get();
+        m.pg_waiting.fetch_sub(1, Ordering::Relaxed);
+        m.checkout("postgres", start.elapsed());
+        got.map_err(|e| {
             if pool.state().connections >= self.pg_size {
                 ApiError::Overloaded {
                     what: "postgres pool",
@@ -174,6 +186,17 @@ impl Pools {
                 }
             }
         })
+    }
+
+    /// (open, idle) connections of the Postgres pool.
+    pub fn pg_state(&self) -> (u32, u32) {
+        self.pg
+            .as_ref()
+            .map(|p| {
+                let s = p.state();
+                (s.connections, s.idle_connections)
+            })
+            .unwrap_or((0, 0))
     }
 
     pub fn sizes(&self) -> (u32, u32) {

@@ -51,8 +51,25 @@ pub async fn read(state: &State, plan: ReadPlan) -> Result<QueryResponse, ApiErr
     answer(state, plan, lookup).await
 }
 
-/// Answers a read whose lookup (if it has a cache plan) is done.
+/// Answers a read whose lookup (if it has a cache plan) is done, and counts the outcome.
 pub async fn answer(
+    state: &State,
+    plan: ReadPlan,
+    lookup: Option<Lookup>,
+) -> Result<QueryResponse, ApiError> {
+    let r = answer_inner(state, plan, lookup).await;
+    if let Ok(resp) = &r {
+        crate::metrics::global().cache_outcome(match resp.cache {
+            CacheStatus::Hit => "hit",
+            CacheStatus::Miss => "miss",
+            CacheStatus::Stale => "stale",
+            CacheStatus::Bypass => "bypass",
+        });
+    }
+    r
+}
+
+async fn answer_inner(
     state: &State,
     plan: ReadPlan,
     lookup: Option<Lookup>,

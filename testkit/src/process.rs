@@ -8,6 +8,8 @@ use std::time::Duration;
 pub struct SidecarProcess {
     pub child: Child,
     pub port: u16,
+    /// The admin listener (GET /metrics).
+    pub admin_port: u16,
     pub client: Client,
 }
 
@@ -23,9 +25,14 @@ impl SidecarProcess {
         stderr: Stdio,
     ) -> SidecarProcess {
         let port = free_port();
+        let admin_port = free_port();
         let mut cmd = Command::new(bin);
         cmd.env_clear()
             .env("FERRY_LISTEN", format!("127.0.0.1:{port}"))
+            .env(
+                "FERRY_SERVER_ADMIN_LISTEN",
+                format!("127.0.0.1:{admin_port}"),
+            )
             .env("FERRY_REDIS_URL", redis_url)
             .env("FERRY_DATABASE_URL", pg_url)
             .env("FERRY_SECRET", SECRET)
@@ -53,6 +60,7 @@ impl SidecarProcess {
         SidecarProcess {
             child,
             port,
+            admin_port,
             client,
         }
     }

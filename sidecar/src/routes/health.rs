@@ -51,3 +51,17 @@ pub async fn readyz(state: State) -> HttpResponse {
             .json(body)
     }
 }
+
+/// `GET /metrics` on the admin listener.
+pub async fn metrics(state: State) -> HttpResponse {
+    let r = state.pools.redis.state();
+    let (pg_open, pg_idle) = state.pools.pg_state();
+    let (redis_max, pg_max) = state.pools.sizes();
+    let text = crate::metrics::global().render(&[
+        ("redis", redis_max, r.connections, r.idle_connections),
+        ("postgres", pg_max, pg_open, pg_idle),
+    ]);
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(text)
+}
