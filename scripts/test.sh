@@ -10,35 +10,38 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$FERRY_ROOT"
 
-step "1/8 packages and tools (redis-server, postgresql, wasm toolchain, worker-build, wrangler)"
+step "1/9 packages and tools (redis-server, postgresql, wasm toolchain, worker-build, wrangler)"
 ensure_services
 ensure_wasm_toolchain
 ensure_edge_tools
 echo "redis $(redis-server --version | awk '{print $3}'); $("$(pg_bindir)/postgres" --version); wasm via $WASM_MODE"
 
-step "2/8 cargo fmt --check"
+step "2/9 cargo fmt --check"
 cargo fmt --all -- --check
 
-step "3/8 cargo clippy -D warnings (native, and the edge for wasm32)"
+step "3/9 cargo clippy -D warnings (native, and the edge for wasm32)"
 cargo clippy --workspace --all-targets -q -- -D warnings
 if [ "$WASM_MODE" = rustup ]; then
   cargo clippy -p ferry-edge --target wasm32-unknown-unknown -q -- -D warnings
 fi
 
-step "4/8 wasm builds: ferry-shared, and the edge Worker (worker-build)"
+step "4/9 wasm builds: ferry-shared, and the edge Worker (worker-build)"
 wasm_cargo build -q -p ferry-shared --target wasm32-unknown-unknown
 bash scripts/build-edge.sh
 
-step "5/8 cargo test (real Redis, Postgres and workerd, private instances)"
+step "5/9 cargo test (real Redis, Postgres and workerd, private instances)"
 FERRY_PG_BIN=$(pg_bindir) cargo test --workspace
 
-step "6/8 wrangler deploy --dry-run (the bundle deploys)"
-out=$(mktemp -d)
-bash scripts/wrangler.sh deploy --dry-run --outdir "$out" 2>&1 | tail -5
-ls -l "$out"
-rm -rf "$out"
+step "6/9 wrangler deploy --dry-run (the bundle deploys)"
+for env in "" staging production; do
+  out=$(mktemp -d)
+  echo "--- environment: ${env:-top level (dev)}"
+  bash scripts/wrangler.sh deploy --dry-run ${env:+--env "$env"} --outdir "$out" 2>&1 | grep -E "FERRY_SIDECAR_URL|dry-run"
+  [ -s "$out/index.js" ] || die "wrangler deploy --dry-run ${env:+--env $env} wrote no bundle"
+  rm -rf "$out"
+done
 
-step "7/8 benchmark smoke run (scripts/bench.sh --quick: it completes and writes its files)"
+step "7/9 benchmark smoke run (scripts/bench.sh --quick: it completes and writes its files)"
 out=$(mktemp -d)
 bash scripts/bench.sh --quick --out "$out" > "$out/bench.log" 2>&1 || { tail -40 "$out/bench.log"; die "the benchmark smoke run failed"; }
 for f in latest-quick.md latest-quick.json latency-quick.svg; do
@@ -47,7 +50,26 @@ done
 grep -A12 '^## targets' "$out/latest-quick.md" || true
 rm -rf "$out"
 
-step "8/8 fuzz smoke run (scripts/fuzz.sh 10: request decoding and signature verification, 10 s each)"
+step "8/9 fuzz smoke run (scripts/fuzz.sh 10: request decoding and signature verification, 10 s each)"
 bash scripts/fuzz.sh 10
+
+step "9/9 deploy: the systemd unit verifies, the install script stages a working config"
+if command -v systemd-analyze >/dev/null; then
+  unit=$(mktemp -d)
+  sed "s|/usr/local/bin/ferry-sidecar|$CARGO_TARGET_DIR/release/ferry-sidecar|" \
+    deploy/ferry-sidecar.service > "$unit/ferry-sidecar.service"
+  # verify exits 0 even on unknown keys: any output is a failure.
+  verdict=$(systemd-analyze verify "$unit/ferry-sidecar.service" 2>&1 || true)
+  [ -z "$verdict" ] || die "systemd-analyze verify: $verdict"
+  echo "systemd-analyze verify: ok"
+  rm -rf "$unit"
+else
+  echo "systemd-analyze is not on this machine: unit not verified"
+fi
+stage=$(mktemp -d)
+DESTDIR="$stage" bash deploy/install.sh "$CARGO_TARGET_DIR/release/ferry-sidecar"
+( set -a; source "$stage/etc/ferry/ferry.env"; set +a
+  "$stage/usr/local/bin/ferry-sidecar" --config "$stage/etc/ferry/ferry.toml" --check-config )
+rm -rf "$stage"
 
 step "all checks passed"
