@@ -7,7 +7,7 @@ use ferry_shared::api::{CacheCommand, CacheReply};
 
 /// Checks keys and TTLs before any Redis work, naming the field at fault.
 pub fn validate(state: &AppState, cmd: &CacheCommand) -> Result<(), ApiError> {
-    let max_key = state.config.cache.max_key_bytes;
+    let max_key = state.config().cache.max_key_bytes;
     let key_ok = |field: &str, k: &str| -> Result<(), ApiError> {
         if k.is_empty() {
             Err(ApiError::invalid(field, "must not be empty"))

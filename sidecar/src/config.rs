@@ -77,6 +77,9 @@ pub struct ServerConfig {
     pub shutdown_timeout_s: u64,
     /// Log format: "text" or "json".
     pub log_format: String,
+    /// Log level or tracing filter ("info", "debug", "ferry=debug,info"); FERRY_LOG wins
+    /// when set. Reloadable (SIGHUP).
+    pub log_level: String,
     /// host:port of the admin listener (GET /metrics, /healthz); keep it on localhost or a
     /// private network. Empty: no admin listener.
     pub admin_listen: String,
@@ -171,6 +174,7 @@ impl Default for ServerConfig {
             retry_after_s: 1,
             shutdown_timeout_s: 30,
             log_format: "text".into(),
+            log_level: "info".into(),
             admin_listen: "127.0.0.1:9187".into(),
         }
     }

@@ -21,17 +21,19 @@ fn id_text(id: &Value) -> Option<String> {
 }
 
 /// Checks the request before any I/O; returns the keyspace and the ids as text.
-pub fn validate<'c>(
-    state: &'c AppState,
-    req: &KeyedRequest,
-) -> Result<(&'c Keyspace, Vec<String>), ApiError> {
-    let ks = state.config.keyspaces.get(&req.keyspace).ok_or_else(|| {
-        ApiError::invalid(
-            "keyspace",
-            format!("no configured keyspace named {:?}", req.keyspace),
-        )
-    })?;
-    let max = state.config.cache.max_batch;
+pub fn validate(state: &AppState, req: &KeyedRequest) -> Result<(Keyspace, Vec<String>), ApiError> {
+    let config = state.config();
+    let ks = config
+        .keyspaces
+        .get(&req.keyspace)
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "keyspace",
+                format!("no configured keyspace named {:?}", req.keyspace),
+            )
+        })?;
+    let max = config.cache.max_batch;
     if req.ids.is_empty() || req.ids.len() > max {
         return Err(ApiError::invalid("ids", format!("give 1 to {max} ids")));
     }
@@ -41,7 +43,7 @@ pub fn validate<'c>(
         .enumerate()
         .map(|(i, id)| {
             id_text(id)
-                .filter(|t| t.len() <= state.config.cache.max_key_bytes)
+                .filter(|t| t.len() <= config.cache.max_key_bytes)
                 .ok_or_else(|| {
                     ApiError::invalid(
                         format!("ids[{i}]"),

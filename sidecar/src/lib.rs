@@ -39,7 +39,7 @@ use std::time::Duration;
 /// The returned server runs when awaited; it stops gracefully on SIGTERM/SIGINT, letting
 /// in-flight requests finish for up to `server.shutdown_timeout_s`.
 pub fn run(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<Server> {
-    let server_cfg = state.config.server.clone();
+    let server_cfg = state.config().server.clone();
     let data = web::Data::from(state);
     let mut server = HttpServer::new(move || {
         App::new()

@@ -3,12 +3,14 @@
 // A panic is an outage here (a dead request, or on the edge a dead isolate).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+use actix_web::rt::signal::unix::{signal, SignalKind};
 use clap::Parser;
 use ferry_sidecar::{AppState, Config};
 use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use tracing_subscriber::{prelude::*, reload, EnvFilter};
 
 /// Ferry's sidecar: pooled, signed, read-through access to Redis and Postgres.
 #[derive(Parser, Debug)]
@@ -38,8 +40,8 @@ fn main() -> ExitCode {
         println!("config ok");
         return ExitCode::SUCCESS;
     }
-    init_tracing(&config.server.log_format);
-    match serve(config) {
+    let log = init_tracing(&config.server.log_format, &config.server.log_level);
+    match serve(config, args.config, log) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "sidecar stopped");
@@ -48,26 +50,70 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("FERRY_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+/// The log filter can be swapped on SIGHUP (unless FERRY_LOG pins it).
+type LogHandle = Option<reload::Handle<EnvFilter, tracing_subscriber::Registry>>;
+
+fn init_tracing(format: &str, level: &str) -> LogHandle {
+    let pinned = std::env::var("FERRY_LOG").is_ok();
+    let filter = EnvFilter::try_from_env("FERRY_LOG")
+        .or_else(|_| EnvFilter::try_new(level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let (filter, handle) = reload::Layer::new(filter);
     // Logs go to stderr (journald and docker collect it); stdout stays free.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry().with(filter);
     if format == "json" {
-        builder.json().init();
+        registry.with(layer.json()).init();
     } else {
-        builder.init();
+        registry.with(layer).init();
+    }
+    (!pinned).then_some(handle)
+}
+
+/// SIGHUP: re-reads the config file and environment, applies what can change safely, and says
+/// what needs a restart. A config that does not load is refused whole (the old one stays).
+fn reload(state: &AppState, path: Option<&std::path::Path>, log: &LogHandle) {
+    let env: BTreeMap<String, String> = std::env::vars().collect();
+    match Config::load(path, &env) {
+        Err(e) => tracing::error!(error = %e, "SIGHUP: configuration not reloaded"),
+        Ok(new) => {
+            let level = new.server.log_level.clone();
+            let restart = state.reload(new);
+            if let Some(handle) = log {
+                match EnvFilter::try_new(&level) {
+                    Ok(f) => {
+                        let _ = handle.reload(f);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "SIGHUP: bad server.log_level kept out"),
+                }
+            }
+            tracing::info!("SIGHUP: configuration reloaded (cache limits, named queries, keyspaces, allow_raw_sql, log level)");
+            if !restart.is_empty() {
+                tracing::warn!(sections = ?restart, "SIGHUP: these changes need a restart and were not applied");
+            }
+        }
     }
 }
 
 #[actix_web::main]
-async fn serve(config: Config) -> std::io::Result<()> {
+async fn serve(config: Config, path: Option<PathBuf>, log: LogHandle) -> std::io::Result<()> {
     let listen = config.server.listen.clone();
     let (redis_size, pg_size) = (config.redis.pool_size, config.postgres.pool_size);
     let state = AppState::new(config).map_err(std::io::Error::other)?;
     let listener = TcpListener::bind(&listen)?;
+    {
+        let state = state.clone();
+        let mut hup = signal(SignalKind::hangup())?;
+        actix_web::rt::spawn(async move {
+            while hup.recv().await.is_some() {
+                let (s, p) = (state.clone(), path.clone());
+                // Reading files is blocking work: keep it off the event loop.
+                let log = log.clone();
+                let _ = actix_web::rt::task::spawn_blocking(move || reload(&s, p.as_deref(), &log))
+                    .await;
+            }
+        });
+    }
     tracing::info!(
         listen = %listener.local_addr()?,
         redis_pool = redis_size,
@@ -75,7 +121,7 @@ async fn serve(config: Config) -> std::io::Result<()> {
         "ferry-sidecar listening"
     );
     let main = ferry_sidecar::run(listener, state.clone())?;
-    let admin_listen = state.config.server.admin_listen.clone();
+    let admin_listen = state.config().server.admin_listen.clone();
     if admin_listen.is_empty() {
         return main.await;
     }

@@ -210,7 +210,7 @@ async fn fetch(state: &State, plan: &ReadPlan, cache: &CachePlan, observed: Obse
         .run(
             &cache.key,
             &cache.tags,
-            state.config.request_timeout(),
+            state.config().request_timeout(),
             work,
         )
         .await

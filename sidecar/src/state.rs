@@ -6,11 +6,12 @@ use crate::config::Config;
 use crate::error::{self, ApiError};
 use crate::flight::Flights;
 use crate::pools::{Blocking, Pools};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
 pub struct AppState {
-    pub config: Config,
+    /// Swapped whole on a reload (SIGHUP); read it with [`AppState::config`].
+    config: RwLock<Arc<Config>>,
     pub pools: Arc<Pools>,
     pub cache: Arc<Cache>,
     pub flights: Arc<Flights>,
@@ -50,7 +51,7 @@ impl AppState {
             Duration::from_millis(config.cache.invalidation_retry_ms.max(10)),
         );
         Ok(Arc::new(AppState {
-            config,
+            config: RwLock::new(Arc::new(config)),
             pools,
             cache,
             flights: Arc::new(Flights::default()),
@@ -74,5 +75,59 @@ fn spawn_invalidation_retry(cache: Weak<Cache>, pools: Weak<Pools>, every: Durat
         });
     if let Err(e) = spawned {
         tracing::error!(error = %e, "cannot start the invalidation retry thread");
+    }
+}
+
+impl AppState {
+    /// The configuration in force (a snapshot: a reload does not change it under a request).
+    pub fn config(&self) -> Arc<Config> {
+        self.config
+            .read()
+            .map(|c| c.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Applies what can change while running (cache limits and TTL bounds, named queries,
+    /// keyspaces, `auth.allow_raw_sql`, `server.log_level`) from `new`; returns the keys that
+    /// changed but only take effect after a restart (listeners, pools, secrets...).
+    pub fn reload(&self, new: Config) -> Vec<String> {
+        let old = self.config();
+        let mut restart = Vec::new();
+        let mut server = new.server.clone();
+        server.log_level = old.server.log_level.clone();
+        if server != old.server {
+            restart.push("server".to_string());
+        }
+        let mut auth = new.auth.clone();
+        auth.allow_raw_sql = old.auth.allow_raw_sql;
+        if auth != old.auth {
+            restart.push("auth".to_string());
+        }
+        if new.redis != old.redis {
+            restart.push("redis".to_string());
+        }
+        if new.postgres != old.postgres {
+            restart.push("postgres".to_string());
+        }
+        let c = &new.cache;
+        if c.key_prefix != old.cache.key_prefix
+            || c.max_entry_bytes != old.cache.max_entry_bytes
+            || c.invalidation_retry_ms != old.cache.invalidation_retry_ms
+        {
+            restart.push("cache.key_prefix/max_entry_bytes/invalidation_retry_ms".to_string());
+        }
+        let mut merged = (*old).clone();
+        merged.server.log_level = new.server.log_level.clone();
+        merged.auth.allow_raw_sql = new.auth.allow_raw_sql;
+        merged.cache.max_ttl_s = c.max_ttl_s;
+        merged.cache.max_key_bytes = c.max_key_bytes;
+        merged.cache.max_batch = c.max_batch;
+        merged.queries = new.queries;
+        merged.keyspaces = new.keyspaces;
+        match self.config.write() {
+            Ok(mut w) => *w = Arc::new(merged),
+            Err(p) => *p.into_inner() = Arc::new(merged),
+        }
+        restart
     }
 }

@@ -16,7 +16,7 @@ pub async fn batch(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let b: BatchRequest = super::signed_json(&state, &req, payload).await?;
-    let max = state.config.cache.max_batch;
+    let max = state.config().cache.max_batch;
     if b.reads.is_empty() || b.reads.len() > max {
         return Err(ApiError::invalid("reads", format!("give 1 to {max} reads")));
     }
@@ -24,7 +24,7 @@ pub async fn batch(
         .reads
         .into_iter()
         .enumerate()
-        .map(|(i, r)| plan::read(&state.config, r, &format!("reads[{i}].")))
+        .map(|(i, r)| plan::read(&state.config(), r, &format!("reads[{i}].")))
         .collect();
     let valid: Vec<&plan::ReadPlan> = plans.iter().filter_map(|p| p.as_ref().ok()).collect();
     let mut lookups = read::lookup_many(&state, &valid).await?.into_iter();
@@ -45,7 +45,7 @@ pub async fn batch(
             }
         })
         .collect();
-    let concurrency = state.config.postgres.pool_size.max(1) as usize;
+    let concurrency = state.config().postgres.pool_size.max(1) as usize;
     let results: Vec<BatchResult> = stream::iter(jobs)
         .buffered(concurrency)
         .map(|r| match r {

@@ -12,17 +12,17 @@ pub async fn execute(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let e: ExecuteRequest = super::signed_json(&state, &req, payload).await?;
-    let (sql, _) = plan::statement(&state.config, e.sql, e.query, "")?;
+    let (sql, _) = plan::statement(&state.config(), e.sql, e.query, "")?;
     let inv = e.invalidate.unwrap_or_default();
     for (i, k) in inv.keys.iter().enumerate() {
-        if k.is_empty() || k.len() > state.config.cache.max_key_bytes {
+        if k.is_empty() || k.len() > state.config().cache.max_key_bytes {
             return Err(ApiError::invalid(
                 format!("invalidate.keys[{i}]"),
                 "must be 1 to cache.max_key_bytes bytes",
             ));
         }
     }
-    plan::check_tags(&state.config, "invalidate.tags", &inv.tags)?;
+    plan::check_tags(&state.config(), "invalidate.tags", &inv.tags)?;
     let s = state.clone();
     let params = e.params;
     let resp = state

@@ -83,7 +83,7 @@ pub async fn signed_json<T: serde::de::DeserializeOwned>(
 
 /// TTLs must be at least a second and at most `cache.max_ttl_s`.
 pub fn check_ttl(state: &AppState, field: &str, ttl_s: u64) -> Result<(), ApiError> {
-    let max = state.config.cache.max_ttl_s;
+    let max = state.config().cache.max_ttl_s;
     if ttl_s == 0 || ttl_s > max {
         return Err(ApiError::invalid(
             field,

@@ -12,7 +12,7 @@ pub async fn query(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let q: QueryRequest = super::signed_json(&state, &req, payload).await?;
-    let plan = plan::read(&state.config, q, "")?;
+    let plan = plan::read(&state.config(), q, "")?;
     let resp = read::read(&state, plan).await?;
     Ok(HttpResponse::Ok().json(resp))
 }
