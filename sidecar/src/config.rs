@@ -83,6 +83,11 @@ pub struct ServerConfig {
     /// host:port of the admin listener (GET /metrics, /healthz); keep it on localhost or a
     /// private network. Empty: no admin listener.
     pub admin_listen: String,
+    /// PEM certificate chain for HTTPS on `listen`; with `tls_key_path`. Empty: plain HTTP
+    /// (then put a TLS proxy in front).
+    pub tls_cert_path: String,
+    /// PEM private key for HTTPS.
+    pub tls_key_path: String,
 }
 
 #[derive(Clone, Serialize, Deserialize, PartialEq)]
@@ -176,6 +181,8 @@ impl Default for ServerConfig {
             log_format: "text".into(),
             log_level: "info".into(),
             admin_listen: "127.0.0.1:9187".into(),
+            tls_cert_path: String::new(),
+            tls_key_path: String::new(),
         }
     }
 }
@@ -383,6 +390,19 @@ impl Config {
             && !self.server.listen.contains(':')
         {
             return invalid("server.listen", "expected host:port");
+        }
+        if self.server.tls_cert_path.is_empty() != self.server.tls_key_path.is_empty() {
+            return invalid(
+                "server.tls_cert_path",
+                "set both tls_cert_path and tls_key_path, or neither",
+            );
+        }
+        if !self.server.tls_cert_path.is_empty() {
+            if let Err(e) =
+                crate::tls::server_config(&self.server.tls_cert_path, &self.server.tls_key_path)
+            {
+                return invalid("server.tls_cert_path", &e);
+            }
         }
         if self.server.body_limit_bytes == 0 {
             return invalid("server.body_limit_bytes", "must be at least 1");
@@ -625,6 +645,29 @@ mod tests {
             "redis://:<redacted>@r:6379"
         );
         assert_eq!(redact_url("redis://r:6379"), "redis://r:6379");
+    }
+
+    #[test]
+    fn tls_needs_both_files_that_load() {
+        let e = Config::load(
+            None,
+            &env(&[
+                SECRET,
+                ("FERRY_SERVER_TLS_CERT_PATH", "/nonexistent/cert.pem"),
+            ]),
+        )
+        .expect_err("half a TLS config");
+        assert!(e.to_string().contains("server.tls_cert_path"), "{e}");
+        let e = Config::load(
+            None,
+            &env(&[
+                SECRET,
+                ("FERRY_SERVER_TLS_CERT_PATH", "/nonexistent/cert.pem"),
+                ("FERRY_SERVER_TLS_KEY_PATH", "/nonexistent/key.pem"),
+            ]),
+        )
+        .expect_err("missing files");
+        assert!(e.to_string().contains("/nonexistent/cert.pem"), "{e}");
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod read;
 pub mod request_id;
 pub mod routes;
 pub mod state;
+pub mod tls;
 
 pub use config::Config;
 pub use routes::configure;
@@ -52,8 +53,14 @@ pub fn run(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<Serve
     })
     .shutdown_timeout(server_cfg.shutdown_timeout_s)
     // Headers must arrive within this many ms (slowloris); bodies are bounded in auth.rs.
-    .client_request_timeout(Duration::from_millis(5_000))
-    .listen(listener)?;
+    .client_request_timeout(Duration::from_millis(5_000));
+    server = if server_cfg.tls_cert_path.is_empty() {
+        server.listen(listener)?
+    } else {
+        let tls = tls::server_config(&server_cfg.tls_cert_path, &server_cfg.tls_key_path)
+            .map_err(std::io::Error::other)?;
+        server.listen_rustls_0_23(listener, tls)?
+    };
     if server_cfg.workers > 0 {
         server = server.workers(server_cfg.workers);
     }

@@ -1,0 +1,27 @@
+//! HTTPS for the sidecar itself (rustls, ring): with `server.tls_cert_path` and
+//! `server.tls_key_path` set, the public listener speaks only TLS. Certificates are read at
+//! startup; replacing them takes a restart.
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// The rustls server config from PEM files: a certificate chain and its private key.
+pub fn server_config(cert_path: &str, key_path: &str) -> Result<rustls::ServerConfig, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert_path)
+        .map_err(|e| format!("server.tls_cert_path {cert_path}: {e}"))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("server.tls_cert_path {cert_path}: {e}"))?;
+    if certs.is_empty() {
+        return Err(format!(
+            "server.tls_cert_path {cert_path}: no certificate in it"
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_file(key_path)
+        .map_err(|e| format!("server.tls_key_path {key_path}: {e}"))?;
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("server.tls_cert_path / tls_key_path: {e}"))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
