@@ -111,8 +111,10 @@ pub struct AuthConfig {
 #[derive(Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisConfig {
-    /// redis:// URL (password in the URL or in FERRY_REDIS_URL).
+    /// redis:// URL, or rediss:// for TLS (password in the URL or in FERRY_REDIS_URL).
     pub url: String,
+    /// PEM CA certificate(s) to trust for rediss:// (a private CA); empty: the system's roots.
+    pub tls_ca_path: String,
     /// Most connections the pool ever opens.
     pub pool_size: u32,
     /// Idle connections kept open.
@@ -219,6 +221,7 @@ impl std::fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisConfig")
             .field("url", &redact_url(&self.url))
+            .field("tls_ca_path", &self.tls_ca_path)
             .field("pool_size", &self.pool_size)
             .field("min_idle", &self.min_idle)
             .field("checkout_timeout_ms", &self.checkout_timeout_ms)
@@ -261,6 +264,7 @@ impl Default for RedisConfig {
     fn default() -> Self {
         RedisConfig {
             url: "redis://127.0.0.1:6379".into(),
+            tls_ca_path: String::new(),
             pool_size: 8,
             min_idle: 1,
             checkout_timeout_ms: 1_000,
@@ -428,8 +432,8 @@ impl Config {
         if self.redis.min_idle > self.redis.pool_size {
             return invalid("redis.min_idle", "must not exceed redis.pool_size");
         }
-        if redis::Client::open(self.redis.url.as_str()).is_err() {
-            return invalid("redis.url", "not a valid redis:// URL");
+        if let Err(e) = crate::pools::redis_client(&self.redis) {
+            return invalid("redis.url", &e);
         }
         if self.postgres.pool_size == 0 {
             return invalid("postgres.pool_size", "must be at least 1");

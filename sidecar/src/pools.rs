@@ -72,6 +72,24 @@ pub struct Pools {
     epoch: Instant,
 }
 
+/// The Redis client: rediss:// URLs speak TLS, trusting `tls_ca_path` (PEM) when set.
+pub fn redis_client(c: &crate::config::RedisConfig) -> Result<redis::Client, String> {
+    if c.tls_ca_path.is_empty() {
+        return redis::Client::open(c.url.as_str())
+            .map_err(|_| "not a valid redis:// or rediss:// URL".to_string());
+    }
+    let ca = std::fs::read(&c.tls_ca_path)
+        .map_err(|e| format!("redis.tls_ca_path {}: {e}", c.tls_ca_path))?;
+    redis::Client::build_with_tls(
+        c.url.as_str(),
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(ca),
+        },
+    )
+    .map_err(|_| "not a valid rediss:// URL, or redis.tls_ca_path is not a PEM CA".to_string())
+}
+
 /// The Postgres connection settings, from the URL plus the sidecar's own settings.
 pub fn pg_config(config: &Config) -> Result<postgres::Config, ApiError> {
     let c = &config.postgres;
@@ -96,8 +114,7 @@ impl Pools {
     /// (and reports not ready) while they are down, and connects when they come up.
     pub fn new(config: &Config) -> Result<Pools, ApiError> {
         let r = &config.redis;
-        let client = redis::Client::open(r.url.as_str())
-            .map_err(|_| ApiError::internal("redis.url is not a valid URL"))?;
+        let client = redis_client(r).map_err(ApiError::internal)?;
         let redis = r2d2::Pool::builder()
             .max_size(r.pool_size)
             .min_idle(Some(r.min_idle))

@@ -1,5 +1,5 @@
 //! HTTPS in the sidecar: with a certificate and key configured, the public listener speaks
-//! TLS (checked with curl against a throwaway CA-less self-signed certificate) and refuses
+//! TLS (checked with curl against a throwaway CA and certificate) and refuses
 //! plain HTTP; signed requests work over it.
 use ferry_testkit as common;
 use std::process::Command;
@@ -15,36 +15,14 @@ fn curl(args: &[&str]) -> (bool, String) {
 #[test]
 fn the_listener_speaks_tls() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    let ok = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-        ])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl (apt-get install openssl)")
-        .status
-        .success();
-    assert!(ok, "openssl could not make a certificate");
-    let (cert_s, key_s) = (cert.display().to_string(), key.display().to_string());
+    let certs = common::certs::make(dir.path());
+    let (cert_s, key_s, ca) = (certs.cert, certs.key, certs.ca);
     let stack = common::Stack::start_with(|c| {
         c.server.tls_cert_path = cert_s.clone();
         c.server.tls_key_path = key_s.clone();
     });
     let https = format!("https://{}", stack.sidecar.addr);
-    let (ok, body) = curl(&["-sS", "--cacert", &cert_s, &format!("{https}/healthz")]);
+    let (ok, body) = curl(&["-sS", "--cacert", &ca, &format!("{https}/healthz")]);
     assert!(ok, "HTTPS /healthz failed");
     assert_eq!(body, r#"{"status":"ok"}"#);
     let (ok, _) = curl(&[

@@ -2,6 +2,7 @@
 //! sidecar app on port 0, and a signing HTTP client. Never mocks, never the machine's shared
 //! services. A missing binary fails the test loudly, saying what to install.
 
+pub mod certs;
 pub mod client;
 pub mod postgres;
 pub mod process;
