@@ -133,8 +133,10 @@ pub struct RedisConfig {
 #[derive(Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PostgresConfig {
-    /// libpq-style URL: postgres://user:password@host:port/db.
+    /// libpq-style URL: postgres://user:password@host:port/db[?sslmode=require].
     pub url: String,
+    /// PEM CA certificate(s) to trust for TLS (a private CA); empty: the system's roots.
+    pub tls_ca_path: String,
     /// A file holding the database password; wins over a password in `url` when set.
     pub password_file: String,
     /// Most connections the pool ever opens.
@@ -236,6 +238,7 @@ impl std::fmt::Debug for PostgresConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresConfig")
             .field("url", &redact_url(&self.url))
+            .field("tls_ca_path", &self.tls_ca_path)
             .field("password_file", &self.password_file)
             .field("pool_size", &self.pool_size)
             .field("min_idle", &self.min_idle)
@@ -279,6 +282,7 @@ impl Default for PostgresConfig {
     fn default() -> Self {
         PostgresConfig {
             url: "postgres://postgres@127.0.0.1:5432/postgres".into(),
+            tls_ca_path: String::new(),
             password_file: String::new(),
             pool_size: 10,
             min_idle: 1,
@@ -441,8 +445,14 @@ impl Config {
         if self.postgres.min_idle > self.postgres.pool_size {
             return invalid("postgres.min_idle", "must not exceed postgres.pool_size");
         }
-        if self.postgres.url.parse::<postgres::Config>().is_err() {
+        if crate::pools::pg_url(&self.postgres.url)
+            .parse::<postgres::Config>()
+            .is_err()
+        {
             return invalid("postgres.url", "not a valid postgres URL");
+        }
+        if let Err(e) = crate::pools::pg_tls(&self.postgres) {
+            return invalid("postgres.tls_ca_path", &e);
         }
         if self.cache.max_ttl_s == 0 {
             return invalid("cache.max_ttl_s", "must be at least 1");

@@ -7,16 +7,16 @@
 
 use crate::config::Config;
 use crate::error::ApiError;
-use r2d2_postgres::postgres::NoTls;
 use r2d2_postgres::PostgresConnectionManager;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 pub type RedisPool = r2d2::Pool<RedisManager>;
-pub type PgPool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
-pub type PgConn = r2d2::PooledConnection<PostgresConnectionManager<NoTls>>;
+pub type PgPool = r2d2::Pool<PostgresConnectionManager<MakeRustlsConnect>>;
+pub type PgConn = r2d2::PooledConnection<PostgresConnectionManager<MakeRustlsConnect>>;
 pub type RedisConn = r2d2::PooledConnection<RedisManager>;
 
 /// r2d2 manager for Redis with connect and I/O timeouts (the redis crate's own manager has
@@ -90,13 +90,58 @@ pub fn redis_client(c: &crate::config::RedisConfig) -> Result<redis::Client, Str
     .map_err(|_| "not a valid rediss:// URL, or redis.tls_ca_path is not a PEM CA".to_string())
 }
 
+/// libpq's sslmode=verify-ca / verify-full mean "require, and verify": rustls always verifies
+/// the certificate and the host name, so both are `require` for the Rust driver.
+pub fn pg_url(url: &str) -> String {
+    url.replace("sslmode=verify-full", "sslmode=require")
+        .replace("sslmode=verify-ca", "sslmode=require")
+}
+
+/// TLS for Postgres: rustls trusting `postgres.tls_ca_path` (PEM) or the system's roots.
+/// Whether TLS is used is the URL's `sslmode` (disable / prefer / require); without one, a
+/// loopback server is reached in the clear and any other with `prefer`.
+pub fn pg_tls(c: &crate::config::PostgresConfig) -> Result<MakeRustlsConnect, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    if c.tls_ca_path.is_empty() {
+        for cert in rustls_native_certs::load_native_certs().certs {
+            let _ = roots.add(cert);
+        }
+    } else {
+        let certs = CertificateDer::pem_file_iter(&c.tls_ca_path)
+            .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| format!("postgres.tls_ca_path {}: {e}", c.tls_ca_path))?;
+        for cert in certs {
+            roots
+                .add(cert)
+                .map_err(|e| format!("postgres.tls_ca_path {}: {e}", c.tls_ca_path))?;
+        }
+    }
+    let tls = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(MakeRustlsConnect::new(tls))
+}
+
 /// The Postgres connection settings, from the URL plus the sidecar's own settings.
 pub fn pg_config(config: &Config) -> Result<postgres::Config, ApiError> {
     let c = &config.postgres;
-    let mut pg: postgres::Config = c
-        .url
+    let url = pg_url(&c.url);
+    let mut pg: postgres::Config = url
         .parse()
         .map_err(|_| ApiError::internal("postgres.url is not a valid URL"))?;
+    if !url.contains("sslmode=") {
+        let loopback = pg.get_hosts().iter().all(|h| match h {
+            postgres::config::Host::Tcp(name) => {
+                name == "localhost" || name.starts_with("127.") || name == "::1"
+            }
+            postgres::config::Host::Unix(_) => true,
+        });
+        if loopback {
+            pg.ssl_mode(postgres::config::SslMode::Disable);
+        }
+    }
     pg.connect_timeout(Duration::from_millis(c.connect_timeout_ms));
     // Lets operators (and the pool-bound test) tell Ferry's backends apart in pg_stat_activity.
     pg.application_name("ferry-sidecar");
@@ -135,7 +180,10 @@ impl Pools {
             .connection_timeout(Duration::from_millis(p.checkout_timeout_ms))
             .test_on_check_out(false)
             .error_handler(Box::new(LogErrors("postgres")))
-            .build_unchecked(PostgresConnectionManager::new(pg_config(config)?, NoTls));
+            .build_unchecked(PostgresConnectionManager::new(
+                pg_config(config)?,
+                pg_tls(p).map_err(ApiError::internal)?,
+            ));
         Ok(Pools {
             redis,
             pg: Some(pg),

@@ -202,6 +202,29 @@ impl PgServer {
         )
     }
 
+    /// Turns TLS on with this certificate and key (copied into the data directory, where
+    /// Postgres insists on owning the key with mode 0600).
+    pub fn enable_ssl(&self, cert: &str, key: &str) {
+        let data = self.data();
+        std::fs::copy(cert, data.join("server.pem")).expect("copy cert");
+        std::fs::copy(key, data.join("server.key")).expect("copy key");
+        let mut c = Command::new("chmod");
+        c.arg("600").arg(data.join("server.key"));
+        run(c, "chmod the key");
+        give_to_postgres(&data);
+        let mut client = self.client();
+        // One statement at a time: ALTER SYSTEM refuses to run in a transaction block.
+        for stmt in [
+            "ALTER SYSTEM SET ssl = on",
+            "ALTER SYSTEM SET ssl_cert_file = 'server.pem'",
+            "ALTER SYSTEM SET ssl_key_file = 'server.key'",
+            "SELECT pg_reload_conf()",
+        ] {
+            client.batch_execute(stmt).expect("enable ssl");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+
     /// The directory Postgres' unix socket is in (trust auth there).
     pub fn socket_dir(&self) -> PathBuf {
         self.dir.path().to_path_buf()
