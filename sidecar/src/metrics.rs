@@ -198,4 +198,33 @@ mod tests {
         assert!(text.contains("ferry_errors_total{code=\"overloaded\"} 1"));
         assert!(text.contains("ferry_pool_connections{pool=\"redis\",state=\"in_use\"} 1"));
     }
+
+    #[test]
+    fn the_grafana_dashboard_uses_only_metrics_that_exist() {
+        let m = Metrics::default();
+        m.request("/v1/query", 200, Duration::from_millis(1));
+        m.cache_outcome("hit");
+        m.error("overloaded");
+        m.checkout("redis", Duration::from_millis(1));
+        let text = m.render(&[("redis", 8, 2, 1)]);
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/grafana-dashboard.json"
+        );
+        let dash: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).expect("dashboard")).expect("json");
+        let mut names = 0;
+        for panel in dash["panels"].as_array().expect("panels") {
+            for target in panel["targets"].as_array().expect("targets") {
+                let expr = target["expr"].as_str().expect("expr");
+                for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                    if word.starts_with("ferry_") {
+                        names += 1;
+                        assert!(text.contains(word), "{word} is not exported");
+                    }
+                }
+            }
+        }
+        assert!(names >= 8);
+    }
 }
