@@ -32,7 +32,7 @@ fn signed_request_is_accepted() {
 fn bad_signatures_are_refused_with_401_and_a_code() {
     let stack = common::Stack::start();
     let c = &stack.client;
-    let good = || c.headers_for("POST", PATH, &body(), now_s(), &nonce());
+    let good = || c.signed_now("POST", PATH, &body());
     let with = |name: &str, value: String| {
         good()
             .into_iter()
@@ -85,12 +85,12 @@ fn bad_signatures_are_refused_with_401_and_a_code() {
         ),
         (
             "wrong secret",
-            other_secret.headers_for("POST", PATH, &body(), now_s(), &nonce()),
+            other_secret.signed_now("POST", PATH, &body()),
             "auth_bad_signature",
         ),
         (
             "signed for another path",
-            c.headers_for("POST", "/v1/execute", &body(), now_s(), &nonce()),
+            c.signed_now("POST", "/v1/execute", &body()),
             "auth_bad_signature",
         ),
         (
@@ -100,7 +100,7 @@ fn bad_signatures_are_refused_with_401_and_a_code() {
         ),
         (
             "signed for another method",
-            c.headers_for("PUT", PATH, &body(), now_s(), &nonce()),
+            c.signed_now("PUT", PATH, &body()),
             "auth_bad_signature",
         ),
         (
@@ -136,7 +136,7 @@ fn bad_signatures_are_refused_with_401_and_a_code() {
 fn a_replayed_request_is_refused() {
     let stack = common::Stack::start();
     let c = &stack.client;
-    let headers = c.headers_for("POST", PATH, &body(), now_s(), &nonce());
+    let headers = c.signed_now("POST", PATH, &body());
     assert_eq!(c.raw("POST", PATH, body(), &headers).status, 200);
     let again = c.raw("POST", PATH, body(), &headers);
     assert_eq!(again.status, 401);
@@ -157,7 +157,7 @@ fn auth_comes_before_body_parsing_and_database_work() {
         "POST",
         PATH,
         touch.clone(),
-        &bad.headers_for("POST", PATH, &touch, now_s(), &nonce()),
+        &bad.signed_now("POST", PATH, &touch),
     );
     assert_eq!(r.status, 401);
     assert_eq!(stack.pg.reads(), 0);

@@ -111,13 +111,7 @@ fn wrong_content_types_are_415() {
         "application/x-www-form-urlencoded",
         "application/jsonp",
     ] {
-        let mut headers = c.headers_for(
-            "POST",
-            "/v1/query",
-            &body,
-            common::client::now_s(),
-            &common::client::nonce(),
-        );
+        let mut headers = c.signed_now("POST", "/v1/query", &body);
         headers.push(("content-type", ct.to_string()));
         // A request carrying only this content type (send_raw would add application/json).
         let r = c.block_on(async {
@@ -137,13 +131,7 @@ fn wrong_content_types_are_415() {
         assert_eq!(r.1["error"]["code"], "unsupported_media_type");
     }
     let ok = c.raw("POST", "/v1/query", body.clone(), &{
-        let mut h = c.headers_for(
-            "POST",
-            "/v1/query",
-            &body,
-            common::client::now_s(),
-            &common::client::nonce(),
-        );
+        let mut h = c.signed_now("POST", "/v1/query", &body);
         h.push(("content-type", "application/json; charset=utf-8".into()));
         h
     });

@@ -8,13 +8,7 @@ fn request_ids_are_echoed_or_generated() {
     let stack = common::Stack::start();
     let c = &stack.client;
     let body = serde_json::to_vec(&json!({"sql": "SELECT 1 AS one"})).expect("json");
-    let mut h = c.headers_for(
-        "POST",
-        "/v1/query",
-        &body,
-        common::client::now_s(),
-        &common::client::nonce(),
-    );
+    let mut h = c.signed_now("POST", "/v1/query", &body);
     h.push(("x-ferry-request-id", "edge-req-42".into()));
     let r = c.raw("POST", "/v1/query", body.clone(), &h);
     assert_eq!(r.status, 200);

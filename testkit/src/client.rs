@@ -79,6 +79,11 @@ impl Client {
         ]
     }
 
+    /// Signature headers for a request signed now, with a fresh nonce.
+    pub fn signed_now(&self, method: &str, path: &str, body: &[u8]) -> Vec<(&'static str, String)> {
+        self.headers_for(method, path, body, now_s(), &nonce())
+    }
+
     /// Sends raw bytes with the given headers (no signing).
     pub async fn send_raw(
         &self,
@@ -114,7 +119,7 @@ impl Client {
     }
 
     pub async fn post_bytes(&self, path: &str, body: Vec<u8>) -> Answer {
-        let headers = self.headers_for("POST", path, &body, now_s(), &nonce());
+        let headers = self.signed_now("POST", path, &body);
         self.send_raw("POST", path, body, &headers).await
     }
 
