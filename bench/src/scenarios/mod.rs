@@ -22,6 +22,19 @@ pub struct Measurement {
     pub figures: serde_json::Value,
 }
 
+impl Measurement {
+    /// A latency row: the summary of `samples`, no other figures.
+    pub fn latency(scenario: &'static str, rtt_ms: f64, path: &str, samples: &[Duration]) -> Self {
+        Measurement {
+            scenario,
+            rtt_ms,
+            path: path.into(),
+            latency: Some(Summary::of(samples)),
+            figures: serde_json::json!({}),
+        }
+    }
+}
+
 /// How much to measure.
 #[derive(Debug, Clone)]
 pub struct Plan {

@@ -4,11 +4,10 @@
 use super::{Measurement, Plan};
 use crate::ferry::Ferry;
 use crate::proxy::LatencyProxy;
-use crate::stats::Summary;
 use crate::Ctx;
 use rand::Rng;
 use serde_json::json;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const SQL: &str = "SELECT abalance FROM pgbench_accounts WHERE aid = $1";
 
@@ -66,19 +65,24 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
             assert_eq!(r["cache"], "hit");
         }
         let ms = rtt.as_secs_f64() * 1000.0;
-        out.push(row(ms, "direct (connect+auth+query)", &direct));
-        out.push(row(ms, "Ferry uncached (pooled)", &uncached));
-        out.push(row(ms, "Ferry cached (Redis hit)", &cached));
+        out.push(Measurement::latency(
+            "postgres",
+            ms,
+            "direct (connect+auth+query)",
+            &direct,
+        ));
+        out.push(Measurement::latency(
+            "postgres",
+            ms,
+            "Ferry uncached (pooled)",
+            &uncached,
+        ));
+        out.push(Measurement::latency(
+            "postgres",
+            ms,
+            "Ferry cached (Redis hit)",
+            &cached,
+        ));
     }
     out
-}
-
-fn row(rtt_ms: f64, path: &str, samples: &[Duration]) -> Measurement {
-    Measurement {
-        scenario: "postgres",
-        rtt_ms,
-        path: path.into(),
-        latency: Some(Summary::of(samples)),
-        figures: json!({}),
-    }
 }

@@ -6,10 +6,9 @@ use super::{Measurement, Plan};
 use crate::ferry::Ferry;
 use crate::proxy::LatencyProxy;
 use crate::resp;
-use crate::stats::Summary;
 use crate::Ctx;
 use serde_json::json;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 pub const KEY: &str = "bench:key";
 
@@ -64,18 +63,18 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
             assert_eq!(v["value"].as_str().map(str::len), Some(100));
         }
         let ms = rtt.as_secs_f64() * 1000.0;
-        out.push(row(ms, "direct (connect+AUTH+GET)", &direct));
-        out.push(row(ms, "Ferry (pooled, kept-alive)", &via));
+        out.push(Measurement::latency(
+            "redis",
+            ms,
+            "direct (connect+AUTH+GET)",
+            &direct,
+        ));
+        out.push(Measurement::latency(
+            "redis",
+            ms,
+            "Ferry (pooled, kept-alive)",
+            &via,
+        ));
     }
     out
-}
-
-fn row(rtt_ms: f64, path: &str, samples: &[Duration]) -> Measurement {
-    Measurement {
-        scenario: "redis",
-        rtt_ms,
-        path: path.into(),
-        latency: Some(Summary::of(samples)),
-        figures: json!({}),
-    }
 }
