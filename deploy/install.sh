@@ -34,7 +34,9 @@ if [ ! -f "$ROOT/etc/ferry/ferry.env" ]; then
 FERRY_SECRET=$(openssl rand -hex 32)
 # FERRY_LISTEN=0.0.0.0:8787
 # FERRY_REDIS_URL=rediss://:password@redis.example.com:6380
-# FERRY_DATABASE_URL=postgres://ferry:password@db.example.com:5432/app
+# A least-privilege role (scripts/demo.sql shows one: ferry_app), never a superuser:
+# --check-config warns when it is one. Remote URLs get verified TLS unless sslmode says otherwise.
+# FERRY_DATABASE_URL=postgres://ferry_app:password@db.example.com:5432/app
 ENV
   echo "wrote $ROOT/etc/ferry/ferry.env with a new FERRY_SECRET: give the same secret to the edge"
   echo "  (scripts/wrangler.sh secret put FERRY_SECRET) and set the Redis and Postgres URLs."

@@ -14,3 +14,14 @@ SELECT i,
        round((i * 1.25)::numeric, 2),
        ARRAY['demo', CASE WHEN i % 2 = 0 THEN 'even' ELSE 'odd' END]
 FROM generate_series(1, 1000) AS i;
+
+-- The role the sidecar connects as (deploy/ferry.toml, the dev command, deploy/install.sh): it
+-- may read and write the demo table and nothing else. Not a superuser (which could read server
+-- files and run programs through SQL), no BYPASSRLS, no CREATE in the schema.
+DO $$ BEGIN
+  CREATE ROLE ferry_app LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+GRANT USAGE ON SCHEMA public TO ferry_app;
+GRANT SELECT, INSERT, UPDATE, DELETE ON items TO ferry_app;

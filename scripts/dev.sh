@@ -74,11 +74,14 @@ as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg" -l "$RUN/postgres.log" -w \
 PGOPTIONS="-c client_min_messages=warning" psql -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -f scripts/demo.sql
 
 step "4/5 sidecar on 127.0.0.1:$SIDECAR_PORT (config: deploy/ferry.toml, with its named queries)"
+# As the least-privilege role ferry_app (scripts/demo.sql). Raw SQL is on here, and only here,
+# so the examples printed below can send their own SELECTs; deploy/ferry.toml keeps it off.
 port_free "$SIDECAR_PORT" || die "port $SIDECAR_PORT is taken (set FERRY_DEV_SIDECAR_PORT)"
 FERRY_CONFIG=$FERRY_ROOT/deploy/ferry.toml \
 FERRY_LISTEN=127.0.0.1:$SIDECAR_PORT \
 FERRY_REDIS_URL=redis://127.0.0.1:$REDIS_PORT \
-FERRY_DATABASE_URL=postgres://postgres@127.0.0.1:$PG_PORT/postgres \
+FERRY_DATABASE_URL=postgres://ferry_app@127.0.0.1:$PG_PORT/postgres \
+FERRY_AUTH_ALLOW_RAW_SQL=true \
 FERRY_SECRET=$SECRET \
 FERRY_LOG=${FERRY_LOG:-info} \
   "$CARGO_TARGET_DIR/$PROFILE/ferry-sidecar" > "$RUN/sidecar.log" 2>&1 &

@@ -19,9 +19,14 @@ pub struct EdgeConfig {
     pub secret: String,
 }
 
-/// Whether `host` (possibly `[::1]`) is this machine.
+/// Whether `host` (possibly `[::1]`) is this machine, decided on the parsed address:
+/// `127.0.0.1.example.com` is not.
 fn is_loopback(host: &str) -> bool {
-    host == "localhost" || host == "[::1]" || host.starts_with("127.")
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 impl EdgeConfig {
@@ -40,7 +45,14 @@ impl EdgeConfig {
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
             EdgeError::Misconfigured(format!("{VAR_SIDECAR_URL} must start with https://"))
         })?;
-        let host = rest.split('/').next().unwrap_or_default();
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        // A user-info part ("http://127.0.0.1@evil.example") names no host: refused.
+        if authority.contains('@') {
+            return Err(EdgeError::Misconfigured(format!(
+                "{VAR_SIDECAR_URL} must not contain user information (user@host)"
+            )));
+        }
+        let host = authority;
         let host_only = match host.rsplit_once(':') {
             Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
             _ => host,
@@ -115,6 +127,10 @@ mod tests {
         assert!(cfg("http://localhost:1", None).is_ok());
         assert!(cfg("http://[::1]:8787", None).is_ok());
         assert!(cfg("http://sidecar.example.com", None).is_err());
+        assert!(cfg("http://127.0.0.1@sidecar.example.com", None).is_err());
+        assert!(cfg("http://127.0.0.1.example.com", None).is_err());
+        assert!(cfg("http://127.db.example.com:8787", None).is_err());
+        assert!(cfg("http://127.0.0.2:8787", None).is_ok());
         assert!(cfg("http://sidecar.example.com", Some("true")).is_ok());
         assert!(cfg("ftp://x", None).is_err());
         assert!(cfg("sidecar", None).is_err());

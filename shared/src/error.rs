@@ -17,8 +17,14 @@ pub enum ErrorCode {
     BadParams,
     /// Postgres refused the caller's SQL (syntax, constraint, type...); `pg_code` says why (400).
     SqlError,
+    /// The statement is of a class this route refuses (transaction control, session state,
+    /// a write sent as a read); the message names the class (400).
+    StatementNotAllowed,
     /// A result column has a type Ferry cannot map to JSON; the message names it (422).
     UnsupportedType,
+    /// A read's or a batch's result is larger than a configured limit (rows or bytes); the
+    /// message names the limit (422).
+    ResultTooLarge,
     /// A cached value is not UTF-8 text and cannot be returned as a JSON string (422).
     NotText,
     /// The body is larger than the configured limit (413).
@@ -72,14 +78,14 @@ impl ErrorCode {
     pub fn http_status(self) -> u16 {
         use ErrorCode::*;
         match self {
-            BadRequest | InvalidValue | BadParams | SqlError => 400,
+            BadRequest | InvalidValue | BadParams | SqlError | StatementNotAllowed => 400,
             AuthMissing | AuthMalformed | AuthExpired | AuthBadSignature | AuthReplayed => 401,
             RawSqlForbidden => 403,
             NotFound | NotCached => 404,
             MethodNotAllowed => 405,
             PayloadTooLarge => 413,
             UnsupportedMediaType => 415,
-            UnsupportedType | NotText => 422,
+            UnsupportedType | NotText | ResultTooLarge => 422,
             Internal | EdgeMisconfigured => 500,
             UpstreamError | SidecarUnreachable | SidecarBadResponse | SidecarAuthFailed => 502,
             Overloaded | DatabaseUnavailable | CacheUnavailable => 503,
@@ -95,7 +101,9 @@ impl ErrorCode {
             InvalidValue => "invalid_value",
             BadParams => "bad_params",
             SqlError => "sql_error",
+            StatementNotAllowed => "statement_not_allowed",
             UnsupportedType => "unsupported_type",
+            ResultTooLarge => "result_too_large",
             NotText => "not_text",
             PayloadTooLarge => "payload_too_large",
             UnsupportedMediaType => "unsupported_media_type",

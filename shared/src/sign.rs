@@ -18,7 +18,9 @@ pub const HEADER_NONCE: &str = "x-ferry-nonce";
 pub const HEADER_SIGNATURE: &str = "x-ferry-signature";
 
 /// How far a request's timestamp may be from the verifier's clock, either way, in seconds.
-pub const DEFAULT_MAX_SKEW_S: u64 = 300;
+/// Small, because replay protection remembers every nonce this long (see the sidecar's
+/// `replay.rs`); synchronized clocks and a request in flight need far less.
+pub const DEFAULT_MAX_SKEW_S: u64 = 30;
 
 /// Nonce length bounds, in hex characters. 16 hex chars = 64 random bits.
 pub const NONCE_MIN_LEN: usize = 16;
@@ -183,6 +185,22 @@ fn parse_signature(s: &str) -> Result<Vec<u8>, SignError> {
     hex::decode(hex_part).map_err(|_| SignError::Malformed(HEADER_SIGNATURE))
 }
 
+/// The cheap checks, made before the body is read: header formats and the clock window.
+/// Returns the timestamp and the MAC tag.
+pub fn check_headers(
+    headers: &SignatureHeaders,
+    now_s: u64,
+    max_skew_s: u64,
+) -> Result<(u64, Vec<u8>), SignError> {
+    let timestamp = parse_timestamp(&headers.timestamp)?;
+    check_nonce(&headers.nonce)?;
+    let tag = parse_signature(&headers.signature)?;
+    if timestamp.abs_diff(now_s) > max_skew_s {
+        return Err(SignError::Expired);
+    }
+    Ok((timestamp, tag))
+}
+
 /// Verifies a request statelessly: header formats, the clock window, then the MAC under each
 /// accepted secret (more than one during a secret rotation). The MAC comparison is
 /// constant-time (`hmac`'s `verify_slice`).
@@ -196,12 +214,7 @@ pub fn verify(
     now_s: u64,
     max_skew_s: u64,
 ) -> Result<Verified, SignError> {
-    let timestamp = parse_timestamp(&headers.timestamp)?;
-    check_nonce(&headers.nonce)?;
-    let tag = parse_signature(&headers.signature)?;
-    if timestamp.abs_diff(now_s) > max_skew_s {
-        return Err(SignError::Expired);
-    }
+    let (timestamp, tag) = check_headers(headers, now_s, max_skew_s)?;
     let canonical = canonical_string(timestamp, &headers.nonce, method, path_and_query, body);
     // Every secret is tried, even after a match, so timing does not reveal which one matched.
     let mut matched = false;

@@ -2,76 +2,12 @@
 //! never seen before. Runs before the body is parsed and before any Redis or Postgres work.
 
 use crate::error::ApiError;
+use crate::replay::NonceStore;
 use actix_web::{web, HttpRequest};
 use bytes::{Bytes, BytesMut};
 use ferry_shared::sign::{self, HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 use futures_util::StreamExt;
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// Nonces seen within the clock window. A nonce only needs remembering until its timestamp
-/// leaves the window: after that the timestamp check alone refuses a replay.
-pub struct NonceStore {
-    inner: Mutex<Nonces>,
-    max: usize,
-}
-
-struct Nonces {
-    /// nonce -> unix second after which it can be forgotten
-    seen: HashMap<String, u64>,
-    last_sweep_s: u64,
-}
-
-/// Sweeping costs one pass over the map; once every few seconds keeps it cheap.
-const SWEEP_EVERY_S: u64 = 5;
-
-impl NonceStore {
-    pub fn new(max: usize) -> Self {
-        NonceStore {
-            inner: Mutex::new(Nonces {
-                seen: HashMap::new(),
-                last_sweep_s: 0,
-            }),
-            max,
-        }
-    }
-
-    /// Records `nonce` until `forget_after_s`; refuses one already recorded.
-    pub fn check_and_insert(
-        &self,
-        nonce: &str,
-        forget_after_s: u64,
-        now_s: u64,
-    ) -> Result<(), ApiError> {
-        let mut n = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if now_s >= n.last_sweep_s + SWEEP_EVERY_S || n.seen.len() >= self.max {
-            n.seen.retain(|_, until| *until >= now_s);
-            n.last_sweep_s = now_s;
-        }
-        // Case-insensitive: "ABCD..." and "abcd..." are the same random number.
-        let key = nonce.to_ascii_lowercase();
-        if n.seen.contains_key(&key) {
-            return Err(ApiError::Replayed);
-        }
-        if n.seen.len() >= self.max {
-            // Accepting without recording would let a replay through; refusing is safe.
-            return Err(ApiError::Overloaded {
-                what: "nonce store full",
-            });
-        }
-        n.seen.insert(key, forget_after_s);
-        Ok(())
-    }
-
-    pub fn len(&self) -> usize {
-        self.inner.lock().map(|n| n.seen.len()).unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
 
 pub struct Verifier {
     secrets: Vec<Vec<u8>>,
@@ -110,7 +46,6 @@ impl Verifier {
     pub fn new(
         secrets: Vec<Vec<u8>>,
         max_skew_s: u64,
-        max_nonces: usize,
         body_limit: usize,
         body_timeout: Duration,
     ) -> Self {
@@ -119,7 +54,7 @@ impl Verifier {
             max_skew_s,
             body_limit,
             body_timeout,
-            nonces: NonceStore::new(max_nonces),
+            nonces: NonceStore::new(max_skew_s),
         }
     }
 
@@ -136,13 +71,16 @@ impl Verifier {
             header(req, HEADER_SIGNATURE)?,
         )
         .map_err(ApiError::Auth)?;
+        let now = now_s();
+        // Formats and the clock window first: a stale or malformed request is refused before
+        // its body is read and hashed.
+        sign::check_headers(&headers, now, self.max_skew_s).map_err(ApiError::Auth)?;
         let body = self.read_body(req, payload).await?;
         let path_and_query = req
             .uri()
             .path_and_query()
             .map_or_else(|| req.path(), |pq| pq.as_str());
         let secrets: Vec<&[u8]> = self.secrets.iter().map(Vec::as_slice).collect();
-        let now = now_s();
         let verified = sign::verify(
             &secrets,
             &headers,
@@ -153,11 +91,8 @@ impl Verifier {
             self.max_skew_s,
         )
         .map_err(ApiError::Auth)?;
-        self.nonces.check_and_insert(
-            &verified.nonce,
-            verified.timestamp.saturating_add(self.max_skew_s),
-            now,
-        )?;
+        self.nonces
+            .check_and_insert(&verified.nonce, verified.timestamp, now)?;
         Ok(body)
     }
 
@@ -193,45 +128,5 @@ impl Verifier {
 
     pub fn nonces(&self) -> &NonceStore {
         &self.nonces
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn replays_are_refused_until_forgotten() {
-        let store = NonceStore::new(10);
-        store
-            .check_and_insert("00112233445566778899", 1000, 900)
-            .expect("first use");
-        assert!(matches!(
-            store.check_and_insert("00112233445566778899", 1000, 901),
-            Err(ApiError::Replayed)
-        ));
-        assert!(matches!(
-            store.check_and_insert("00112233445566778899".to_uppercase().as_str(), 1000, 901),
-            Err(ApiError::Replayed)
-        ));
-        // After its window the entry is swept (the timestamp check refuses it from then on).
-        store
-            .check_and_insert("00112233445566778899", 2000, 1001 + SWEEP_EVERY_S)
-            .expect("forgotten after the window");
-    }
-
-    #[test]
-    fn full_store_refuses_rather_than_forgets() {
-        let store = NonceStore::new(2);
-        store
-            .check_and_insert("a000000000000000", 100, 10)
-            .expect("1");
-        store
-            .check_and_insert("b000000000000000", 100, 10)
-            .expect("2");
-        assert!(matches!(
-            store.check_and_insert("c000000000000000", 100, 10),
-            Err(ApiError::Overloaded { .. })
-        ));
     }
 }

@@ -18,6 +18,7 @@ pub struct Config {
     pub redis: RedisConfig,
     pub postgres: PostgresConfig,
     pub cache: CacheConfig,
+    pub limits: LimitsConfig,
     /// Named statements: `[queries.NAME]`. Callers send `"query": "NAME"` instead of SQL.
     pub queries: BTreeMap<String, NamedQuery>,
     /// Keyspaces for keyed batch reads: `[keyspaces.NAME]`.
@@ -99,9 +100,6 @@ pub struct AuthConfig {
     pub secret_file: String,
     /// Allowed clock difference between signer and sidecar, in seconds.
     pub max_skew_s: u64,
-    /// Nonces remembered for replay protection; when full, new requests get 503 (never
-    /// a silent acceptance of a possible replay).
-    pub max_nonces: usize,
     /// Whether callers may send raw SQL; false: only `[queries.NAME]` statements (raw: 403).
     pub allow_raw_sql: bool,
     /// During a secret rotation: the old secret, still accepted alongside `secret`. Empty: none.
@@ -172,6 +170,44 @@ pub struct CacheConfig {
     pub max_batch: usize,
 }
 
+/// Bounds on the work one request may cause. The defaults fit a sidecar of 64 MB.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Most rows one read may return (beyond: 422 result_too_large).
+    pub max_read_rows: usize,
+    /// Most bytes of values one read may return, counted as rows arrive.
+    pub max_read_bytes: usize,
+    /// Most bytes of values one /v1/batch may return, all reads together.
+    pub max_batch_bytes: usize,
+    /// Most keys one write may invalidate by name (`invalidate.keys`).
+    pub max_invalidate_keys: usize,
+    /// Most keys and tags kept for a later invalidation while Redis is unreachable. Past it
+    /// the whole cache is invalidated at once when Redis is back (nothing is dropped).
+    pub max_pending_invalidations: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_read_rows: 10_000,
+            max_read_bytes: 4 * 1024 * 1024,
+            max_batch_bytes: 16 * 1024 * 1024,
+            max_invalidate_keys: 1_000,
+            max_pending_invalidations: 100_000,
+        }
+    }
+}
+
+impl LimitsConfig {
+    pub fn read(&self) -> crate::db::ReadLimits {
+        crate::db::ReadLimits {
+            max_rows: self.max_read_rows,
+            max_bytes: self.max_read_bytes,
+        }
+    }
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
@@ -198,7 +234,6 @@ impl std::fmt::Debug for AuthConfig {
             .field("secret", &"<redacted>")
             .field("secret_file", &self.secret_file)
             .field("max_skew_s", &self.max_skew_s)
-            .field("max_nonces", &self.max_nonces)
             .field("allow_raw_sql", &self.allow_raw_sql)
             .field("previous_secret", &"<redacted>")
             .finish()
@@ -256,8 +291,7 @@ impl Default for AuthConfig {
             secret: String::new(),
             secret_file: String::new(),
             max_skew_s: ferry_shared::sign::DEFAULT_MAX_SKEW_S,
-            max_nonces: 1_000_000,
-            allow_raw_sql: true,
+            allow_raw_sql: false,
             previous_secret: String::new(),
         }
     }
@@ -460,15 +494,39 @@ impl Config {
         if self.cache.max_batch == 0 {
             return invalid("cache.max_batch", "must be at least 1");
         }
+        let l = &self.limits;
+        for (key, v) in [
+            ("limits.max_read_rows", l.max_read_rows),
+            ("limits.max_read_bytes", l.max_read_bytes),
+            ("limits.max_batch_bytes", l.max_batch_bytes),
+            ("limits.max_invalidate_keys", l.max_invalidate_keys),
+            (
+                "limits.max_pending_invalidations",
+                l.max_pending_invalidations,
+            ),
+        ] {
+            if v == 0 {
+                return invalid(key, "must be at least 1");
+            }
+        }
         for (name, q) in &self.queries {
             if q.sql.trim().is_empty() {
                 return invalid(&format!("queries.{name}.sql"), "must not be empty");
+            }
+            if let Some(r) = crate::statement::classify(&q.sql, crate::statement::Route::Write) {
+                return invalid(
+                    &format!("queries.{name}.sql"),
+                    &format!("statement not allowed ({})", r.class()),
+                );
             }
             if q.ttl_s == Some(0) {
                 return invalid(&format!("queries.{name}.ttl_s"), "must be at least 1");
             }
         }
         for (name, k) in &self.keyspaces {
+            if crate::statement::classify(&k.sql, crate::statement::Route::Read).is_some() {
+                return invalid(&format!("keyspaces.{name}.sql"), "must be a read (SELECT)");
+            }
             if !k.sql.contains("$1") {
                 return invalid(
                     &format!("keyspaces.{name}.sql"),

@@ -3,23 +3,73 @@
 use crate::error::ApiError;
 use crate::pg_json::{self, Raw};
 use crate::pg_params::{self, TextParam};
-use crate::pools::Pools;
+use crate::pools::{PgSession, Pools};
+use crate::statement::{self, Route};
 use ferry_shared::api::Row;
 use postgres::error::SqlState;
+use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, Statement};
 use postgres_types::ToSql;
 use serde_json::Value;
 
-/// Runs a read and returns its rows as JSON objects.
+/// Puts a used session back exactly as a new one: ends any transaction, then drops every
+/// setting, role, cursor, listener, advisory lock, temp object, prepared statement and cached
+/// plan a caller may have left, whatever made them (statements are checked up front, but
+/// functions such as `set_config` or `pg_advisory_lock` change the session too). One round
+/// trip. `DISCARD ALL` would do the same but cannot share a round trip with `ROLLBACK`; the
+/// explicit `BEGIN READ WRITE` is needed because sessions default to read-only transactions.
+const RESET: &str = "ROLLBACK; BEGIN READ WRITE; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; \
+    CLOSE ALL; UNLISTEN *; SELECT pg_advisory_unlock_all(); DISCARD TEMP; DEALLOCATE ALL; \
+    DISCARD SEQUENCES; DISCARD PLANS; COMMIT";
+
+/// Most rows and bytes one read may bring back, counted as rows arrive.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadLimits {
+    pub max_rows: usize,
+    pub max_bytes: usize,
+}
+
+/// Runs `work` on a pooled session, then resets the session for the next request. A session
+/// whose reset fails (or that `work` poisoned) is closed instead of pooled.
+fn with_session<T>(
+    pools: &Pools,
+    work: impl FnOnce(&mut PgSession) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    let mut session = pools.pg_conn().map_err(Failure::Api)?;
+    let out = work(&mut session);
+    reset(&mut session);
+    out
+}
+
+fn reset(s: &mut PgSession) {
+    if s.poisoned || s.client.is_closed() {
+        s.poisoned = true;
+        return;
+    }
+    if let Err(e) = s.client.batch_execute(RESET) {
+        tracing::warn!(error = %e, "postgres session reset failed; closing the connection");
+        s.poisoned = true;
+    }
+    // DEALLOCATE ALL dropped the driver's cached type-lookup statements too.
+    s.client.clear_type_cache();
+}
+
+/// Runs a read and returns its rows as JSON objects. It runs in a read-only transaction (the
+/// session default), so a write sent as a read is refused by Postgres and changes nothing.
 ///
 /// A read is idempotent, so when the pooled connection turns out to be dead (Postgres restarted
 /// since it was opened) it is retried once on a fresh one.
-pub fn query(pools: &Pools, sql: &str, params: &[Value]) -> Result<Vec<Row>, ApiError> {
+pub fn query(
+    pools: &Pools,
+    sql: &str,
+    params: &[Value],
+    limits: ReadLimits,
+) -> Result<Vec<Row>, ApiError> {
+    statement::check(sql, Route::Read)?;
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let mut conn = pools.pg_conn()?;
-        match query_on(&mut conn, sql, params) {
+        match with_session(pools, |s| query_on(s, sql, params, limits)) {
             Err(Failure::Closed(e)) if attempts < 2 => {
                 tracing::debug!(error = %e, "postgres connection was closed; retrying once");
                 continue;
@@ -30,25 +80,38 @@ pub fn query(pools: &Pools, sql: &str, params: &[Value]) -> Result<Vec<Row>, Api
     }
 }
 
-/// Runs a write and returns the number of rows it affected. Never retried: a dead connection
-/// may have sent the statement, and only the caller knows if running it twice is safe.
+/// Runs a write and returns the number of rows it affected; it is committed when this
+/// returns. Never retried: a dead connection may have sent the statement, and only the caller
+/// knows if running it twice is safe.
 pub fn execute(pools: &Pools, sql: &str, params: &[Value]) -> Result<u64, ApiError> {
-    let mut conn = pools.pg_conn()?;
-    let stmt = prepare(&mut conn, sql).map_err(Failure::into_api)?;
-    let params = bind(&stmt, params)?;
-    conn.execute(&stmt, &refs(&params))
-        .map_err(|e| Failure::from(e).into_api())
+    statement::check(sql, Route::Write)?;
+    with_session(pools, |s| {
+        // This one statement's implicit transaction may write; the reset turns it back.
+        s.client
+            .batch_execute("SET default_transaction_read_only = off")?;
+        let stmt = prepare(&mut s.client, sql)?;
+        let params = bind(&stmt, params).map_err(Failure::Api)?;
+        Ok(s.client.execute(&stmt, &refs(&params))?)
+    })
+    .map_err(Failure::into_api)
 }
 
 /// Postgres ping for /readyz.
 pub fn ping(pools: &Pools) -> Result<(), ApiError> {
     let mut conn = pools.pg_conn()?;
-    conn.simple_query("SELECT 1")
+    conn.client
+        .simple_query("SELECT 1")
         .map(|_| ())
         .map_err(|e| Failure::from(e).into_api())
 }
 
-fn query_on(conn: &mut Client, sql: &str, params: &[Value]) -> Result<Vec<Row>, Failure> {
+fn query_on(
+    session: &mut PgSession,
+    sql: &str,
+    params: &[Value],
+    limits: ReadLimits,
+) -> Result<Vec<Row>, Failure> {
+    let conn = &mut session.client;
     let stmt = prepare(conn, sql)?;
     for col in stmt.columns() {
         pg_json::check_supported(col.type_()).map_err(|type_name| {
@@ -59,12 +122,21 @@ fn query_on(conn: &mut Client, sql: &str, params: &[Value]) -> Result<Vec<Row>, 
         })?;
     }
     let params = bind(&stmt, params).map_err(Failure::Api)?;
-    let rows = conn.query(&stmt, &refs(&params))?;
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
+    // Rows are decoded as they arrive (the driver reads the socket only as fast as they are
+    // taken), so an oversized result is stopped before it is buffered.
+    let mut rows = conn.query_raw(&stmt, refs(&params))?;
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    let mut too_large = None;
+    while let Some(row) = rows.next()? {
+        if out.len() >= limits.max_rows {
+            too_large = Some(format!("limits.max_read_rows ({} rows)", limits.max_rows));
+            break;
+        }
         let mut obj = Row::new();
         for (i, col) in row.columns().iter().enumerate() {
             let raw: Raw = row.try_get(i).map_err(Failure::from)?;
+            bytes += col.name().len() + raw.0.map_or(4, <[u8]>::len) + 4;
             let value = pg_json::to_json(col.type_(), raw.0).map_err(|e| {
                 Failure::Api(match e {
                     pg_json::DecodeError::Unsupported(type_name) => ApiError::UnsupportedType {
@@ -76,7 +148,21 @@ fn query_on(conn: &mut Client, sql: &str, params: &[Value]) -> Result<Vec<Row>, 
             })?;
             obj.insert(col.name().to_string(), value);
         }
+        if bytes > limits.max_bytes {
+            too_large = Some(format!(
+                "limits.max_read_bytes ({} bytes)",
+                limits.max_bytes
+            ));
+            break;
+        }
         out.push(obj);
+    }
+    drop(rows);
+    if let Some(limit) = too_large {
+        // The rest of the result is still on its way: close the connection rather than
+        // read and discard it.
+        session.poisoned = true;
+        return Err(Failure::Api(ApiError::ResultTooLarge { limit }));
     }
     Ok(out)
 }

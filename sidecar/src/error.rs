@@ -36,6 +36,15 @@ pub enum ApiError {
     /// passed on (it names no server internals).
     #[error("sql error {pg_code}: {message}")]
     Sql { pg_code: String, message: String },
+    /// The statement's class is refused on this route (see `statement.rs`).
+    #[error("statement not allowed ({class}): {advice}")]
+    StatementNotAllowed {
+        class: &'static str,
+        advice: &'static str,
+    },
+    /// A result grew past a configured limit (named) while it was being read.
+    #[error("the result is larger than {limit}; narrow the query (LIMIT, fewer columns) or raise the limit")]
+    ResultTooLarge { limit: String },
     #[error("column {column} has type {type_name}, which Ferry cannot map to JSON")]
     UnsupportedType { column: String, type_name: String },
     #[error("cached value for key {key} is not UTF-8 text")]
@@ -95,6 +104,8 @@ impl ApiError {
             ApiError::Replayed => ErrorCode::AuthReplayed,
             ApiError::BadParams { .. } => ErrorCode::BadParams,
             ApiError::Sql { .. } => ErrorCode::SqlError,
+            ApiError::StatementNotAllowed { .. } => ErrorCode::StatementNotAllowed,
+            ApiError::ResultTooLarge { .. } => ErrorCode::ResultTooLarge,
             ApiError::UnsupportedType { .. } => ErrorCode::UnsupportedType,
             ApiError::NotText { .. } => ErrorCode::NotText,
             ApiError::NotFound => ErrorCode::NotFound,
@@ -139,6 +150,8 @@ impl ApiError {
             ApiError::Auth(e) => e.message(),
             ApiError::Replayed => "nonce already used".into(),
             ApiError::PayloadTooLarge { .. }
+            | ApiError::StatementNotAllowed { .. }
+            | ApiError::ResultTooLarge { .. }
             | ApiError::UnsupportedType { .. }
             | ApiError::NotText { .. } => self.to_string(),
             ApiError::NotFound => "no such route".into(),

@@ -26,6 +26,8 @@ pub type Outcome = Result<Arc<Fetched>, ApiError>;
 
 struct Flight {
     id: u64,
+    /// The cache key it fills (what invalidation names).
+    key: String,
     tags: Vec<String>,
     tx: Arc<watch::Sender<Option<Outcome>>>,
 }
@@ -43,9 +45,13 @@ impl Flights {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Joins the flight for `key`, or starts one running `work`, and waits for the outcome.
+    /// Joins the flight `identity`, or starts one running `work`, and waits for the outcome.
+    /// `identity` is everything the result depends on (key, statement, parameters, tags), so
+    /// reads that differ in any of them never share rows; `key` and `tags` are what
+    /// invalidation names.
     pub async fn run<F, Fut>(
         self: &Arc<Self>,
+        identity: &str,
         key: &str,
         tags: &[String],
         timeout: Duration,
@@ -55,7 +61,7 @@ impl Flights {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Fetched, ApiError>> + 'static,
     {
-        let mut rx = self.join_or_start(key, tags, work);
+        let mut rx = self.join_or_start(identity, key, tags, work);
         let waited = tokio::time::timeout(timeout, rx.wait_for(|v| v.is_some()))
             .await
             .map(|r| r.map(|v| v.clone()));
@@ -72,16 +78,17 @@ impl Flights {
 
     /// Starts `work` for `key` unless a flight for it is already running; does not wait.
     /// Used by stale-while-revalidate, so one refresh runs however many reads see it stale.
-    pub fn start<F, Fut>(self: &Arc<Self>, key: &str, tags: &[String], work: F)
+    pub fn start<F, Fut>(self: &Arc<Self>, identity: &str, key: &str, tags: &[String], work: F)
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Fetched, ApiError>> + 'static,
     {
-        drop(self.join_or_start(key, tags, work));
+        drop(self.join_or_start(identity, key, tags, work));
     }
 
     fn join_or_start<F, Fut>(
         self: &Arc<Self>,
+        identity: &str,
         key: &str,
         tags: &[String],
         work: F,
@@ -91,7 +98,7 @@ impl Flights {
         Fut: Future<Output = Result<Fetched, ApiError>> + 'static,
     {
         let mut map = self.map();
-        if let Some(f) = map.get(key) {
+        if let Some(f) = map.get(identity) {
             self.joined.fetch_add(1, Ordering::Relaxed);
             crate::metrics::global()
                 .flights_joined
@@ -102,9 +109,10 @@ impl Flights {
         let tx = Arc::new(tx);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         map.insert(
-            key.to_string(),
+            identity.to_string(),
             Flight {
                 id,
+                key: key.to_string(),
                 tags: tags.to_vec(),
                 tx: tx.clone(),
             },
@@ -112,13 +120,13 @@ impl Flights {
         drop(map);
         let fut = work();
         let flights = self.clone();
-        let key = key.to_string();
+        let identity = identity.to_string();
         actix_web::rt::spawn(async move {
             let outcome = fut.await.map(Arc::new);
             tx.send_replace(Some(outcome));
             let mut map = flights.map();
-            if map.get(&key).is_some_and(|f| f.id == id) {
-                map.remove(&key);
+            if map.get(&identity).is_some_and(|f| f.id == id) {
+                map.remove(&identity);
             }
         });
         rx
@@ -131,7 +139,7 @@ impl Flights {
             return;
         }
         self.map()
-            .retain(|k, f| !keys.contains(k) && !f.tags.iter().any(|t| tags.contains(t)));
+            .retain(|_, f| !keys.contains(&f.key) && !f.tags.iter().any(|t| tags.contains(t)));
     }
 
     /// How many requests shared another request's query so far.

@@ -2,7 +2,7 @@
 //! pipeline for the lookups, one Postgres query for all the misses, and one pipeline for the
 //! write-backs. Runs as one blocking job.
 
-use crate::cache::{EntryPolicy, Lookup, Observed, Probe, Stored};
+use crate::cache::{Cache, EntryPolicy, Lookup, Observed, Probe, Stored};
 use crate::config::Keyspace;
 use crate::db;
 use crate::error::ApiError;
@@ -71,10 +71,17 @@ pub fn run(state: &AppState, req: KeyedRequest) -> Result<KeyedResponse, ApiErro
         .iter()
         .map(|&i| format!("{}:{}", req.keyspace, texts[i]))
         .collect();
+    // The keyspace's statement and the id: what the entry under `<keyspace>:<id>` holds.
+    let fingerprints: Vec<String> = first_seen
+        .iter()
+        .map(|&i| Cache::fingerprint(&ks.sql, std::slice::from_ref(&req.ids[i])))
+        .collect();
     let probes: Vec<Probe> = keys
         .iter()
-        .map(|k| Probe {
+        .zip(&fingerprints)
+        .map(|(k, fp)| Probe {
             key: k,
+            fingerprint: fp,
             tags: &ks.tags,
         })
         .collect();
@@ -101,7 +108,8 @@ pub fn run(state: &AppState, req: KeyedRequest) -> Result<KeyedResponse, ApiErro
             .iter()
             .map(|(u, _)| req.ids[first_seen[*u]].clone())
             .collect();
-        let rows = db::query(&state.pools, &ks.sql, &[Value::Array(ids)])?;
+        let limits = state.config().limits.read();
+        let rows = db::query(&state.pools, &ks.sql, &[Value::Array(ids)], limits)?;
         let mut by_id: HashMap<String, Row> = HashMap::new();
         for row in rows {
             let id = row.get(&ks.key_column).and_then(id_text).ok_or_else(|| {

@@ -22,9 +22,11 @@ pub mod pg_params;
 pub mod plan;
 pub mod pools;
 pub mod read;
+pub mod replay;
 pub mod request_id;
 pub mod routes;
 pub mod state;
+pub mod statement;
 pub mod tls;
 
 pub use config::Config;

@@ -38,9 +38,24 @@ fn main() -> ExitCode {
     };
     if args.check_config {
         println!("config ok");
+        match ferry_sidecar::pools::role_warnings(&config) {
+            Ok(warnings) => warnings.iter().for_each(|w| println!("warning: {w}")),
+            Err(e) => println!("warning: the database role was not checked: {e}"),
+        }
         return ExitCode::SUCCESS;
     }
     let log = init_tracing(&config.server.log_format, &config.server.log_level);
+    {
+        // Said once at startup, off the serving path (Postgres may not be up yet).
+        let config = config.clone();
+        let _ = std::thread::Builder::new()
+            .name("ferry-role-check".into())
+            .spawn(move || {
+                if let Ok(warnings) = ferry_sidecar::pools::role_warnings(&config) {
+                    warnings.iter().for_each(|w| tracing::warn!("{w}"));
+                }
+            });
+    }
     match serve(config, args.config, log) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

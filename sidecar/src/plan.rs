@@ -22,6 +22,8 @@ pub struct ReadPlan {
 #[derive(Debug, Clone)]
 pub struct CachePlan {
     pub key: String,
+    /// Hash of the statement and parameters: with `key` and `tags`, the entry's identity.
+    pub fingerprint: String,
     pub entry: EntryPolicy,
     pub tags: Vec<String>,
     pub mode: CacheMode,
@@ -72,6 +74,12 @@ fn check_key(config: &Config, field: &str, key: &str) -> Result<(), ApiError> {
     }
     if key.len() > max {
         return Err(ApiError::invalid(field, format!("longer than {max} bytes")));
+    }
+    if key.chars().any(char::is_control) {
+        return Err(ApiError::invalid(
+            field,
+            "must not contain control characters",
+        ));
     }
     Ok(())
 }
@@ -138,12 +146,14 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
             ));
         }
     }
-    let key = Cache::logical_key(&sql, &req.params, asked.key.as_deref());
+    let fingerprint = Cache::fingerprint(&sql, &req.params);
+    let key = Cache::logical_key(&fingerprint, asked.key.as_deref());
     Ok(ReadPlan {
         sql,
         params: req.params,
         cache: Some(CachePlan {
             key,
+            fingerprint,
             entry: EntryPolicy {
                 ttl_s,
                 swr_s,
@@ -155,6 +165,19 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
     })
 }
 
+impl CachePlan {
+    /// What a single flight for this read is keyed by: reads that differ in key, statement,
+    /// parameters or tags never share one.
+    pub fn flight_identity(&self) -> String {
+        format!(
+            "{}\u{0}{}\u{0}{}",
+            self.key,
+            self.fingerprint,
+            self.tags.join("\u{0}")
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,6 +186,7 @@ mod tests {
 
     fn config() -> Config {
         let mut c = Config::default();
+        c.auth.allow_raw_sql = true;
         c.queries.insert(
             "item".into(),
             NamedQuery {

@@ -15,9 +15,46 @@ use tokio::sync::Semaphore;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 pub type RedisPool = r2d2::Pool<RedisManager>;
-pub type PgPool = r2d2::Pool<PostgresConnectionManager<MakeRustlsConnect>>;
-pub type PgConn = r2d2::PooledConnection<PostgresConnectionManager<MakeRustlsConnect>>;
+pub type PgPool = r2d2::Pool<PgManager>;
+pub type PgConn = r2d2::PooledConnection<PgManager>;
 pub type RedisConn = r2d2::PooledConnection<RedisManager>;
+
+/// One pooled Postgres session. `poisoned` marks a session that must not be reused (its reset
+/// failed, or a result was abandoned mid-stream): r2d2 then closes it instead of pooling it.
+pub struct PgSession {
+    pub client: postgres::Client,
+    pub poisoned: bool,
+}
+
+/// r2d2 manager for Postgres sessions that can be discarded by marking them poisoned.
+pub struct PgManager(PostgresConnectionManager<MakeRustlsConnect>);
+
+impl std::fmt::Debug for PgManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The connection settings hold the password: never printed.
+        f.write_str("PgManager")
+    }
+}
+
+impl r2d2::ManageConnection for PgManager {
+    type Connection = PgSession;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> Result<PgSession, postgres::Error> {
+        self.0.connect().map(|client| PgSession {
+            client,
+            poisoned: false,
+        })
+    }
+
+    fn is_valid(&self, conn: &mut PgSession) -> Result<(), postgres::Error> {
+        self.0.is_valid(&mut conn.client)
+    }
+
+    fn has_broken(&self, conn: &mut PgSession) -> bool {
+        conn.poisoned || conn.client.is_closed()
+    }
+}
 
 /// r2d2 manager for Redis with connect and I/O timeouts (the redis crate's own manager has
 /// none, so a silent network cut would hang a pool thread forever).
@@ -124,6 +161,49 @@ pub fn pg_tls(c: &crate::config::PostgresConfig) -> Result<MakeRustlsConnect, St
     Ok(MakeRustlsConnect::new(tls))
 }
 
+/// Whether a host name is this machine: `localhost`, or an address in 127.0.0.0/8 or ::1,
+/// decided on the parsed address (so `127.db.example.com` is not loopback).
+pub fn is_loopback_host(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Problems with the database role the sidecar connects as: a superuser can read files and
+/// run programs through SQL, and a role that bypasses row-level security ignores policies.
+/// Connects once (blocking); Err when Postgres cannot be reached.
+pub fn role_warnings(config: &Config) -> Result<Vec<String>, String> {
+    let pg = pg_config(config).map_err(|e| e.to_string())?;
+    let tls = pg_tls(&config.postgres)?;
+    let mut client = pg
+        .connect(tls)
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    let row = client
+        .query_one(
+            "SELECT current_user::text, rolsuper, rolbypassrls FROM pg_roles \
+             WHERE rolname = current_user",
+            &[],
+        )
+        .map_err(|e| format!("cannot read the role: {e}"))?;
+    let (who, superuser, bypassrls): (String, bool, bool) = (row.get(0), row.get(1), row.get(2));
+    let mut out = Vec::new();
+    if superuser {
+        out.push(format!(
+            "postgres.url connects as {who:?}, a superuser: SQL sent through Ferry could read \
+             server files (pg_read_file) and run programs (COPY ... TO PROGRAM). Use a \
+             least-privilege role (scripts/demo.sql creates ferry_app)."
+        ));
+    } else if bypassrls {
+        out.push(format!(
+            "postgres.url connects as {who:?}, which bypasses row-level security (BYPASSRLS): \
+             policies will not apply to Ferry's queries."
+        ));
+    }
+    Ok(out)
+}
+
 /// The Postgres connection settings, from the URL plus the sidecar's own settings.
 pub fn pg_config(config: &Config) -> Result<postgres::Config, ApiError> {
     let c = &config.postgres;
@@ -132,22 +212,32 @@ pub fn pg_config(config: &Config) -> Result<postgres::Config, ApiError> {
         .parse()
         .map_err(|_| ApiError::internal("postgres.url is not a valid URL"))?;
     if !url.contains("sslmode=") {
+        // Without an sslmode: loopback in the clear, anything else over verified TLS (never
+        // libpq's `prefer`, which a man in the middle can downgrade to plain text).
         let loopback = pg.get_hosts().iter().all(|h| match h {
-            postgres::config::Host::Tcp(name) => {
-                name == "localhost" || name.starts_with("127.") || name == "::1"
-            }
+            postgres::config::Host::Tcp(name) => is_loopback_host(name),
             postgres::config::Host::Unix(_) => true,
         });
-        if loopback {
-            pg.ssl_mode(postgres::config::SslMode::Disable);
-        }
+        pg.ssl_mode(if loopback {
+            postgres::config::SslMode::Disable
+        } else {
+            postgres::config::SslMode::Require
+        });
     }
     pg.connect_timeout(Duration::from_millis(c.connect_timeout_ms));
     // Lets operators (and the pool-bound test) tell Ferry's backends apart in pg_stat_activity.
     pg.application_name("ferry-sidecar");
+    // Session defaults, restored by the reset after every request (RESET ALL goes back to
+    // the values given at connection start). Transactions are read-only unless a write asks
+    // otherwise, so a read cannot write; a session left in a transaction is ended by Postgres.
+    let mut options = format!(
+        "-c default_transaction_read_only=on -c idle_in_transaction_session_timeout={}",
+        config.server.request_timeout_ms.max(1000)
+    );
     if c.statement_timeout_ms > 0 {
-        pg.options(&format!("-c statement_timeout={}", c.statement_timeout_ms));
+        options.push_str(&format!(" -c statement_timeout={}", c.statement_timeout_ms));
     }
+    pg.options(&options);
     if let Some(password) = &c.password {
         pg.password(password);
     }
@@ -180,10 +270,10 @@ impl Pools {
             .connection_timeout(Duration::from_millis(p.checkout_timeout_ms))
             .test_on_check_out(false)
             .error_handler(Box::new(LogErrors("postgres")))
-            .build_unchecked(PostgresConnectionManager::new(
+            .build_unchecked(PgManager(PostgresConnectionManager::new(
                 pg_config(config)?,
                 pg_tls(p).map_err(ApiError::internal)?,
-            ));
+            )));
         Ok(Pools {
             redis,
             pg: Some(pg),
@@ -327,5 +417,47 @@ impl Blocking {
             Ok(Err(e)) => Err(ApiError::internal(format!("blocking task failed: {e}"))),
             Ok(Ok(result)) => result,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use postgres::config::SslMode;
+
+    #[test]
+    fn loopback_is_decided_on_the_address() {
+        for host in ["localhost", "127.0.0.1", "127.3.2.1", "::1", "[::1]"] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in [
+            "127.db.example.com",
+            "127.0.0.1.nip.io",
+            "db",
+            "10.0.0.1",
+            "::2",
+        ] {
+            assert!(!is_loopback_host(host), "{host}");
+        }
+    }
+
+    #[test]
+    fn remote_postgres_without_sslmode_gets_verified_tls() {
+        let mode = |url: &str| {
+            let mut c = Config::default();
+            c.postgres.url = url.into();
+            pg_config(&c).expect("valid").get_ssl_mode()
+        };
+        assert_eq!(mode("postgres://u@127.0.0.1:5432/db"), SslMode::Disable);
+        assert_eq!(mode("postgres://u@db.example.com/db"), SslMode::Require);
+        assert_eq!(mode("postgres://u@127.db.example.com/db"), SslMode::Require);
+        assert_eq!(
+            mode("postgres://u@db.example.com/db?sslmode=disable"),
+            SslMode::Disable
+        );
+        assert_eq!(
+            mode("postgres://u@db.example.com/db?sslmode=verify-full"),
+            SslMode::Require
+        );
     }
 }

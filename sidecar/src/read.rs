@@ -18,10 +18,10 @@ pub async fn lookup_many(
     state: &State,
     plans: &[&ReadPlan],
 ) -> Result<Vec<Option<Lookup>>, ApiError> {
-    let probes: Vec<(usize, String, Vec<String>)> = plans
+    let probes: Vec<(usize, CachePlan)> = plans
         .iter()
         .enumerate()
-        .filter_map(|(i, p)| p.cache.as_ref().map(|c| (i, c.key.clone(), c.tags.clone())))
+        .filter_map(|(i, p)| p.cache.clone().map(|c| (i, c)))
         .collect();
     let n = plans.len();
     if probes.is_empty() {
@@ -33,11 +33,15 @@ pub async fn lookup_many(
         .run(move || {
             let list: Vec<Probe> = probes
                 .iter()
-                .map(|(_, key, tags)| Probe { key, tags })
+                .map(|(_, c)| Probe {
+                    key: &c.key,
+                    fingerprint: &c.fingerprint,
+                    tags: &c.tags,
+                })
                 .collect();
             let found = s.cache.lookup_many(&s.pools, &list);
             let mut out: Vec<Option<Lookup>> = (0..n).map(|_| None).collect();
-            for ((i, _, _), l) in probes.iter().zip(found) {
+            for ((i, _), l) in probes.iter().zip(found) {
                 out[*i] = Some(l);
             }
             Ok(out)
@@ -94,7 +98,9 @@ async fn answer_inner(
             observed,
         } if mode != CacheMode::NoCache => {
             let work = fill(state, &plan.sql, &plan.params, &cache, observed);
-            state.flights.start(&cache.key, &cache.tags, work);
+            state
+                .flights
+                .start(&cache.flight_identity(), &cache.key, &cache.tags, work);
             let mut r = response(rows, CacheStatus::Stale, age_ms, None);
             r.stale_reason = Some(StaleReason::Revalidating);
             Ok(with_key(r))
@@ -163,9 +169,10 @@ fn is_upstream_failure(e: &ApiError) -> bool {
 
 async fn run_query(state: &State, sql: String, params: Vec<Value>) -> Result<Vec<Row>, ApiError> {
     let s = state.clone();
+    let limits = state.config().limits.read();
     state
         .blocking
-        .run(move || db::query(&s.pools, &sql, &params))
+        .run(move || db::query(&s.pools, &sql, &params, limits))
         .await
 }
 
@@ -179,6 +186,7 @@ fn fill(
 ) -> impl FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Fetched, ApiError>>>>
 {
     let s = state.clone();
+    let limits = state.config().limits.read();
     let (sql, params, key, entry) = (
         sql.to_string(),
         params.to_vec(),
@@ -190,7 +198,7 @@ fn fill(
             let job = s.clone();
             s.blocking
                 .run(move || {
-                    let rows = db::query(&job.pools, &sql, &params)?;
+                    let rows = db::query(&job.pools, &sql, &params, limits)?;
                     let stored = job.cache.store(&job.pools, &key, &observed, &rows, &entry);
                     Ok(Fetched {
                         rows,
@@ -208,6 +216,7 @@ async fn fetch(state: &State, plan: &ReadPlan, cache: &CachePlan, observed: Obse
     state
         .flights
         .run(
+            &cache.flight_identity(),
             &cache.key,
             &cache.tags,
             state.config().request_timeout(),

@@ -30,6 +30,7 @@ impl AppState {
             &config.cache.key_prefix,
             timeout.as_secs(),
             config.cache.max_entry_bytes,
+            config.limits.max_pending_invalidations,
         ));
         // During a rotation both the new and the previous secret are accepted.
         let secrets = [&config.auth.secret, &config.auth.previous_secret]
@@ -40,7 +41,6 @@ impl AppState {
         let verifier = Verifier::new(
             secrets,
             config.auth.max_skew_s,
-            config.auth.max_nonces,
             config.server.body_limit_bytes,
             timeout,
         );

@@ -104,13 +104,13 @@ fn bad_signatures_are_refused_with_401_and_a_code() {
             "auth_bad_signature",
         ),
         (
-            "expired (301 s old)",
-            c.headers_for("POST", PATH, &body(), now_s() - 301, &nonce()),
+            "expired (31 s old)",
+            c.headers_for("POST", PATH, &body(), now_s() - 31, &nonce()),
             "auth_expired",
         ),
         (
-            "from the future (301 s ahead)",
-            c.headers_for("POST", PATH, &body(), now_s() + 301, &nonce()),
+            "from the future (31 s ahead)",
+            c.headers_for("POST", PATH, &body(), now_s() + 31, &nonce()),
             "auth_expired",
         ),
     ];
@@ -120,7 +120,7 @@ fn bad_signatures_are_refused_with_401_and_a_code() {
         assert_eq!(r.code(), code, "{name}: {:?}", r.body);
     }
     // Inside the window either way is fine.
-    for skew in [-290i64, 290] {
+    for skew in [-25i64, 25] {
         let ts = (now_s() as i64 + skew) as u64;
         let r = c.raw(
             "POST",

@@ -167,7 +167,7 @@ fn the_callers_sql_errors_are_400_with_the_postgres_code() {
     let stack = common::Stack::start();
     let c = &stack.client;
     let cases = [
-        ("SELEC 1", "42601"),
+        ("SELECT 1 +", "42601"),
         ("SELECT nope FROM items", "42703"),
         ("SELECT * FROM no_such_table", "42P01"),
         ("SELECT 1/0", "22012"),

@@ -11,7 +11,7 @@ fn reads_are_answered_in_order_each_on_its_own() {
     let reads = json!({"reads": [
         {"sql": "SELECT name FROM items WHERE id = 1", "cache": {"ttl_s": 60}},
         {"sql": "SELECT name FROM items WHERE id = 2", "cache": {"ttl_s": 60}},
-        {"sql": "SELEC oops"},
+        {"sql": "SELECT 1 +"},
         {"sql": "SELECT name FROM items WHERE id = $1", "params": [3]},
         {"query": "item", "params": [4]},
         {"sql": "SELECT 1", "cache": {"ttl_s": 0}},

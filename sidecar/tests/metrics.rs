@@ -22,7 +22,7 @@ fn metrics_are_scraped_from_the_admin_listener() {
     let q = json!({"sql": "SELECT name FROM items WHERE id = 1", "cache": {"ttl_s": 60}});
     c.query(q.clone());
     c.query(q);
-    c.query(json!({"sql": "SELEC broken"}));
+    c.query(json!({"sql": "SELECT 1 +"}));
     let admin = common::Client::new(&format!("http://127.0.0.1:{}", sidecar.admin_port), "x");
     let text = admin.block_on(async {
         admin

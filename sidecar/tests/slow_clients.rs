@@ -39,14 +39,14 @@ fn trickled_headers_and_bodies_are_cut_off() {
             &"x-slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n".repeat(3),
         )
     });
-    let body = std::thread::spawn(move || {
-        trickle(
-            addr,
-            "POST /v1/query HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 400\r\n\
-             x-ferry-timestamp: 1\r\nx-ferry-nonce: 00112233445566778899\r\nx-ferry-signature: v1=00\r\n\r\n",
-            &"{".repeat(100),
-        )
-    });
+    // Well-formed, current signature headers (the MAC can only be checked once the body is in).
+    let head = format!(
+        "POST /v1/query HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 400\r\n\
+         x-ferry-timestamp: {}\r\nx-ferry-nonce: 00112233445566778899\r\nx-ferry-signature: v1={}\r\n\r\n",
+        common::client::now_s(),
+        "0".repeat(64)
+    );
+    let body = std::thread::spawn(move || trickle(addr, &head, &"{".repeat(100)));
     // Meanwhile the sidecar serves others.
     for _ in 0..5 {
         assert_eq!(
@@ -72,4 +72,40 @@ fn trickled_headers_and_bodies_are_cut_off() {
         "{b_out}"
     );
     let _ = h_out;
+}
+
+#[test]
+fn a_stale_or_malformed_signature_is_refused_before_the_body_is_read() {
+    let stack = common::Stack::start_with(|c| c.server.request_timeout_ms = 2_000);
+    for (ts, sig) in [("1", "0".repeat(64)), ("now", "00".to_string())] {
+        let ts = if ts == "now" {
+            common::client::now_s().to_string()
+        } else {
+            ts.to_string()
+        };
+        let start = Instant::now();
+        let mut s = TcpStream::connect(stack.sidecar.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        // Headers announce 400 bytes of body that never come.
+        s.write_all(
+            format!(
+                "POST /v1/query HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+                 content-length: 400\r\nx-ferry-timestamp: {ts}\r\n\
+                 x-ferry-nonce: 00112233445566778899\r\nx-ferry-signature: v1={sig}\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .expect("write");
+        let mut out = [0u8; 512];
+        let n = s.read(&mut out).unwrap_or(0);
+        let answer = String::from_utf8_lossy(&out[..n]).to_string();
+        assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+        // Answered without waiting for the body (the body deadline here is 2 s).
+        assert!(
+            start.elapsed() < Duration::from_millis(1_500),
+            "{:?}",
+            start.elapsed()
+        );
+    }
 }

@@ -238,12 +238,23 @@ impl PgServer {
         .expect("read scripts/demo.sql");
         let mut c = self.client();
         c.batch_execute(&demo).expect("load demo schema");
-        c.batch_execute(
-            "CREATE TABLE ferry_test_reads (n bigint NOT NULL);
+        // Reads run in read-only transactions, so the counter is bumped on a connection of its
+        // own (dblink over the trusted unix socket), committed whatever the read's fate.
+        let conninfo = format!(
+            "host={} port={} user=postgres dbname=postgres",
+            self.socket_dir().display(),
+            self.port
+        );
+        c.batch_execute(&format!(
+            "CREATE EXTENSION IF NOT EXISTS dblink;
+             CREATE TABLE ferry_test_reads (n bigint NOT NULL);
              INSERT INTO ferry_test_reads VALUES (0);
-             CREATE FUNCTION ferry_test_touch() RETURNS bigint LANGUAGE sql VOLATILE AS
-               $$ UPDATE ferry_test_reads SET n = n + 1 RETURNING n $$;",
-        )
+             CREATE FUNCTION ferry_test_touch() RETURNS bigint LANGUAGE sql VOLATILE
+               SECURITY DEFINER AS
+               $$ SELECT n FROM dblink('{conninfo}',
+                    'UPDATE ferry_test_reads SET n = n + 1 RETURNING n') AS t(n bigint) $$;
+             GRANT EXECUTE ON FUNCTION ferry_test_touch() TO PUBLIC;"
+        ))
         .expect("create the read counter");
     }
 

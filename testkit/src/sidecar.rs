@@ -13,6 +13,8 @@ pub fn test_config(redis: &RedisServer, pg: &PgServer) -> Config {
     let mut c = Config::load(Some(&sample), &env).expect("deploy/ferry.toml loads");
     c.redis.url = redis.url();
     c.postgres.url = pg.url();
+    // The tests are trusted callers that send their own SQL (the sample config refuses it).
+    c.auth.allow_raw_sql = true;
     c.server.workers = 2;
     c.server.shutdown_timeout_s = 5;
     c.redis.checkout_timeout_ms = 500;

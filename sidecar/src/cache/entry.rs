@@ -1,0 +1,188 @@
+//! A cached result as stored in Redis, and what it is worth when found.
+
+use super::Observed;
+use ferry_shared::api::Row;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A cached result as stored in Redis.
+#[derive(Serialize, Deserialize)]
+pub(super) struct Entry {
+    /// Unix ms when the rows were read from Postgres.
+    pub at_ms: u64,
+    /// Fresh for this long after `at_ms`.
+    pub ttl_ms: u64,
+    /// Then served stale while revalidating for this long.
+    #[serde(default)]
+    pub swr_ms: u64,
+    /// Kept for stale-if-error this long after the TTL.
+    #[serde(default)]
+    pub sie_ms: u64,
+    /// The key's version token when the rows were read; the entry is valid only while the
+    /// key's version is still this token. Empty in entries of older sidecars: never valid.
+    #[serde(default)]
+    pub ver: String,
+    /// Tag (and the cache-wide epoch) -> version token when the rows were read.
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
+    pub rows: Vec<Row>,
+}
+
+pub enum Lookup {
+    /// Fresh in Redis.
+    Hit {
+        rows: Vec<Row>,
+        age_ms: u64,
+        observed: Observed,
+    },
+    /// Past its TTL, within stale-while-revalidate: serve it and refresh in the background.
+    Revalidate {
+        rows: Vec<Row>,
+        age_ms: u64,
+        observed: Observed,
+    },
+    /// Not usable as is; `stale` is an old copy allowed for stale-if-error.
+    Miss {
+        observed: Observed,
+        stale: Option<(Vec<Row>, u64)>,
+    },
+    /// Redis unavailable, or invalidations pending: do not use the cache for this read.
+    Bypass,
+}
+
+/// Decides what a found entry is worth now. `observed` holds the current version of the key
+/// and of every tag the read names (and the epoch); `current` the versions of every tag seen.
+pub(super) fn classify(
+    entry: Option<Entry>,
+    observed: Observed,
+    current: &BTreeMap<String, String>,
+    now: u64,
+) -> Lookup {
+    let Some(e) = entry else {
+        return Lookup::Miss {
+            observed,
+            stale: None,
+        };
+    };
+    // Valid only under the key's current version, carrying every tag the read names, each
+    // still at the version it was read under. Versions are random tokens that are never
+    // reused, and a missing version (evicted, expired) matches no entry.
+    let valid = !e.ver.is_empty()
+        && e.ver == observed.version
+        && observed.tags.keys().all(|t| e.tags.contains_key(t))
+        && e.tags
+            .iter()
+            .all(|(t, v)| !v.is_empty() && current.get(t).is_some_and(|cur| cur == v));
+    if !valid {
+        return Lookup::Miss {
+            observed,
+            stale: None,
+        };
+    }
+    let age_ms = now.saturating_sub(e.at_ms);
+    if age_ms < e.ttl_ms {
+        Lookup::Hit {
+            rows: e.rows,
+            age_ms,
+            observed,
+        }
+    } else if age_ms < e.ttl_ms + e.swr_ms {
+        Lookup::Revalidate {
+            rows: e.rows,
+            age_ms,
+            observed,
+        }
+    } else {
+        let stale = (age_ms < e.ttl_ms + e.sie_ms).then_some((e.rows, age_ms));
+        Lookup::Miss { observed, stale }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(t, v)| (t.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn entry(age_ms: u64, ver: &str, tags: &[(&str, &str)]) -> Entry {
+        Entry {
+            at_ms: 1_000_000 - age_ms,
+            ttl_ms: 10_000,
+            swr_ms: 5_000,
+            sie_ms: 20_000,
+            ver: ver.into(),
+            tags: map(tags),
+            rows: vec![],
+        }
+    }
+
+    fn seen(ver: &str, tags: &[(&str, &str)]) -> Observed {
+        Observed {
+            entry_key: String::new(),
+            version: ver.into(),
+            tags: map(tags),
+        }
+    }
+
+    const NOW: u64 = 1_000_000;
+
+    #[test]
+    fn classification_by_age() {
+        let cur = map(&[]);
+        let o = || seen("v1", &[]);
+        let at = |age| classify(Some(entry(age, "v1", &[])), o(), &cur, NOW);
+        assert!(matches!(at(1), Lookup::Hit { .. }));
+        assert!(matches!(at(12_000), Lookup::Revalidate { .. }));
+        assert!(matches!(at(16_000), Lookup::Miss { stale: Some(_), .. }));
+        assert!(matches!(at(31_000), Lookup::Miss { stale: None, .. }));
+    }
+
+    #[test]
+    fn a_moved_or_missing_version_invalidates() {
+        let cur = map(&[]);
+        let e = || Some(entry(1, "v1", &[]));
+        assert!(matches!(
+            classify(e(), seen("v2", &[]), &cur, NOW),
+            Lookup::Miss { stale: None, .. }
+        ));
+        // The version key was evicted or expired: no entry is trusted.
+        assert!(matches!(
+            classify(e(), seen("", &[]), &cur, NOW),
+            Lookup::Miss { stale: None, .. }
+        ));
+        // An entry without a version (an older sidecar's) is never trusted.
+        assert!(matches!(
+            classify(Some(entry(1, "", &[])), seen("", &[]), &cur, NOW),
+            Lookup::Miss { .. }
+        ));
+    }
+
+    #[test]
+    fn moved_or_missing_tags_invalidate() {
+        let fresh = || Some(entry(1, "v", &[("items", "a")]));
+        let o = |t: &str| seen("v", &[("items", t)]);
+        assert!(matches!(
+            classify(fresh(), o("a"), &map(&[("items", "a")]), NOW),
+            Lookup::Hit { .. }
+        ));
+        assert!(matches!(
+            classify(fresh(), o("b"), &map(&[("items", "b")]), NOW),
+            Lookup::Miss { stale: None, .. }
+        ));
+        assert!(matches!(
+            classify(fresh(), o(""), &map(&[("items", "")]), NOW),
+            Lookup::Miss { stale: None, .. }
+        ));
+        // The read names a tag the entry was not stored under: not trusted.
+        let more = seen("v", &[("items", "a"), ("users", "u")]);
+        assert!(matches!(
+            classify(fresh(), more, &map(&[("items", "a"), ("users", "u")]), NOW),
+            Lookup::Miss { .. }
+        ));
+    }
+}
