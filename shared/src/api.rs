@@ -325,6 +325,12 @@ pub struct Readiness {
     pub ready: bool,
     pub redis: DependencyState,
     pub postgres: DependencyState,
+    /// Invalidations waiting for Redis (the whole cache counts as one once their bound is
+    /// passed). While any wait, reads bypass Redis (`cache_bypassed`).
+    #[serde(default)]
+    pub pending_invalidations: u64,
+    #[serde(default)]
+    pub cache_bypassed: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

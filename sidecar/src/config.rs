@@ -81,6 +81,8 @@ pub struct ServerConfig {
     /// Log level or tracing filter ("info", "debug", "ferry=debug,info"); FERRY_LOG wins
     /// when set. Reloadable (SIGHUP).
     pub log_level: String,
+    /// How often /readyz's snapshot of Redis and Postgres is refreshed, in milliseconds.
+    pub readiness_interval_ms: u64,
     /// host:port of the admin listener (GET /metrics, /healthz); keep it on localhost or a
     /// private network. Empty: no admin listener.
     pub admin_listen: String,
@@ -220,6 +222,7 @@ impl Default for ServerConfig {
             shutdown_timeout_s: 30,
             log_format: "text".into(),
             log_level: "info".into(),
+            readiness_interval_ms: 1_000,
             admin_listen: "127.0.0.1:9187".into(),
             tls_cert_path: String::new(),
             tls_key_path: String::new(),

@@ -22,6 +22,7 @@ pub mod pg_params;
 pub mod plan;
 pub mod pools;
 pub mod read;
+pub mod readiness;
 pub mod replay;
 pub mod request_id;
 pub mod routes;

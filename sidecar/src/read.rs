@@ -135,6 +135,21 @@ async fn answer_inner(
     }
 }
 
+/// About how many bytes `rows` take as JSON: what batch budgets count.
+pub fn approx_bytes(rows: &[Row]) -> usize {
+    fn value(v: &Value) -> usize {
+        match v {
+            Value::String(s) => s.len() + 2,
+            Value::Array(a) => a.iter().map(value).sum::<usize>() + 2,
+            Value::Object(o) => o.iter().map(|(k, v)| k.len() + 3 + value(v)).sum::<usize>() + 2,
+            _ => 8,
+        }
+    }
+    rows.iter()
+        .map(|r| r.iter().map(|(k, v)| k.len() + 3 + value(v)).sum::<usize>() + 2)
+        .sum()
+}
+
 fn response(rows: Vec<Row>, cache: CacheStatus, age_ms: u64, key: Option<String>) -> QueryResponse {
     QueryResponse {
         rows,

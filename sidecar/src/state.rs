@@ -17,6 +17,7 @@ pub struct AppState {
     pub flights: Arc<Flights>,
     pub verifier: Verifier,
     pub blocking: Blocking,
+    pub readiness: Arc<crate::readiness::Readiness>,
 }
 
 impl AppState {
@@ -50,6 +51,12 @@ impl AppState {
             Arc::downgrade(&pools),
             Duration::from_millis(config.cache.invalidation_retry_ms.max(10)),
         );
+        let readiness = Arc::new(crate::readiness::Readiness::default());
+        crate::readiness::spawn_probe(
+            Arc::downgrade(&readiness),
+            Arc::downgrade(&pools),
+            Duration::from_millis(config.server.readiness_interval_ms.max(10)),
+        );
         Ok(Arc::new(AppState {
             config: RwLock::new(Arc::new(config)),
             pools,
@@ -57,6 +64,7 @@ impl AppState {
             flights: Arc::new(Flights::default()),
             verifier,
             blocking,
+            readiness,
         }))
     }
 }

@@ -39,7 +39,11 @@ fn postgres_stopped_then_started() {
     let w = c.execute(json!({"sql": "UPDATE items SET name = 'x' WHERE id = 4"}));
     assert_eq!(w.status, 503);
     assert_eq!(w.code(), "database_unavailable");
-    assert_eq!(c.get("/readyz").body["postgres"], "down");
+    common::wait_until(
+        "readyz to see postgres down",
+        Duration::from_secs(5),
+        || c.get("/readyz").body["postgres"] == "down",
+    );
 
     stack.pg.start_again();
     common::wait_until("reads to recover", Duration::from_secs(10), || {

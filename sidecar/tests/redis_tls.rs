@@ -34,7 +34,11 @@ fn the_cache_works_over_tls_and_refuses_an_untrusted_server() {
     assert_eq!(c.query(read.clone()).body["cache"], "miss");
     let hit = c.query(read.clone());
     assert_eq!(hit.body["cache"], "hit", "{:?}", hit.body);
-    assert_eq!(c.get("/readyz").body["redis"], "up");
+    common::wait_until(
+        "readyz to see redis up",
+        std::time::Duration::from_secs(5),
+        || c.get("/readyz").body["redis"] == "up",
+    );
     drop(sidecar);
 
     let mut untrusted = common::sidecar::test_config(&redis, &pg);
@@ -44,5 +48,9 @@ fn the_cache_works_over_tls_and_refuses_an_untrusted_server() {
     let r = c.query(read);
     assert_eq!(r.status, 200, "reads still served: {:?}", r.body);
     assert_eq!(r.body["cache"], "bypass");
-    assert_eq!(c.get("/readyz").body["redis"], "down");
+    common::wait_until(
+        "readyz to see redis down",
+        std::time::Duration::from_secs(5),
+        || c.get("/readyz").body["redis"] == "down",
+    );
 }

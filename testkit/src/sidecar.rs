@@ -22,6 +22,8 @@ pub fn test_config(redis: &RedisServer, pg: &PgServer) -> Config {
     c.redis.io_timeout_ms = 500;
     c.redis.retry_after_failure_ms = 300;
     c.cache.invalidation_retry_ms = 100;
+    // /readyz answers from a background probe's snapshot: refresh it often in tests.
+    c.server.readiness_interval_ms = 100;
     c
 }
 

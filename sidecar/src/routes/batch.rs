@@ -45,15 +45,31 @@ pub async fn batch(
             }
         })
         .collect();
-    let concurrency = state.config().postgres.pool_size.max(1) as usize;
-    let results: Vec<BatchResult> = stream::iter(jobs)
-        .buffered(concurrency)
-        .map(|r| match r {
-            Ok(resp) => BatchResult::Ok(resp),
-            Err(e) => BatchResult::Error(e.body().error),
-        })
-        .collect()
-        .await;
+    let config = state.config();
+    let concurrency = config.postgres.pool_size.max(1) as usize;
+    let max_bytes = config.limits.max_batch_bytes;
+    // Results are counted as each read completes; past the batch's budget the remaining
+    // reads are answered result_too_large and their rows dropped, never accumulated.
+    let mut used = 0usize;
+    let collect = stream::iter(jobs).buffered(concurrency).map(|r| match r {
+        Ok(resp) => {
+            used = used.saturating_add(read::approx_bytes(&resp.rows));
+            if used > max_bytes {
+                let e = ApiError::ResultTooLarge {
+                    limit: format!("limits.max_batch_bytes ({max_bytes} bytes)"),
+                };
+                BatchResult::Error(e.body().error)
+            } else {
+                BatchResult::Ok(resp)
+            }
+        }
+        Err(e) => BatchResult::Error(e.body().error),
+    });
+    // One deadline for the whole batch, not one per read.
+    let results: Vec<BatchResult> =
+        tokio::time::timeout(config.request_timeout(), collect.collect())
+            .await
+            .map_err(|_| ApiError::Timeout { what: "the batch" })?;
     Ok(HttpResponse::Ok().json(BatchResponse { results }))
 }
 

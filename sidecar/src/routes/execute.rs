@@ -14,6 +14,13 @@ pub async fn execute(
     let e: ExecuteRequest = super::signed_json(&state, &req, payload).await?;
     let (sql, _) = plan::statement(&state.config(), e.sql, e.query, "")?;
     let inv = e.invalidate.unwrap_or_default();
+    let max_keys = state.config().limits.max_invalidate_keys;
+    if inv.keys.len() > max_keys {
+        return Err(ApiError::invalid(
+            "invalidate.keys",
+            format!("at most {max_keys} keys (limits.max_invalidate_keys); use a tag for more"),
+        ));
+    }
     for (i, k) in inv.keys.iter().enumerate() {
         if k.is_empty() || k.len() > state.config().cache.max_key_bytes {
             return Err(ApiError::invalid(

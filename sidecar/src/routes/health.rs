@@ -2,7 +2,6 @@
 //! load balancers call them, and they reveal nothing but up/down.
 
 use super::State;
-use crate::db;
 use actix_web::HttpResponse;
 use ferry_shared::api::{DependencyState, Readiness};
 
@@ -10,27 +9,11 @@ pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
 }
 
+/// From the background probe's snapshot (see `readiness.rs`): no pool work per request.
 pub async fn readyz(state: State) -> HttpResponse {
-    let s = state.clone();
-    let probe = state
-        .blocking
-        .run(move || {
-            let redis = s
-                .pools
-                .redis_conn()
-                .and_then(|mut c| {
-                    redis::cmd("PING").query::<String>(&mut *c).map_err(|e| {
-                        crate::error::ApiError::CacheUnavailable {
-                            internal: e.to_string(),
-                        }
-                    })
-                })
-                .is_ok();
-            let postgres = db::ping(&s.pools).is_ok();
-            Ok((redis, postgres))
-        })
-        .await;
-    let (redis, postgres) = probe.unwrap_or((false, false));
+    let snap = state.readiness.snapshot().unwrap_or_default();
+    let (redis, postgres) = (snap.redis, snap.postgres);
+    let pending = state.cache.pending_count();
     let up = |ok: bool| {
         if ok {
             DependencyState::Up
@@ -42,6 +25,8 @@ pub async fn readyz(state: State) -> HttpResponse {
         ready: redis && postgres,
         redis: up(redis),
         postgres: up(postgres),
+        pending_invalidations: pending as u64,
+        cache_bypassed: pending > 0,
     };
     if body.ready {
         HttpResponse::Ok().json(body)
@@ -57,10 +42,18 @@ pub async fn metrics(state: State) -> HttpResponse {
     let r = state.pools.redis.state();
     let (pg_open, pg_idle) = state.pools.pg_state();
     let (redis_max, pg_max) = state.pools.sizes();
-    let text = crate::metrics::global().render(&[
+    let mut text = crate::metrics::global().render(&[
         ("redis", redis_max, r.connections, r.idle_connections),
         ("postgres", pg_max, pg_open, pg_idle),
     ]);
+    let pending = state.cache.pending_count();
+    text.push_str(&format!(
+        "# HELP ferry_pending_invalidations Invalidations waiting for Redis (the whole cache counts as one).\n\
+         # TYPE ferry_pending_invalidations gauge\nferry_pending_invalidations {pending}\n\
+         # HELP ferry_cache_bypassed 1 while reads bypass Redis because invalidations are pending.\n\
+         # TYPE ferry_cache_bypassed gauge\nferry_cache_bypassed {}\n",
+        u8::from(pending > 0)
+    ));
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(text)

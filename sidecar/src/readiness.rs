@@ -1,0 +1,63 @@
+//! Readiness, probed in the background. `/readyz` (and the edge's `/health` behind it) answers
+//! from a snapshot at most `server.readiness_interval_ms` old, so traffic on it, however heavy
+//! and from wherever, never reaches the pools: one probe per interval whatever the load.
+
+use crate::pools::Pools;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub redis: bool,
+    pub postgres: bool,
+}
+
+#[derive(Default)]
+pub struct Readiness {
+    /// None until the first probe has finished (reported as not ready).
+    last: RwLock<Option<Snapshot>>,
+    probes: AtomicU64,
+}
+
+impl Readiness {
+    /// The latest probe's result.
+    pub fn snapshot(&self) -> Option<Snapshot> {
+        *self.last.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Probes made so far (each checks out one Redis and one Postgres connection).
+    pub fn probes(&self) -> u64 {
+        self.probes.load(Ordering::Relaxed)
+    }
+
+    fn probe(&self, pools: &Pools) {
+        let redis = pools
+            .redis_conn()
+            .ok()
+            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut *c).ok())
+            .is_some();
+        let postgres = crate::db::ping(pools).is_ok();
+        self.probes.fetch_add(1, Ordering::Relaxed);
+        *self.last.write().unwrap_or_else(|p| p.into_inner()) = Some(Snapshot { redis, postgres });
+    }
+}
+
+/// Probes at once, then every `every`, until the state is dropped.
+pub fn spawn_probe(readiness: Weak<Readiness>, pools: Weak<Pools>, every: Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("ferry-readiness".into())
+        .spawn(move || loop {
+            let (Some(r), Some(p)): (Option<Arc<Readiness>>, Option<Arc<Pools>>) =
+                (readiness.upgrade(), pools.upgrade())
+            else {
+                return;
+            };
+            r.probe(&p);
+            drop((r, p));
+            std::thread::sleep(every);
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the readiness probe thread");
+    }
+}
