@@ -51,9 +51,11 @@ ensure_edge_tools
 cargo build -q -p ferry-sidecar "${PROFILE_FLAG[@]}"
 bash scripts/build-edge.sh
 [ -f "$RUN/secret" ] || openssl rand -hex 32 > "$RUN/secret"
+[ -f "$RUN/api-key" ] || openssl rand -hex 24 > "$RUN/api-key"
 SECRET=$(cat "$RUN/secret")
-# wrangler dev reads the Worker's secret from .dev.vars (git-ignored).
-printf 'FERRY_SECRET=%s\n' "$SECRET" > .dev.vars
+# wrangler dev reads the Worker's secrets from .dev.vars (git-ignored): the edge-sidecar secret,
+# and the API key that writes and the cache routes need (anonymous callers may only read).
+printf 'FERRY_SECRET=%s\nFERRY_API_KEY=%s\n' "$SECRET" "$(cat "$RUN/api-key")" > .dev.vars
 
 step "2/5 Redis on 127.0.0.1:$REDIS_PORT"
 port_free "$REDIS_PORT" || die "port $REDIS_PORT is taken (set FERRY_DEV_REDIS_PORT)"
@@ -104,14 +106,20 @@ Ferry is running (logs in .run/). Through the edge (the real Workers runtime):
   curl -s http://127.0.0.1:$EDGE_PORT/items/1            # a miss, then run it again: a hit
   curl -s 'http://127.0.0.1:$EDGE_PORT/items?ids=1,2,3'  # many in one call
   curl -s -X PUT http://127.0.0.1:$EDGE_PORT/items/1 -d '{"name":"lamp","price":"12.50"}'
+                                                         # 401: anonymous callers only read
+  export KEY="authorization: Bearer \$(cat .run/api-key)"   # the edge's API key (FERRY_API_KEY)
+  curl -s -X PUT -H "\$KEY" http://127.0.0.1:$EDGE_PORT/items/1 -d '{"name":"lamp","price":"12.50"}'
   curl -s http://127.0.0.1:$EDGE_PORT/items/1            # fresh after the write
-  curl -s -X PUT http://127.0.0.1:$EDGE_PORT/cache/greeting -d '{"value":"hello","ttl_s":60}'
-  curl -s http://127.0.0.1:$EDGE_PORT/cache/greeting
+  curl -s -X PUT -H "\$KEY" http://127.0.0.1:$EDGE_PORT/cache/greeting -d '{"value":"hello","ttl_s":60}'
+  curl -s -H "\$KEY" http://127.0.0.1:$EDGE_PORT/cache/greeting
 
 The sidecar directly (signed requests):
 
   export FERRY_SECRET=\$(cat .run/secret) FERRY_URL=http://127.0.0.1:$SIDECAR_PORT
   scripts/ferry-curl.sh POST /v1/query '{"sql":"SELECT id, name FROM items WHERE id = \$1","params":[1],"cache":{"ttl_s":60,"key":"item:1"}}'
+  scripts/ferry-curl.sh POST /v1/execute '{"sql":"BEGIN"}'      # 400: sessions are never left open
+  scripts/ferry-curl.sh POST /v1/query '{"sql":"DELETE FROM items"}' # 400: reads cannot write
+  curl -s http://127.0.0.1:$SIDECAR_PORT/readyz    # from a background snapshot, never the pools
 
 Ctrl-C stops everything started here.
 MSG

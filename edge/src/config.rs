@@ -7,6 +7,8 @@ pub const VAR_SIDECAR_URL: &str = "FERRY_SIDECAR_URL";
 pub const VAR_TIMEOUT_MS: &str = "FERRY_TIMEOUT_MS";
 pub const VAR_ALLOW_HTTP: &str = "FERRY_ALLOW_HTTP";
 pub const SECRET: &str = "FERRY_SECRET";
+/// The bearer key for writes and the cache routes (a secret: `wrangler secret put`).
+pub const API_KEY: &str = "FERRY_API_KEY";
 
 /// Per-call timeout when `FERRY_TIMEOUT_MS` is not set, in milliseconds.
 pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;

@@ -31,6 +31,8 @@ pub enum EdgeError {
     AuthFailed,
     /// A binding is missing or invalid; names the binding, never its value.
     Misconfigured(String),
+    /// The route needs the API key (writes and the cache routes), and it was not given.
+    Unauthorized(String),
 }
 
 impl EdgeError {
@@ -67,6 +69,7 @@ impl EdgeError {
             EdgeError::BadResponse { .. } => ErrorCode::SidecarBadResponse,
             EdgeError::AuthFailed => ErrorCode::SidecarAuthFailed,
             EdgeError::Misconfigured(_) => ErrorCode::EdgeMisconfigured,
+            EdgeError::Unauthorized(_) => ErrorCode::Unauthorized,
         }
     }
 
@@ -84,7 +87,7 @@ impl EdgeError {
         }
         let (message, field) = match self {
             EdgeError::Invalid { message, field, .. } => (message.clone(), field.clone()),
-            EdgeError::NotFound(m) => (m.clone(), None),
+            EdgeError::NotFound(m) | EdgeError::Unauthorized(m) => (m.clone(), None),
             EdgeError::Unreachable => ("the sidecar could not be reached".into(), None),
             EdgeError::Timeout { after_ms } => (
                 format!("the sidecar did not answer within {after_ms} ms"),

@@ -17,9 +17,23 @@ pub const ITEMS_KEYSPACE: &str = "items";
 pub const MAX_BATCH: usize = 100;
 /// Default TTL of `PUT /cache/:key`, in seconds.
 pub const DEFAULT_CACHE_TTL_S: u64 = 300;
+/// Longest TTL `PUT /cache/:key` may set, in seconds (a day): nothing the edge stores lives
+/// forever.
+pub const MAX_CACHE_TTL_S: u64 = 86_400;
+/// Largest value `PUT /cache/:key` may store, in bytes.
+pub const MAX_CACHE_VALUE_BYTES: usize = 4_096;
+/// The edge's cache routes live in a namespace of their own among the sidecar's plain keys, so
+/// they can never touch keys that other callers of the sidecar use.
+pub const EDGE_CACHE_NAMESPACE: &str = "edge:";
+
+/// The sidecar key for an edge cache key.
+pub fn edge_cache_key(key: &str) -> String {
+    format!("{EDGE_CACHE_NAMESPACE}{key}")
+}
 
 /// The cache entry name of one item: what reads cache under and writes invalidate. The same
-/// name the `items` keyspace uses, so single and batch reads share entries.
+/// name the `items` keyspace uses, so one invalidation reaches single and batch reads (their
+/// entries are stored apart: each belongs to its own statement).
 pub fn item_key(id: i32) -> String {
     format!("{ITEMS_KEYSPACE}:{id}")
 }
@@ -139,17 +153,31 @@ struct CacheSetBody {
     ttl_s: Option<u64>,
 }
 
-/// `PUT /cache/:key` with `{"value": "...", "ttl_s": 60}` (ttl_s defaults to 300).
-pub fn cache_set(key: String, body: &[u8]) -> Result<CacheCommand, EdgeError> {
+/// `PUT /cache/:key` with `{"value": "...", "ttl_s": 60}` (ttl_s defaults to 300): at most
+/// MAX_CACHE_VALUE_BYTES, for 1 to MAX_CACHE_TTL_S seconds, in the edge's namespace.
+pub fn cache_set(key: &str, body: &[u8]) -> Result<CacheCommand, EdgeError> {
     let b: CacheSetBody = serde_json::from_slice(body).map_err(|e| {
         EdgeError::bad_request(format!(
             "expected {{\"value\": string, \"ttl_s\": seconds}}: {e}"
         ))
     })?;
+    if b.value.len() > MAX_CACHE_VALUE_BYTES {
+        return Err(EdgeError::invalid(
+            "value",
+            format!("at most {MAX_CACHE_VALUE_BYTES} bytes"),
+        ));
+    }
+    let ttl_s = b.ttl_s.unwrap_or(DEFAULT_CACHE_TTL_S);
+    if !(1..=MAX_CACHE_TTL_S).contains(&ttl_s) {
+        return Err(EdgeError::invalid(
+            "ttl_s",
+            format!("1 to {MAX_CACHE_TTL_S} seconds"),
+        ));
+    }
     Ok(CacheCommand::Set {
-        key,
+        key: edge_cache_key(key),
         value: b.value,
-        ttl_s: Some(b.ttl_s.unwrap_or(DEFAULT_CACHE_TTL_S)),
+        ttl_s: Some(ttl_s),
     })
 }
 
@@ -211,14 +239,23 @@ mod tests {
     #[test]
     fn cache_bodies() {
         assert_eq!(
-            cache_set("k".into(), br#"{"value": "v"}"#),
+            cache_set("k", br#"{"value": "v"}"#),
             Ok(CacheCommand::Set {
-                key: "k".into(),
+                key: "edge:k".into(),
                 value: "v".into(),
                 ttl_s: Some(DEFAULT_CACHE_TTL_S)
             })
         );
-        assert!(cache_set("k".into(), br#"{"value": 1}"#).is_err());
+        assert!(cache_set("k", br#"{"value": 1}"#).is_err());
+        let big = format!(
+            r#"{{"value": "{}"}}"#,
+            "x".repeat(MAX_CACHE_VALUE_BYTES + 1)
+        );
+        assert!(cache_set("k", big.as_bytes()).is_err());
+        for ttl in [0, MAX_CACHE_TTL_S + 1] {
+            let body = format!(r#"{{"value": "v", "ttl_s": {ttl}}}"#);
+            assert!(cache_set("k", body.as_bytes()).is_err(), "{ttl}");
+        }
         assert!(parse_cache_key("").is_err());
         assert!(parse_cache_key("a\nb").is_err());
         assert!(parse_cache_key("user:1").is_ok());

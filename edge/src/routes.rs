@@ -35,6 +35,13 @@ pub fn request_id_fallback() -> String {
     hex::encode(bytes)
 }
 
+/// Writes and the cache routes need the API key (see `access.rs`).
+fn require_api_key(req: &Request, ctx: &Ctx) -> std::result::Result<(), EdgeError> {
+    let given = req.headers().get("authorization").ok().flatten();
+    let configured = ctx.secret(config::API_KEY).ok().map(|s| s.to_string());
+    crate::access::require_api_key(given.as_deref(), configured.as_deref())
+}
+
 /// The sidecar client from the bindings, or why not.
 fn client(ctx: &Ctx, request_id: &str) -> std::result::Result<SidecarClient, EdgeError> {
     let var = |name: &str| ctx.var(name).ok().map(|v| v.to_string());
@@ -145,12 +152,13 @@ pub async fn get_items(req: Request, ctx: Ctx) -> Result<Response> {
     )
 }
 
-/// `PUT /items/:id`: write the item, then invalidate its cache entry (before answering).
+/// `PUT /items/:id` (API key): write the item, then invalidate its cache entry (before answering).
 pub async fn put_item(mut req: Request, ctx: Ctx) -> Result<Response> {
     let rid = request_id(&req);
     respond(
         &rid,
         async {
+            require_api_key(&req, &ctx)?;
             let id = requests::parse_id(param(&ctx, "id"))?;
             let write = requests::item_upsert(id, &body_bytes(&mut req).await?)?;
             let r = client(&ctx, &rid)?.execute(&write).await?;
@@ -163,14 +171,17 @@ pub async fn put_item(mut req: Request, ctx: Ctx) -> Result<Response> {
     )
 }
 
-/// `GET /cache/:key`: a plain cache value.
+/// `GET /cache/:key` (API key): a value from the edge's cache namespace.
 pub async fn get_cache(req: Request, ctx: Ctx) -> Result<Response> {
     let rid = request_id(&req);
     respond(
         &rid,
         async {
+            require_api_key(&req, &ctx)?;
             let key = requests::parse_cache_key(param(&ctx, "key"))?;
-            let cmd = CacheCommand::Get { key: key.clone() };
+            let cmd = CacheCommand::Get {
+                key: requests::edge_cache_key(&key),
+            };
             match client(&ctx, &rid)?.cache(&cmd).await? {
                 CacheReply::Get { value: Some(v) } => Ok((200, json!({"key": key, "value": v}))),
                 CacheReply::Get { value: None } => {
@@ -183,14 +194,15 @@ pub async fn get_cache(req: Request, ctx: Ctx) -> Result<Response> {
     )
 }
 
-/// `PUT /cache/:key` with `{"value": "...", "ttl_s": 60}`.
+/// `PUT /cache/:key` (API key) with `{"value": "...", "ttl_s": 60}`.
 pub async fn put_cache(mut req: Request, ctx: Ctx) -> Result<Response> {
     let rid = request_id(&req);
     respond(
         &rid,
         async {
+            require_api_key(&req, &ctx)?;
             let key = requests::parse_cache_key(param(&ctx, "key"))?;
-            let cmd = requests::cache_set(key.clone(), &body_bytes(&mut req).await?)?;
+            let cmd = requests::cache_set(&key, &body_bytes(&mut req).await?)?;
             match client(&ctx, &rid)?.cache(&cmd).await? {
                 CacheReply::Set {} => Ok((200, json!({"key": key, "stored": true}))),
                 _ => Err(EdgeError::BadResponse { status: 200 }),
@@ -200,7 +212,8 @@ pub async fn put_cache(mut req: Request, ctx: Ctx) -> Result<Response> {
     )
 }
 
-/// `GET /health`: the edge is up; is the sidecar reachable and ready?
+/// `GET /health`: the edge is up; is the sidecar reachable and ready? The sidecar answers from
+/// its readiness snapshot, so Internet traffic here never reaches its pools.
 pub async fn health(req: Request, ctx: Ctx) -> Result<Response> {
     let rid = request_id(&req);
     respond(

@@ -12,8 +12,22 @@ fn get(c: &Client, path: &str) -> Answer {
     c.raw("GET", path, Vec::new(), &[])
 }
 
-fn put(c: &Client, path: &str, body: serde_json::Value) -> Answer {
-    c.raw("PUT", path, body.to_string().into_bytes(), &[])
+fn bearer(key: &str) -> Vec<(&'static str, String)> {
+    vec![("authorization", format!("Bearer {key}"))]
+}
+
+/// Writes and the cache routes need the edge's API key.
+fn get_auth(c: &Client, path: &str) -> Answer {
+    c.raw("GET", path, Vec::new(), &bearer(kit::API_KEY))
+}
+
+fn put_auth(c: &Client, path: &str, body: serde_json::Value) -> Answer {
+    c.raw(
+        "PUT",
+        path,
+        body.to_string().into_bytes(),
+        &bearer(kit::API_KEY),
+    )
 }
 
 #[test]
@@ -58,7 +72,7 @@ fn the_edge_reads_writes_and_caches_through_the_sidecar() {
     assert_eq!(batch.body["missing"], json!([9999]));
 
     // Write, then the next read is fresh (a miss with the new value), then cached again.
-    let w = put(
+    let w = put_auth(
         &c,
         "/items/7",
         json!({"name": "written at the edge", "price": "9.99"}),
@@ -77,17 +91,17 @@ fn the_edge_reads_writes_and_caches_through_the_sidecar() {
     assert_eq!(batch.body["items"][0]["name"], "written at the edge");
 
     // Plain cache get/set.
-    let s = put(
+    let s = put_auth(
         &c,
         "/cache/greeting",
         json!({"value": "hello", "ttl_s": 60}),
     );
     assert_eq!(s.body, json!({"key": "greeting", "stored": true}));
     assert_eq!(
-        get(&c, "/cache/greeting").body,
+        get_auth(&c, "/cache/greeting").body,
         json!({"key": "greeting", "value": "hello"})
     );
-    let none = get(&c, "/cache/absent");
+    let none = get_auth(&c, "/cache/absent");
     assert_eq!(none.status, 404);
     assert_eq!(none.code(), "not_found");
 
@@ -103,9 +117,9 @@ fn the_edge_reads_writes_and_caches_through_the_sidecar() {
         assert_eq!(r.status, status, "{path}: {:?}", r.body);
         assert_eq!(r.code(), code, "{path}: {:?}", r.body);
     }
-    let r = put(&c, "/items/7", json!({"name": "no price"}));
+    let r = put_auth(&c, "/items/7", json!({"name": "no price"}));
     assert_eq!(r.status, 400, "{:?}", r.body);
-    let r = put(
+    let r = put_auth(
         &c,
         "/items/7",
         json!({"name": "x", "price": "not a number"}),
@@ -154,4 +168,83 @@ fn a_sidecar_that_never_answers_is_a_504() {
     assert_eq!(r.status, 504, "{:?}\n{}", r.body, edge.log());
     assert_eq!(r.code(), "sidecar_timeout");
     drop(silent);
+}
+
+#[test]
+fn anonymous_callers_can_only_read() {
+    // A readiness snapshot a second old: /health traffic must not reach the pools.
+    let stack = Stack::start_with(|c| c.server.readiness_interval_ms = 1_000);
+    let edge = WranglerDev::start(&stack.sidecar.base_url(), kit::SECRET, 5_000);
+    let c = edge_client(&edge);
+    assert_eq!(get(&c, "/items/7").status, 200, "anyone may read");
+
+    let wrong = bearer("not-the-api-key-0123456789");
+    let attempts: [(&str, &str, Vec<u8>); 3] = [
+        (
+            "PUT",
+            "/items/7",
+            br#"{"name": "anonymous", "price": "1.00"}"#.to_vec(),
+        ),
+        ("PUT", "/cache/x", br#"{"value": "anonymous"}"#.to_vec()),
+        ("GET", "/cache/x", Vec::new()),
+    ];
+    for (method, path, body) in &attempts {
+        for headers in [Vec::new(), wrong.clone()] {
+            let r = c.raw(method, path, body.clone(), &headers);
+            assert_eq!(r.status, 401, "{method} {path}: {:?}", r.body);
+            assert_eq!(r.code(), "unauthorized", "{:?}", r.body);
+        }
+    }
+    let name: String = stack
+        .pg
+        .client()
+        .query_one("SELECT name FROM items WHERE id = 7", &[])
+        .expect("row")
+        .get(0);
+    assert_eq!(name, "item 7", "no anonymous write reached Postgres");
+    let mut redis = stack.redis.conn();
+    let keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg("ferry:k:*")
+        .query(&mut redis)
+        .expect("keys");
+    assert!(keys.is_empty(), "no anonymous cache write: {keys:?}");
+
+    // With the key: the edge's own namespace, bounded in size and time.
+    let ok = put_auth(&c, "/cache/x", json!({"value": "v", "ttl_s": 60}));
+    assert_eq!(ok.status, 200, "{:?}", ok.body);
+    let keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg("ferry:k:*")
+        .query(&mut redis)
+        .expect("keys");
+    assert_eq!(keys, vec!["ferry:k:edge:x".to_string()]);
+    for body in [
+        json!({"value": "v".repeat(4097)}),
+        json!({"value": "v", "ttl_s": 0}),
+        json!({"value": "v", "ttl_s": 86_401}),
+    ] {
+        let r = put_auth(&c, "/cache/y", body);
+        assert_eq!(r.status, 400, "{:?}", r.body);
+    }
+    let w = put_auth(
+        &c,
+        "/items/7",
+        json!({"name": "with the key", "price": "1.00"}),
+    );
+    assert_eq!(w.status, 200, "{:?}", w.body);
+
+    // /health under load: answered from the sidecar's readiness snapshot, not the pools.
+    let readiness = &stack.sidecar.state.readiness;
+    let (before, start) = (readiness.probes(), std::time::Instant::now());
+    let healthy = c.block_on(async {
+        let calls = (0..300).map(|_| c.send_raw("GET", "/health", Vec::new(), &[]));
+        futures::future::join_all(calls).await
+    });
+    let took = start.elapsed();
+    assert!(healthy.iter().all(|a| a.status == 200));
+    let probes = readiness.probes() - before;
+    println!("FIGURES /health x 300 in {took:?}: {probes} readiness probes");
+    assert!(
+        probes <= took.as_secs() + 2,
+        "{probes} probes for 300 /health calls in {took:?}"
+    );
 }

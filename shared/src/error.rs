@@ -31,6 +31,9 @@ pub enum ErrorCode {
     PayloadTooLarge,
     /// The body is declared as something other than application/json (415).
     UnsupportedMediaType,
+    /// Edge: the route needs `Authorization: Bearer <key>` and none, or a wrong one, was sent
+    /// (401).
+    Unauthorized,
     /// The request is not signed (401).
     AuthMissing,
     /// A signature header is present but malformed (401).
@@ -79,7 +82,8 @@ impl ErrorCode {
         use ErrorCode::*;
         match self {
             BadRequest | InvalidValue | BadParams | SqlError | StatementNotAllowed => 400,
-            AuthMissing | AuthMalformed | AuthExpired | AuthBadSignature | AuthReplayed => 401,
+            Unauthorized | AuthMissing | AuthMalformed | AuthExpired | AuthBadSignature
+            | AuthReplayed => 401,
             RawSqlForbidden => 403,
             NotFound | NotCached => 404,
             MethodNotAllowed => 405,
@@ -107,6 +111,7 @@ impl ErrorCode {
             NotText => "not_text",
             PayloadTooLarge => "payload_too_large",
             UnsupportedMediaType => "unsupported_media_type",
+            Unauthorized => "unauthorized",
             AuthMissing => "auth_missing",
             AuthMalformed => "auth_malformed",
             AuthExpired => "auth_expired",

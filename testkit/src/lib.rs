@@ -23,6 +23,8 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 pub const SECRET: &str = "test-secret-0123456789abcdef";
+/// The edge's bearer key for writes and the cache routes (FERRY_API_KEY in workerd).
+pub const API_KEY: &str = "test-edge-api-key-0123456789";
 
 /// A port nothing listens on right now.
 pub fn free_port() -> u16 {

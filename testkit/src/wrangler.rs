@@ -39,7 +39,7 @@ impl WranglerDev {
         .expect("write wrangler.toml");
         std::fs::write(
             dir.path().join(".dev.vars"),
-            format!("FERRY_SECRET={secret}\n"),
+            format!("FERRY_SECRET={secret}\nFERRY_API_KEY={}\n", super::API_KEY),
         )
         .expect("write .dev.vars");
         let port = free_port();
