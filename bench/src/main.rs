@@ -43,6 +43,8 @@ enum Which {
     Connections,
     /// Requests per second: Ferry vs webdis vs redis-benchmark; /v1/query vs pgbench -S.
     Throughput,
+    /// The replay store at full signed load for three clock windows: 0 refusals, RSS flat.
+    Replay,
 }
 
 /// What the scenarios need: addresses, passwords, progress.
@@ -55,6 +57,10 @@ pub struct Ctx {
     pub limited_redis_addr: SocketAddr,
     pub limited_sidecar_addr: SocketAddr,
     pub webdis_addr: SocketAddr,
+    /// A sidecar with a short clock window, for the replay-store scenario.
+    pub replay_sidecar_addr: SocketAddr,
+    pub replay_sidecar_pid: u32,
+    pub replay_skew_s: u64,
     pub progress: ProgressBar,
 }
 
@@ -72,6 +78,7 @@ fn steps(which: Which) -> u64 {
         Which::Keys => 6,
         Which::Connections => 2,
         Which::Throughput => 7,
+        Which::Replay => 1,
     }
 }
 
@@ -85,6 +92,7 @@ fn main() {
             Which::Keys,
             Which::Connections,
             Which::Throughput,
+            Which::Replay,
         ],
     };
     let plan = Plan::new(args.quick);
@@ -102,6 +110,13 @@ fn main() {
     let (pg, pg_url) = env::start_postgres();
     let sidecar = env::start_sidecar(&redis.url(), &pg_url, &[]);
     let limited_sidecar = env::start_sidecar(&limited.url(), &pg_url, &[]);
+    // A short window so that it fills and turns over several times within the run.
+    let replay_skew_s: u64 = if args.quick { 2 } else { 10 };
+    let replay_sidecar = env::start_sidecar(
+        &redis.url(),
+        &pg_url,
+        &[("FERRY_AUTH_MAX_SKEW_S", &replay_skew_s.to_string())],
+    );
     let webdis_dir =
         std::env::temp_dir().join(format!("ferry-bench-webdis-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&webdis_dir);
@@ -121,6 +136,9 @@ fn main() {
         limited_redis_addr: ([127, 0, 0, 1], limited.port).into(),
         limited_sidecar_addr: limited_sidecar.addr,
         webdis_addr: webdis.addr,
+        replay_sidecar_addr: replay_sidecar.addr,
+        replay_sidecar_pid: replay_sidecar.pid(),
+        replay_skew_s,
         progress,
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -162,6 +180,12 @@ fn main() {
                     scenarios::watch("throughput", pid, scenarios::throughput::run(&ctx, &plan))
                         .await
                 }
+                Which::Replay => {
+                    let rpid = replay_sidecar.pid();
+                    let (m, r) =
+                        scenarios::watch("replay", rpid, scenarios::replay::run(&ctx, &plan)).await;
+                    (m, scenarios::replay::resources(rpid, &r))
+                }
             };
             all.extend(m);
             res.push(r);
@@ -185,7 +209,15 @@ fn main() {
         eprintln!("could not write results to {}: {e}", args.out.display());
         std::process::exit(1);
     }
-    drop((webdis, sidecar, limited_sidecar, pg, redis, limited));
+    drop((
+        webdis,
+        sidecar,
+        limited_sidecar,
+        replay_sidecar,
+        pg,
+        redis,
+        limited,
+    ));
     let _ = std::fs::remove_dir_all(&webdis_dir);
 }
 

@@ -129,6 +129,26 @@ impl Report {
             })(),
         );
         push(
+            "replay store: 0 refusals at full signed load, RSS flat after the first window",
+            (|| {
+                let m = self.measurements.iter().find(|m| m.scenario == "replay")?;
+                let f = &m.figures;
+                let refused = f["refused"].as_u64()?;
+                let (filled, max) = (
+                    f["rss_window_filled_mb"].as_f64()?,
+                    f["rss_max_after_mb"].as_f64()?,
+                );
+                Some((
+                    refused == 0 && max <= filled * 1.25 + 4.0,
+                    format!(
+                        "{} rps, {refused} refused; RSS {filled:.1} MB when the window filled, \
+                         at most {max:.1} MB after; ~{} bytes per request/s",
+                        f["rps"], f["bytes_per_request_per_s"]
+                    ),
+                ))
+            })(),
+        );
+        push(
             "throughput: Ferry cache-hit rps >= webdis",
             (|| {
                 let f =
@@ -235,6 +255,26 @@ impl Report {
                 );
             }
             s.push('\n');
+        }
+        for m in self.measurements.iter().filter(|m| m.scenario == "replay") {
+            let f = &m.figures;
+            let _ = writeln!(s, "## replay store at full signed load\n");
+            let _ = writeln!(
+                s,
+                "| run | requests/s | served | refused | RSS start / window filled / max after (MB) | bytes per request/s |\n|---|---|---|---|---|---|"
+            );
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} / {} / {} | {} |\n",
+                m.path,
+                f["rps"],
+                f["served"],
+                f["refused"],
+                f["rss_start_mb"],
+                f["rss_window_filled_mb"],
+                f["rss_max_after_mb"],
+                f["bytes_per_request_per_s"]
+            );
         }
         if !self.resources.is_empty() {
             let _ = writeln!(s, "## sidecar resources per scenario\n");

@@ -4,6 +4,7 @@ pub mod connections;
 pub mod keys;
 pub mod postgres;
 pub mod redis;
+pub mod replay;
 pub mod throughput;
 
 use crate::env::{proc_stat, ProcStat};
