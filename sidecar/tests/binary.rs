@@ -88,3 +88,39 @@ fn runs_from_env_alone_and_drains_on_sigterm() {
         "no longer listening"
     );
 }
+
+#[test]
+fn check_config_warns_about_a_superuser_role() {
+    let pg = common::PgServer::start();
+    pg.setup_demo_schema();
+    let check = |url: &str| {
+        let out = Command::new(BIN)
+            .arg("--check-config")
+            .env_clear()
+            .env("FERRY_SECRET", common::SECRET)
+            .env("FERRY_DATABASE_URL", url)
+            .output()
+            .expect("run binary");
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let as_superuser = check(&pg.url());
+    assert!(
+        as_superuser.contains("warning:") && as_superuser.contains("superuser"),
+        "{as_superuser}"
+    );
+    // The demo schema's least-privilege role: no warning.
+    let app = check(&format!(
+        "postgres://ferry_app@127.0.0.1:{}/postgres",
+        pg.port
+    ));
+    assert_eq!(app.trim(), "config ok", "{app}");
+    pg.client()
+        .batch_execute("ALTER ROLE ferry_app BYPASSRLS")
+        .expect("alter role");
+    let bypass = check(&format!(
+        "postgres://ferry_app@127.0.0.1:{}/postgres",
+        pg.port
+    ));
+    assert!(bypass.contains("BYPASSRLS"), "{bypass}");
+}

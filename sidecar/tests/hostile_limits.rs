@@ -23,14 +23,7 @@ fn start(env: &[(&str, &str)]) -> (RedisServer, PgServer, SidecarProcess) {
 }
 
 fn peak_rss_mb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0)
-        / 1024
+    ferry_testkit::peak_rss_kb(pid) / 1024
 }
 
 fn too_large(a: &Answer, limit: &str) {

@@ -34,6 +34,17 @@ pub fn free_port() -> u16 {
         .expect("bind 127.0.0.1:0 to find a free port")
 }
 
+/// A process' peak resident memory (VmHWM) in KiB, 0 if it cannot be read.
+pub fn peak_rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// Polls `f` until it returns true or `timeout` passes; panics with `what` on timeout.
 pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let start = Instant::now();
