@@ -235,15 +235,13 @@ mod tests {
             h(sign::HEADER_SIGNATURE).as_deref(),
         )
         .expect("all three headers");
-        let verified = sign::verify(
-            &[b"0123456789abcdef"],
-            &headers,
-            "POST",
-            "/v1/query",
-            &call.body,
-            1000,
-            300,
-        );
+        let signed = sign::SignedRequest {
+            headers: &headers,
+            method: "POST",
+            path_and_query: "/v1/query",
+            body: &call.body,
+        };
+        let verified = sign::verify(&[b"0123456789abcdef"], &signed, 1000, 300);
         assert!(verified.is_ok());
     }
 

@@ -19,12 +19,7 @@ pub fn request_id(req: &Request) -> String {
         .get(REQUEST_ID_HEADER)
         .ok()
         .flatten()
-        .filter(|id| {
-            (1..=64).contains(&id.len())
-                && id
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        });
+        .filter(|id| ferry_shared::api::valid_request_id(id));
     given.unwrap_or_else(request_id_fallback)
 }
 

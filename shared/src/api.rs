@@ -10,6 +10,15 @@ use serde_json::{Map, Value};
 /// The header that carries a request's id from the edge through the sidecar and back.
 pub const REQUEST_ID_HEADER: &str = "x-ferry-request-id";
 
+/// Whether a caller's request id may be kept (logged and echoed): 1 to 64 characters of
+/// `[A-Za-z0-9_-]`. Both halves apply this one rule.
+pub fn valid_request_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 /// Paths of the v1 endpoints.
 pub mod paths {
     pub const QUERY: &str = "/v1/query";

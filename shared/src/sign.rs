@@ -201,21 +201,34 @@ pub fn check_headers(
     Ok((timestamp, tag))
 }
 
+/// What a signature covers: one request as received.
+#[derive(Debug, Clone, Copy)]
+pub struct SignedRequest<'a> {
+    pub headers: &'a SignatureHeaders,
+    pub method: &'a str,
+    /// The path and query exactly as sent (`/v1/query?x=1`).
+    pub path_and_query: &'a str,
+    pub body: &'a [u8],
+}
+
 /// Verifies a request statelessly: header formats, the clock window, then the MAC under each
 /// accepted secret (more than one during a secret rotation). The MAC comparison is
 /// constant-time (`hmac`'s `verify_slice`).
-#[allow(clippy::too_many_arguments)]
 pub fn verify(
     secrets: &[&[u8]],
-    headers: &SignatureHeaders,
-    method: &str,
-    path_and_query: &str,
-    body: &[u8],
+    req: &SignedRequest<'_>,
     now_s: u64,
     max_skew_s: u64,
 ) -> Result<Verified, SignError> {
+    let headers = req.headers;
     let (timestamp, tag) = check_headers(headers, now_s, max_skew_s)?;
-    let canonical = canonical_string(timestamp, &headers.nonce, method, path_and_query, body);
+    let canonical = canonical_string(
+        timestamp,
+        &headers.nonce,
+        req.method,
+        req.path_and_query,
+        req.body,
+    );
     // Every secret is tried, even after a match, so timing does not reveal which one matched.
     let mut matched = false;
     for secret in secrets {
@@ -244,7 +257,17 @@ mod tests {
     }
 
     fn check(h: &SignatureHeaders, body: &[u8], now: u64) -> Result<Verified, SignError> {
-        verify(&[SECRET], h, "POST", "/v1/query?x=1", body, now, 300)
+        verify(
+            &[SECRET],
+            &SignedRequest {
+                headers: h,
+                method: "POST",
+                path_and_query: "/v1/query?x=1",
+                body,
+            },
+            now,
+            300,
+        )
     }
 
     #[test]
@@ -274,15 +297,45 @@ mod tests {
         let h = signed(b"body");
         assert_eq!(check(&h, b"bodz", NOW), Err(SignError::Mismatch));
         assert_eq!(
-            verify(&[SECRET], &h, "PUT", "/v1/query?x=1", b"body", NOW, 300),
+            verify(
+                &[SECRET],
+                &SignedRequest {
+                    headers: &h,
+                    method: "PUT",
+                    path_and_query: "/v1/query?x=1",
+                    body: b"body"
+                },
+                NOW,
+                300
+            ),
             Err(SignError::Mismatch)
         );
         assert_eq!(
-            verify(&[SECRET], &h, "POST", "/v1/query?x=2", b"body", NOW, 300),
+            verify(
+                &[SECRET],
+                &SignedRequest {
+                    headers: &h,
+                    method: "POST",
+                    path_and_query: "/v1/query?x=2",
+                    body: b"body"
+                },
+                NOW,
+                300
+            ),
             Err(SignError::Mismatch)
         );
         assert_eq!(
-            verify(&[b"other"], &h, "POST", "/v1/query?x=1", b"body", NOW, 300),
+            verify(
+                &[b"other"],
+                &SignedRequest {
+                    headers: &h,
+                    method: "POST",
+                    path_and_query: "/v1/query?x=1",
+                    body: b"body"
+                },
+                NOW,
+                300
+            ),
             Err(SignError::Mismatch)
         );
         let mut other_nonce = h.clone();
@@ -358,15 +411,13 @@ mod tests {
     #[test]
     fn rotation_accepts_either_secret() {
         let h = signed(b"x");
-        let r = verify(
-            &[b"new", SECRET],
-            &h,
-            "POST",
-            "/v1/query?x=1",
-            b"x",
-            NOW,
-            300,
-        );
+        let req = SignedRequest {
+            headers: &h,
+            method: "POST",
+            path_and_query: "/v1/query?x=1",
+            body: b"x",
+        };
+        let r = verify(&[b"new", SECRET], &req, NOW, 300);
         assert!(r.is_ok());
     }
 }

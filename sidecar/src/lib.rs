@@ -3,32 +3,25 @@
 //!
 //! `main.rs` reads the config and calls [`run`]; tests call [`run`] with a listener on port 0,
 //! so they exercise the real app.
+//!
+//! The modules, and the way imports run (routes → read → store; http and config at the side):
+//! - [`routes`]: one file per endpoint, each parse → plan → run → respond.
+//! - [`read`]: plans, the read-through engine, single-flight, keyed batches.
+//! - [`store`]: pools, Postgres sessions and statements, the Redis cache layout, readiness.
+//! - [`http`]: authentication and the replay store, JSON bodies, request ids, TLS, metrics,
+//!   errors → HTTP.
+//! - [`config`]: the configuration, its loading and validation.
+//! - [`state`]: `AppState`, everything a handler needs, built once.
 
 // A panic is an outage here (a dead request, or on the edge a dead isolate).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod auth;
-pub mod cache;
-pub mod commands;
 pub mod config;
-pub mod db;
-pub mod error;
-pub mod flight;
-pub mod json;
-pub mod keyed;
-pub mod metrics;
-pub mod pg_json;
-pub mod pg_params;
-pub mod plan;
-pub mod pools;
+pub mod http;
 pub mod read;
-pub mod readiness;
-pub mod replay;
-pub mod request_id;
 pub mod routes;
 pub mod state;
-pub mod statement;
-pub mod tls;
+pub mod store;
 
 pub use config::Config;
 pub use routes::configure;
@@ -50,8 +43,8 @@ pub fn run(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<Serve
             .app_data(data.clone())
             // Logger inside the request-id span, so access lines carry the id too.
             .wrap(middleware::Logger::new("%r %s %Dms").log_target("ferry::access"))
-            .wrap(middleware::from_fn(metrics::middleware))
-            .wrap(middleware::from_fn(request_id::middleware))
+            .wrap(middleware::from_fn(http::metrics::middleware))
+            .wrap(middleware::from_fn(http::request_id::middleware))
             .configure(configure)
     })
     .shutdown_timeout(server_cfg.shutdown_timeout_s)
@@ -60,7 +53,7 @@ pub fn run(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<Serve
     server = if server_cfg.tls_cert_path.is_empty() {
         server.listen(listener)?
     } else {
-        let tls = tls::server_config(&server_cfg.tls_cert_path, &server_cfg.tls_key_path)
+        let tls = http::tls::server_config(&server_cfg.tls_cert_path, &server_cfg.tls_key_path)
             .map_err(std::io::Error::other)?;
         server.listen_rustls_0_23(listener, tls)?
     };

@@ -29,7 +29,9 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     let env: BTreeMap<String, String> = std::env::vars().collect();
-    let config = match Config::load(args.config.as_deref(), &env) {
+    let loaded = Config::load(args.config.as_deref(), &env)
+        .and_then(|c| ferry_sidecar::state::check(&c).map(|()| c));
+    let config = match loaded {
         Ok(c) => c,
         Err(e) => {
             eprintln!("ferry-sidecar: invalid configuration: {e}");
@@ -38,7 +40,7 @@ fn main() -> ExitCode {
     };
     if args.check_config {
         println!("config ok");
-        match ferry_sidecar::pools::role_warnings(&config) {
+        match ferry_sidecar::store::postgres::role_warnings(&config) {
             Ok(warnings) => warnings.iter().for_each(|w| println!("warning: {w}")),
             Err(e) => println!("warning: the database role was not checked: {e}"),
         }
@@ -51,7 +53,7 @@ fn main() -> ExitCode {
         let _ = std::thread::Builder::new()
             .name("ferry-role-check".into())
             .spawn(move || {
-                if let Ok(warnings) = ferry_sidecar::pools::role_warnings(&config) {
+                if let Ok(warnings) = ferry_sidecar::store::postgres::role_warnings(&config) {
                     warnings.iter().for_each(|w| tracing::warn!("{w}"));
                 }
             });
@@ -89,7 +91,7 @@ fn init_tracing(format: &str, level: &str) -> LogHandle {
 /// what needs a restart. A config that does not load is refused whole (the old one stays).
 fn reload(state: &AppState, path: Option<&std::path::Path>, log: &LogHandle) {
     let env: BTreeMap<String, String> = std::env::vars().collect();
-    match Config::load(path, &env) {
+    match Config::load(path, &env).and_then(|c| ferry_sidecar::state::check(&c).map(|()| c)) {
         Err(e) => tracing::error!(error = %e, "SIGHUP: configuration not reloaded"),
         Ok(new) => {
             let level = new.server.log_level.clone();
@@ -110,12 +112,19 @@ fn reload(state: &AppState, path: Option<&std::path::Path>, log: &LogHandle) {
     }
 }
 
+/// Binds a listener; a failure names the setting and the address (e.g. a port already taken).
+fn bind(addr: &str, key: &str) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr} ({key}): {e}")))
+}
+
 #[actix_web::main]
 async fn serve(config: Config, path: Option<PathBuf>, log: LogHandle) -> std::io::Result<()> {
     let listen = config.server.listen.clone();
     let (redis_size, pg_size) = (config.redis.pool_size, config.postgres.pool_size);
-    let state = AppState::new(config).map_err(std::io::Error::other)?;
-    let listener = TcpListener::bind(&listen)?;
+    let state = AppState::new(config)
+        .map_err(|e| std::io::Error::other(format!("cannot build the pools: {e}")))?;
+    let listener = bind(&listen, "server.listen")?;
     {
         let state = state.clone();
         let mut hup = signal(SignalKind::hangup())?;
@@ -140,7 +149,7 @@ async fn serve(config: Config, path: Option<PathBuf>, log: LogHandle) -> std::io
     if admin_listen.is_empty() {
         return main.await;
     }
-    let admin = TcpListener::bind(&admin_listen)?;
+    let admin = bind(&admin_listen, "server.admin_listen")?;
     tracing::info!(admin = %admin.local_addr()?, "metrics on GET /metrics");
     let admin = ferry_sidecar::admin(admin, state)?;
     let admin_handle = admin.handle();

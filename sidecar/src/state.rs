@@ -1,11 +1,12 @@
 //! Everything a request handler needs, built once at startup.
 
-use crate::auth::Verifier;
-use crate::cache::Cache;
-use crate::config::Config;
-use crate::error::{self, ApiError};
-use crate::flight::Flights;
-use crate::pools::{Blocking, Pools};
+use crate::config::{Config, ConfigError};
+use crate::http::auth::Verifier;
+use crate::http::error::{self, ApiError};
+use crate::read::flight::Flights;
+use crate::store::blocking::Blocking;
+use crate::store::cache::Cache;
+use crate::store::pools::Pools;
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
@@ -17,7 +18,9 @@ pub struct AppState {
     pub flights: Arc<Flights>,
     pub verifier: Verifier,
     pub blocking: Blocking,
-    pub readiness: Arc<crate::readiness::Readiness>,
+    pub readiness: Arc<crate::store::readiness::Readiness>,
+    /// The read engine's handles (the same pools, cache, flights and blocking rule).
+    pub reads: crate::read::Reads,
 }
 
 impl AppState {
@@ -51,20 +54,28 @@ impl AppState {
             Arc::downgrade(&pools),
             Duration::from_millis(config.cache.invalidation_retry_ms.max(10)),
         );
-        let readiness = Arc::new(crate::readiness::Readiness::default());
-        crate::readiness::spawn_probe(
+        let readiness = Arc::new(crate::store::readiness::Readiness::default());
+        crate::store::readiness::spawn_probe(
             Arc::downgrade(&readiness),
             Arc::downgrade(&pools),
             Duration::from_millis(config.server.readiness_interval_ms.max(10)),
         );
+        let flights = Arc::new(Flights::default());
+        let reads = crate::read::Reads {
+            pools: pools.clone(),
+            cache: cache.clone(),
+            flights: flights.clone(),
+            blocking: blocking.clone(),
+        };
         Ok(Arc::new(AppState {
             config: RwLock::new(Arc::new(config)),
             pools,
             cache,
-            flights: Arc::new(Flights::default()),
+            flights,
             verifier,
             blocking,
             readiness,
+            reads,
         }))
     }
 }
@@ -138,4 +149,36 @@ impl AppState {
         }
         restart
     }
+}
+
+/// The configuration checks that need the stores' own client builders (URLs, TLS files, the
+/// statements named in config), naming the key at fault. `Config::load` checks the rest; the
+/// binary runs both at startup, on `--check-config` and on SIGHUP.
+pub fn check(config: &Config) -> Result<(), ConfigError> {
+    use crate::store::{postgres as pg, redis as rd, statement};
+    let invalid = |key: &str, message: String| ConfigError::Invalid {
+        key: key.into(),
+        message,
+    };
+    rd::redis_client(&config.redis).map_err(|e| invalid("redis.url", e))?;
+    pg::pg_url(&config.postgres.url)
+        .parse::<postgres::Config>()
+        .map_err(|_| invalid("postgres.url", "not a valid postgres URL".into()))?;
+    pg::pg_tls(&config.postgres).map_err(|e| invalid("postgres.tls_ca_path", e))?;
+    for (name, q) in &config.queries {
+        if let Some(r) = statement::classify(&q.sql, statement::Route::Write) {
+            let key = format!("queries.{name}.sql");
+            return Err(invalid(
+                &key,
+                format!("statement not allowed ({})", r.class()),
+            ));
+        }
+    }
+    for (name, k) in &config.keyspaces {
+        if statement::classify(&k.sql, statement::Route::Read).is_some() {
+            let key = format!("keyspaces.{name}.sql");
+            return Err(invalid(&key, "must be a read (SELECT)".into()));
+        }
+    }
+    Ok(())
 }

@@ -124,3 +124,23 @@ fn check_config_warns_about_a_superuser_role() {
     ));
     assert!(bypass.contains("BYPASSRLS"), "{bypass}");
 }
+
+#[test]
+fn a_taken_port_is_named_at_startup() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr").to_string();
+    let out = Command::new(BIN)
+        .env_clear()
+        .env("FERRY_SECRET", common::SECRET)
+        .env("FERRY_LISTEN", format!("127.0.0.1:{}", common::free_port()))
+        .env("FERRY_SERVER_ADMIN_LISTEN", &addr)
+        .env("FERRY_LOG", "error")
+        .output()
+        .expect("run binary");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("server.admin_listen") && err.contains(&addr),
+        "the failing listener and its address are named: {err}"
+    );
+}

@@ -14,8 +14,8 @@ fn cuts_mid_request_are_answered_and_healed() {
     let redis_proxy = CutProxy::start(SocketAddr::from(([127, 0, 0, 1], redis.port)));
     let pg_proxy = CutProxy::start(SocketAddr::from(([127, 0, 0, 1], pg.port)));
     let mut config = common::sidecar::test_config(&redis, &pg);
-    config.redis.url = format!("redis://{}/", redis_proxy.addr);
-    config.postgres.url = format!("postgres://postgres@{}/postgres", pg_proxy.addr);
+    config.redis.url = format!("redis://{}/", redis_proxy.addr).into();
+    config.postgres.url = format!("postgres://postgres@{}/postgres", pg_proxy.addr).into();
     let sidecar = Sidecar::start(config);
     let c = common::Client::new(&sidecar.base_url(), common::SECRET);
     let cached = json!({"sql": "SELECT name FROM items WHERE id = 1", "cache": {"ttl_s": 300}});

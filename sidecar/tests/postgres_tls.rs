@@ -34,7 +34,7 @@ fn tls_to_postgres_is_verified() {
     };
 
     let mut config = common::sidecar::test_config(&redis, &pg);
-    config.postgres.url = url("verify-full");
+    config.postgres.url = url("verify-full").into();
     config.postgres.tls_ca_path = certs.ca.clone();
     let sidecar = Sidecar::start(config);
     let c = common::Client::new(&sidecar.base_url(), common::SECRET);
@@ -50,7 +50,7 @@ fn tls_to_postgres_is_verified() {
 
     // Not trusting the server's CA: refused, not downgraded.
     let mut config = common::sidecar::test_config(&redis, &pg);
-    config.postgres.url = url("require");
+    config.postgres.url = url("require").into();
     let sidecar = Sidecar::start(config);
     let c = common::Client::new(&sidecar.base_url(), common::SECRET);
     let r = c.query(read.clone());
@@ -59,7 +59,7 @@ fn tls_to_postgres_is_verified() {
     drop(sidecar);
 
     let mut config = common::sidecar::test_config(&redis, &pg);
-    config.postgres.url = url("disable");
+    config.postgres.url = url("disable").into();
     let sidecar = Sidecar::start(config);
     let c = common::Client::new(&sidecar.base_url(), common::SECRET);
     assert_eq!(c.query(read).status, 200);

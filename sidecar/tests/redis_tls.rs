@@ -27,7 +27,7 @@ fn the_cache_works_over_tls_and_refuses_an_untrusted_server() {
     let read = json!({"sql": "SELECT name FROM items WHERE id = 5", "cache": {"ttl_s": 60}});
 
     let mut trusted = common::sidecar::test_config(&redis, &pg);
-    trusted.redis.url = format!("rediss://127.0.0.1:{tls_port}/");
+    trusted.redis.url = format!("rediss://127.0.0.1:{tls_port}/").into();
     trusted.redis.tls_ca_path = ca.clone();
     let sidecar = Sidecar::start(trusted);
     let c = common::Client::new(&sidecar.base_url(), common::SECRET);
@@ -42,7 +42,7 @@ fn the_cache_works_over_tls_and_refuses_an_untrusted_server() {
     drop(sidecar);
 
     let mut untrusted = common::sidecar::test_config(&redis, &pg);
-    untrusted.redis.url = format!("rediss://127.0.0.1:{tls_port}/");
+    untrusted.redis.url = format!("rediss://127.0.0.1:{tls_port}/").into();
     let sidecar = Sidecar::start(untrusted);
     let c = common::Client::new(&sidecar.base_url(), common::SECRET);
     let r = c.query(read);

@@ -11,8 +11,8 @@ pub fn test_config(redis: &RedisServer, pg: &PgServer) -> Config {
     let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/ferry.toml");
     let env = std::collections::BTreeMap::from([("FERRY_SECRET".to_string(), SECRET.to_string())]);
     let mut c = Config::load(Some(&sample), &env).expect("deploy/ferry.toml loads");
-    c.redis.url = redis.url();
-    c.postgres.url = pg.url();
+    c.redis.url = redis.url().into();
+    c.postgres.url = pg.url().into();
     // The tests are trusted callers that send their own SQL (the sample config refuses it).
     c.auth.allow_raw_sql = true;
     c.server.workers = 2;

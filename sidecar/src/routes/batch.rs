@@ -2,8 +2,8 @@
 //! keyspace by id).
 
 use super::State;
-use crate::error::ApiError;
-use crate::{keyed, plan, read};
+use crate::http::error::ApiError;
+use crate::read::{self, keyed, plan};
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::{BatchRequest, BatchResponse, BatchResult, KeyedRequest};
 use futures_util::stream::{self, StreamExt};
@@ -16,18 +16,17 @@ pub async fn batch(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let b: BatchRequest = super::signed_json(&state, &req, payload).await?;
-    let max = state.config().cache.max_batch;
-    if b.reads.is_empty() || b.reads.len() > max {
-        return Err(ApiError::invalid("reads", format!("give 1 to {max} reads")));
-    }
+    // One config snapshot for the whole batch.
+    let config = state.config();
+    config.limits().batch("reads", b.reads.len(), "reads")?;
     let plans: Vec<Result<plan::ReadPlan, ApiError>> = b
         .reads
         .into_iter()
         .enumerate()
-        .map(|(i, r)| plan::read(&state.config(), r, &format!("reads[{i}].")))
+        .map(|(i, r)| plan::read(&config, r, &format!("reads[{i}].")))
         .collect();
     let valid: Vec<&plan::ReadPlan> = plans.iter().filter_map(|p| p.as_ref().ok()).collect();
-    let mut lookups = read::lookup_many(&state, &valid).await?.into_iter();
+    let mut lookups = read::lookup_many(&state.reads, &valid).await?.into_iter();
     let jobs: Vec<_> = plans
         .into_iter()
         .map(|p| {
@@ -39,13 +38,12 @@ pub async fn batch(
             let state = state.clone();
             async move {
                 match p {
-                    Ok(plan) => read::answer(&state, plan, lookup).await,
+                    Ok(plan) => read::answer(&state.reads, plan, lookup).await,
                     Err(e) => Err(e),
                 }
             }
         })
         .collect();
-    let config = state.config();
     let concurrency = config.postgres.pool_size.max(1) as usize;
     let max_bytes = config.limits.max_batch_bytes;
     // Results are counted as each read completes; past the batch's budget the remaining
@@ -79,8 +77,11 @@ pub async fn keyed(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let k: KeyedRequest = super::signed_json(&state, &req, payload).await?;
-    keyed::validate(&state, &k)?;
+    let plan = keyed::plan(&state.config(), k)?;
     let s = state.clone();
-    let resp = state.blocking.run(move || keyed::run(&s, k)).await?;
+    let resp = state
+        .blocking
+        .run(move || keyed::run(&s.pools, &s.cache, plan))
+        .await?;
     Ok(HttpResponse::Ok().json(resp))
 }

@@ -1,8 +1,8 @@
 //! `POST /v1/cache`: plain cache commands (get, set, del, mget, mset, incr, expire).
 
 use super::State;
-use crate::commands;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
+use crate::store::commands;
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::CacheCommand;
 
@@ -12,8 +12,11 @@ pub async fn cache(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let cmd: CacheCommand = super::signed_json(&state, &req, payload).await?;
-    commands::validate(&state, &cmd)?;
+    commands::validate(&state.config().limits(), &cmd)?;
     let s = state.clone();
-    let reply = state.blocking.run(move || commands::run(&s, cmd)).await?;
+    let reply = state
+        .blocking
+        .run(move || commands::run(&s.pools, &s.cache, cmd))
+        .await?;
     Ok(HttpResponse::Ok().json(reply))
 }

@@ -1,8 +1,9 @@
 //! `POST /v1/execute`: a write on Postgres, then invalidation, both before the answer.
 
 use super::State;
-use crate::error::ApiError;
-use crate::{db, plan};
+use crate::http::error::ApiError;
+use crate::read::plan;
+use crate::store::db;
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::{ExecuteRequest, ExecuteResponse};
 
@@ -12,24 +13,13 @@ pub async fn execute(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let e: ExecuteRequest = super::signed_json(&state, &req, payload).await?;
-    let (sql, _) = plan::statement(&state.config(), e.sql, e.query, "")?;
+    // Plan: one config snapshot, every check before any I/O.
+    let config = state.config();
+    let (sql, _) = plan::statement(&config, e.sql, e.query, "")?;
     let inv = e.invalidate.unwrap_or_default();
-    let max_keys = state.config().limits.max_invalidate_keys;
-    if inv.keys.len() > max_keys {
-        return Err(ApiError::invalid(
-            "invalidate.keys",
-            format!("at most {max_keys} keys (limits.max_invalidate_keys); use a tag for more"),
-        ));
-    }
-    for (i, k) in inv.keys.iter().enumerate() {
-        if k.is_empty() || k.len() > state.config().cache.max_key_bytes {
-            return Err(ApiError::invalid(
-                format!("invalidate.keys[{i}]"),
-                "must be 1 to cache.max_key_bytes bytes",
-            ));
-        }
-    }
-    plan::check_tags(&state.config(), "invalidate.tags", &inv.tags)?;
+    let limits = config.limits();
+    limits.invalidate_keys("invalidate.keys", &inv.keys)?;
+    limits.tags("invalidate.tags", &inv.tags)?;
     let s = state.clone();
     let params = e.params;
     let resp = state

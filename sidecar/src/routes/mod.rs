@@ -7,7 +7,7 @@ pub mod execute;
 pub mod health;
 pub mod query;
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use crate::state::AppState;
 use actix_web::{web, HttpResponse, ResponseError};
 use ferry_shared::api::paths;
@@ -78,17 +78,5 @@ pub async fn signed_json<T: serde::de::DeserializeOwned>(
             return Err(ApiError::UnsupportedMediaType);
         }
     }
-    crate::json::parse(&body)
-}
-
-/// TTLs must be at least a second and at most `cache.max_ttl_s`.
-pub fn check_ttl(state: &AppState, field: &str, ttl_s: u64) -> Result<(), ApiError> {
-    let max = state.config().cache.max_ttl_s;
-    if ttl_s == 0 || ttl_s > max {
-        return Err(ApiError::invalid(
-            field,
-            format!("must be between 1 and {max} seconds"),
-        ));
-    }
-    Ok(())
+    crate::http::json::parse(&body)
 }

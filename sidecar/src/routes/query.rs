@@ -1,8 +1,8 @@
 //! `POST /v1/query`: a read, through the cache when its plan says so.
 
 use super::State;
-use crate::error::ApiError;
-use crate::{plan, read};
+use crate::http::error::ApiError;
+use crate::read::{self, plan};
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::QueryRequest;
 
@@ -13,6 +13,6 @@ pub async fn query(
 ) -> Result<HttpResponse, ApiError> {
     let q: QueryRequest = super::signed_json(&state, &req, payload).await?;
     let plan = plan::read(&state.config(), q, "")?;
-    let resp = read::read(&state, plan).await?;
+    let resp = read::read(&state.reads, plan).await?;
     Ok(HttpResponse::Ok().json(resp))
 }

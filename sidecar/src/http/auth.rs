@@ -1,8 +1,8 @@
 //! Request authentication: every `/v1` request is signed (see `ferry_shared::sign`), fresh and
 //! never seen before. Runs before the body is parsed and before any Redis or Postgres work.
 
-use crate::error::ApiError;
-use crate::replay::NonceStore;
+use crate::http::error::ApiError;
+use crate::http::replay::NonceStore;
 use actix_web::{web, HttpRequest};
 use bytes::{Bytes, BytesMut};
 use ferry_shared::sign::{self, HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP};
@@ -81,16 +81,14 @@ impl Verifier {
             .path_and_query()
             .map_or_else(|| req.path(), |pq| pq.as_str());
         let secrets: Vec<&[u8]> = self.secrets.iter().map(Vec::as_slice).collect();
-        let verified = sign::verify(
-            &secrets,
-            &headers,
-            req.method().as_str(),
+        let signed = sign::SignedRequest {
+            headers: &headers,
+            method: req.method().as_str(),
             path_and_query,
-            &body,
-            now,
-            self.max_skew_s,
-        )
-        .map_err(ApiError::Auth)?;
+            body: &body,
+        };
+        let verified =
+            sign::verify(&secrets, &signed, now, self.max_skew_s).map_err(ApiError::Auth)?;
         self.nonces
             .check_and_insert(&verified.nonce, verified.timestamp, now)?;
         Ok(body)

@@ -12,13 +12,8 @@ use tracing::Instrument;
 
 pub const HEADER: &str = ferry_shared::api::REQUEST_ID_HEADER;
 
-/// 1 to 64 characters of `[A-Za-z0-9_-]`: safe to log and to echo.
-pub fn valid(id: &str) -> bool {
-    (1..=64).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
+/// 1 to 64 characters of `[A-Za-z0-9_-]`: safe to log and to echo (the rule is shared).
+pub use ferry_shared::api::valid_request_id as valid;
 
 /// 16 hex characters, unique within the process (a counter and the clock, hashed).
 pub fn generate() -> String {

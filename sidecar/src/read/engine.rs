@@ -1,17 +1,31 @@
 //! The read-through engine: lookup, then hit / stale / single-flight fill from Postgres /
 //! stale-if-error, per the read's cache plan. Shared by `/v1/query` and `/v1/batch`.
 
-use crate::cache::{Lookup, Observed, Probe, Stored};
-use crate::db;
-use crate::error::ApiError;
-use crate::flight::{Fetched, Outcome};
-use crate::plan::{CachePlan, ReadPlan};
-use crate::state::AppState;
-use actix_web::web;
+use crate::config::ReadLimits;
+use crate::http::error::ApiError;
+use crate::read::flight::Flights;
+use crate::read::flight::{Fetched, Outcome};
+use crate::read::plan::{CachePlan, ReadPlan};
+use crate::store::blocking::Blocking;
+use crate::store::cache::Cache;
+use crate::store::cache::{Lookup, Observed, Probe, Stored};
+use crate::store::db;
+use crate::store::pools::Pools;
 use ferry_shared::api::{CacheMode, CacheStatus, QueryResponse, Row, StaleReason};
 use serde_json::Value;
+use std::sync::Arc;
 
-pub type State = web::Data<AppState>;
+/// What the engine works with: the pools, the cache, the single flights and the rule for
+/// blocking work. Cheap to clone (shared handles).
+#[derive(Clone)]
+pub struct Reads {
+    pub pools: Arc<Pools>,
+    pub cache: Arc<Cache>,
+    pub flights: Arc<Flights>,
+    pub blocking: Blocking,
+}
+
+type State = Reads;
 
 /// Looks many reads up in one Redis pipeline (reads without a cache plan get `None`).
 pub async fn lookup_many(
@@ -63,7 +77,7 @@ pub async fn answer(
 ) -> Result<QueryResponse, ApiError> {
     let r = answer_inner(state, plan, lookup).await;
     if let Ok(resp) = &r {
-        crate::metrics::global().cache_outcome(match resp.cache {
+        crate::http::metrics::global().cache_outcome(match resp.cache {
             CacheStatus::Hit => "hit",
             CacheStatus::Miss => "miss",
             CacheStatus::Stale => "stale",
@@ -79,7 +93,7 @@ async fn answer_inner(
     lookup: Option<Lookup>,
 ) -> Result<QueryResponse, ApiError> {
     let (Some(cache), Some(lookup)) = (plan.cache.clone(), lookup) else {
-        let rows = run_query(state, plan.sql, plan.params).await?;
+        let rows = run_query(state, plan.sql, plan.params, plan.limits).await?;
         return Ok(response(rows, CacheStatus::Bypass, 0, None));
     };
     let key = Some(cache.key.clone());
@@ -97,7 +111,7 @@ async fn answer_inner(
             age_ms,
             observed,
         } if mode != CacheMode::NoCache => {
-            let work = fill(state, &plan.sql, &plan.params, &cache, observed);
+            let work = fill(state, &plan, &cache, observed);
             state
                 .flights
                 .start(&cache.flight_identity(), &cache.key, &cache.tags, work);
@@ -110,7 +124,7 @@ async fn answer_inner(
         }),
         _ if mode == CacheMode::OnlyIfCached => Err(ApiError::NotCached),
         Lookup::Bypass => {
-            let rows = run_query(state, plan.sql, plan.params).await?;
+            let rows = run_query(state, plan.sql, plan.params, plan.limits).await?;
             Ok(with_key(response(rows, CacheStatus::Bypass, 0, None)))
         }
         Lookup::Hit { observed, .. } | Lookup::Revalidate { observed, .. } => {
@@ -182,9 +196,13 @@ fn is_upstream_failure(e: &ApiError) -> bool {
     )
 }
 
-async fn run_query(state: &State, sql: String, params: Vec<Value>) -> Result<Vec<Row>, ApiError> {
+async fn run_query(
+    state: &State,
+    sql: String,
+    params: Vec<Value>,
+    limits: ReadLimits,
+) -> Result<Vec<Row>, ApiError> {
     let s = state.clone();
-    let limits = state.config().limits.read();
     state
         .blocking
         .run(move || db::query(&s.pools, &sql, &params, limits))
@@ -194,17 +212,16 @@ async fn run_query(state: &State, sql: String, params: Vec<Value>) -> Result<Vec
 /// The work of one fill: Postgres, then the conditional write-back.
 fn fill(
     state: &State,
-    sql: &str,
-    params: &[Value],
+    plan: &ReadPlan,
     cache: &CachePlan,
     observed: Observed,
 ) -> impl FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Fetched, ApiError>>>>
 {
     let s = state.clone();
-    let limits = state.config().limits.read();
+    let limits = plan.limits;
     let (sql, params, key, entry) = (
-        sql.to_string(),
-        params.to_vec(),
+        plan.sql.clone(),
+        plan.params.clone(),
         cache.key.clone(),
         cache.entry.clone(),
     );
@@ -227,14 +244,14 @@ fn fill(
 
 /// A miss: joins or starts the single flight for the key.
 async fn fetch(state: &State, plan: &ReadPlan, cache: &CachePlan, observed: Observed) -> Outcome {
-    let work = fill(state, &plan.sql, &plan.params, cache, observed);
+    let work = fill(state, plan, cache, observed);
     state
         .flights
         .run(
             &cache.flight_identity(),
             &cache.key,
             &cache.tags,
-            state.config().request_timeout(),
+            state.blocking.timeout(),
             work,
         )
         .await

@@ -10,7 +10,7 @@
 //! at their load factor; measured by the bench's `replay` scenario), i.e. ~1.6 KB per
 //! request/s with the default 30 s window.
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -6,7 +6,7 @@
 //! started it goes away. An invalidation forgets the flights it concerns, so a read that starts
 //! after an acknowledged write never joins a flight that began before it.
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use ferry_shared::api::Row;
 use std::collections::HashMap;
 use std::future::Future;
@@ -100,7 +100,7 @@ impl Flights {
         let mut map = self.map();
         if let Some(f) = map.get(identity) {
             self.joined.fetch_add(1, Ordering::Relaxed);
-            crate::metrics::global()
+            crate::http::metrics::global()
                 .flights_joined
                 .fetch_add(1, Ordering::Relaxed);
             return f.tx.subscribe();

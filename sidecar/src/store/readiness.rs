@@ -2,7 +2,7 @@
 //! from a snapshot at most `server.readiness_interval_ms` old, so traffic on it, however heavy
 //! and from wherever, never reaches the pools: one probe per interval whatever the load.
 
-use crate::pools::Pools;
+use crate::store::pools::Pools;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
@@ -37,7 +37,7 @@ impl Readiness {
             .ok()
             .and_then(|mut c| redis::cmd("PING").query::<String>(&mut *c).ok())
             .is_some();
-        let postgres = crate::db::ping(pools).is_ok();
+        let postgres = crate::store::db::ping(pools).is_ok();
         self.probes.fetch_add(1, Ordering::Relaxed);
         *self.last.write().unwrap_or_else(|p| p.into_inner()) = Some(Snapshot { redis, postgres });
     }

@@ -186,7 +186,7 @@ impl ResponseError for ApiError {
 
     fn error_response(&self) -> HttpResponse {
         let status = self.status_code();
-        crate::metrics::global().error(self.code().as_str());
+        crate::http::metrics::global().error(self.code().as_str());
         // The one log line for this failure; internal detail goes here and only here.
         if status.is_server_error() {
             tracing::warn!(code = self.code().as_str(), status = status.as_u16(), error = %self, "request failed");

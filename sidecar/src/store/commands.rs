@@ -1,60 +1,36 @@
 //! Plain cache commands (`POST /v1/cache`) on caller-managed keys, in their own namespace.
 //! These are the cache itself, so unlike reads they fail (503) when Redis is down.
 
-use crate::error::ApiError;
-use crate::state::AppState;
+use crate::config::Limits;
+use crate::http::error::ApiError;
+use crate::store::cache::Cache;
+use crate::store::pools::Pools;
 use ferry_shared::api::{CacheCommand, CacheReply};
 
 /// Checks keys and TTLs before any Redis work, naming the field at fault.
-pub fn validate(state: &AppState, cmd: &CacheCommand) -> Result<(), ApiError> {
-    let max_key = state.config().cache.max_key_bytes;
-    let key_ok = |field: &str, k: &str| -> Result<(), ApiError> {
-        if k.is_empty() {
-            Err(ApiError::invalid(field, "must not be empty"))
-        } else if k.len() > max_key {
-            Err(ApiError::invalid(
-                field,
-                format!("longer than {max_key} bytes"),
-            ))
-        } else {
-            Ok(())
-        }
-    };
-    let keys_ok = |field: &str, keys: &[String]| -> Result<(), ApiError> {
-        if keys.is_empty() {
-            return Err(ApiError::invalid(field, "must not be empty"));
-        }
-        keys.iter()
-            .enumerate()
-            .try_for_each(|(i, k)| key_ok(&format!("{field}[{i}]"), k))
-    };
-    let ttl_ok = |ttl: Option<u64>| match ttl {
-        Some(t) => crate::routes::check_ttl(state, "ttl_s", t),
-        None => Ok(()),
-    };
+pub fn validate(limits: &Limits, cmd: &CacheCommand) -> Result<(), ApiError> {
+    let ttl_ok = |ttl: Option<u64>| ttl.map_or(Ok(()), |t| limits.ttl("ttl_s", t));
+    let max = limits.max_batch;
     match cmd {
-        CacheCommand::Get { key } | CacheCommand::Incr { key, .. } => key_ok("key", key),
-        CacheCommand::Set { key, ttl_s, .. } => key_ok("key", key).and(ttl_ok(*ttl_s)),
-        CacheCommand::Expire { key, ttl_s } => key_ok("key", key).and(ttl_ok(Some(*ttl_s))),
-        CacheCommand::Del { keys } | CacheCommand::Mget { keys } => keys_ok("keys", keys),
+        CacheCommand::Get { key } | CacheCommand::Incr { key, .. } => limits.key("key", key),
+        CacheCommand::Set { key, ttl_s, .. } => limits.key("key", key).and(ttl_ok(*ttl_s)),
+        CacheCommand::Expire { key, ttl_s } => limits.key("key", key).and(ttl_ok(Some(*ttl_s))),
+        CacheCommand::Del { keys } | CacheCommand::Mget { keys } => limits.keys("keys", keys, max),
         CacheCommand::Mset { entries, ttl_s } => {
-            if entries.is_empty() {
-                return Err(ApiError::invalid("entries", "must not be empty"));
-            }
+            limits.batch("entries", entries.len(), "entries")?;
             entries
                 .iter()
                 .enumerate()
-                .try_for_each(|(i, e)| key_ok(&format!("entries[{i}].key"), &e.key))
+                .try_for_each(|(i, e)| limits.key(&format!("entries[{i}].key"), &e.key))
                 .and(ttl_ok(*ttl_s))
         }
     }
 }
 
 /// Runs one command (blocking).
-pub fn run(state: &AppState, cmd: CacheCommand) -> Result<CacheReply, ApiError> {
-    let pools = &state.pools;
+pub fn run(pools: &Pools, cache: &Cache, cmd: CacheCommand) -> Result<CacheReply, ApiError> {
     let mut conn = pools.redis_conn()?;
-    let k = |key: &str| state.cache.plain_key(key);
+    let k = |key: &str| cache.plain_key(key);
     let result: redis::RedisResult<Result<CacheReply, ApiError>> = match cmd {
         CacheCommand::Get { key } => redis::cmd("GET")
             .arg(k(&key))

@@ -32,7 +32,7 @@ mod pending;
 
 pub use entry::Lookup;
 
-use crate::pools::Pools;
+use crate::store::pools::Pools;
 use entry::{classify, Entry};
 use ferry_shared::api::{InvalidationStatus, Row};
 use pending::{Chunk, Pending};

@@ -1,10 +1,12 @@
 //! Running the caller's statements on Postgres (blocking; called inside `Blocking::run`).
 
-use crate::error::ApiError;
-use crate::pg_json::{self, Raw};
-use crate::pg_params::{self, TextParam};
-use crate::pools::{PgSession, Pools};
-use crate::statement::{self, Route};
+use crate::config::ReadLimits;
+use crate::http::error::ApiError;
+use crate::store::pg_json::{self, Raw};
+use crate::store::pg_params::{self, TextParam};
+use crate::store::pools::Pools;
+use crate::store::postgres::PgSession;
+use crate::store::statement::{self, Route};
 use ferry_shared::api::Row;
 use postgres::error::SqlState;
 use postgres::fallible_iterator::FallibleIterator;
@@ -21,13 +23,6 @@ use serde_json::Value;
 const RESET: &str = "ROLLBACK; BEGIN READ WRITE; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; \
     CLOSE ALL; UNLISTEN *; SELECT pg_advisory_unlock_all(); DISCARD TEMP; DEALLOCATE ALL; \
     DISCARD SEQUENCES; DISCARD PLANS; COMMIT";
-
-/// Most rows and bytes one read may bring back, counted as rows arrive.
-#[derive(Debug, Clone, Copy)]
-pub struct ReadLimits {
-    pub max_rows: usize,
-    pub max_bytes: usize,
-}
 
 /// Runs `work` on a pooled session, then resets the session for the next request. A session
 /// whose reset fails (or that `work` poisoned) is closed instead of pooled.

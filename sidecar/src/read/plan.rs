@@ -1,20 +1,19 @@
 //! From a request to what will run: the statement (raw or named), its parameters and the
 //! resolved cache policy. All validation of reads happens here, before any I/O.
 
-use crate::cache::{Cache, EntryPolicy, HASH_KEY_PREFIX};
-use crate::config::{Config, NamedQuery};
-use crate::error::ApiError;
+use crate::config::{Config, NamedQuery, ReadLimits};
+use crate::http::error::ApiError;
+use crate::store::cache::{Cache, EntryPolicy, HASH_KEY_PREFIX};
 use ferry_shared::api::{CacheMode, QueryRequest};
 use serde_json::Value;
-
-/// Most tags one read may carry.
-pub const MAX_TAGS: usize = 32;
 
 /// A read ready to run.
 #[derive(Debug, Clone)]
 pub struct ReadPlan {
     pub sql: String,
     pub params: Vec<Value>,
+    /// The read bounds in force when it was planned.
+    pub limits: ReadLimits,
     pub cache: Option<CachePlan>,
 }
 
@@ -67,46 +66,6 @@ pub fn statement<'c>(
     }
 }
 
-fn check_key(config: &Config, field: &str, key: &str) -> Result<(), ApiError> {
-    let max = config.cache.max_key_bytes;
-    if key.is_empty() {
-        return Err(ApiError::invalid(field, "must not be empty"));
-    }
-    if key.len() > max {
-        return Err(ApiError::invalid(field, format!("longer than {max} bytes")));
-    }
-    if key.chars().any(char::is_control) {
-        return Err(ApiError::invalid(
-            field,
-            "must not contain control characters",
-        ));
-    }
-    Ok(())
-}
-
-/// Tags: 1..=max_key_bytes bytes each, at most MAX_TAGS.
-pub fn check_tags(config: &Config, field: &str, tags: &[String]) -> Result<(), ApiError> {
-    if tags.len() > MAX_TAGS {
-        return Err(ApiError::invalid(field, format!("at most {MAX_TAGS} tags")));
-    }
-    tags.iter()
-        .enumerate()
-        .try_for_each(|(i, t)| check_key(config, &format!("{field}[{i}]"), t))
-}
-
-/// Seconds in 0..=max_ttl_s (or 1..= when `at_least_one`).
-fn check_seconds(config: &Config, field: &str, s: u64, at_least_one: bool) -> Result<(), ApiError> {
-    let max = config.cache.max_ttl_s;
-    if (at_least_one && s == 0) || s > max {
-        let min = u64::from(at_least_one);
-        return Err(ApiError::invalid(
-            field,
-            format!("must be between {min} and {max} seconds"),
-        ));
-    }
-    Ok(())
-}
-
 /// Resolves and validates one read. `field` prefixes error fields (`"reads[3]."` in batches).
 pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan, ApiError> {
     let (sql, named) = statement(config, req.sql, req.query, field)?;
@@ -116,29 +75,31 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
         return Ok(ReadPlan {
             sql,
             params: req.params,
+            limits: config.limits().read,
             cache: None,
         });
     }
     let asked = asked.unwrap_or_default();
+    let limits = config.limits();
     let f = |name: &str| format!("{field}cache.{name}");
     let ttl_s = asked.ttl_s.or(defaults.ttl_s).ok_or_else(|| {
         ApiError::invalid(f("ttl_s"), "required (this query has no configured TTL)")
     })?;
-    check_seconds(config, &f("ttl_s"), ttl_s, true)?;
+    limits.ttl(&f("ttl_s"), ttl_s)?;
     let swr_s = asked.swr_s.or(defaults.swr_s).unwrap_or(0);
-    check_seconds(config, &f("swr_s"), swr_s, false)?;
+    limits.seconds(&f("swr_s"), swr_s)?;
     let stale_if_error_s = asked
         .stale_if_error_s
         .or(defaults.stale_if_error_s)
         .unwrap_or(0);
-    check_seconds(config, &f("stale_if_error_s"), stale_if_error_s, false)?;
+    limits.seconds(&f("stale_if_error_s"), stale_if_error_s)?;
     let mut tags = defaults.tags;
     tags.extend(asked.tags);
     tags.sort();
     tags.dedup();
-    check_tags(config, &f("tags"), &tags)?;
+    limits.tags(&f("tags"), &tags)?;
     if let Some(k) = &asked.key {
-        check_key(config, &f("key"), k)?;
+        limits.key(&f("key"), k)?;
         if k.starts_with(HASH_KEY_PREFIX) {
             return Err(ApiError::invalid(
                 f("key"),
@@ -151,6 +112,7 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
     Ok(ReadPlan {
         sql,
         params: req.params,
+        limits: limits.read,
         cache: Some(CachePlan {
             key,
             fingerprint,

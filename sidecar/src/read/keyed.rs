@@ -2,11 +2,12 @@
 //! pipeline for the lookups, one Postgres query for all the misses, and one pipeline for the
 //! write-backs. Runs as one blocking job.
 
-use crate::cache::{Cache, EntryPolicy, Lookup, Observed, Probe, Stored};
 use crate::config::Keyspace;
-use crate::db;
-use crate::error::ApiError;
-use crate::state::AppState;
+use crate::config::{Config, ReadLimits};
+use crate::http::error::ApiError;
+use crate::store::cache::{Cache, EntryPolicy, Lookup, Observed, Probe, Stored};
+use crate::store::db;
+use crate::store::pools::Pools;
 use ferry_shared::api::{KeyedRequest, KeyedResponse, KeyedResult, KeyedStatus, Row};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -20,9 +21,17 @@ fn id_text(id: &Value) -> Option<String> {
     }
 }
 
-/// Checks the request before any I/O; returns the keyspace and the ids as text.
-pub fn validate(state: &AppState, req: &KeyedRequest) -> Result<(Keyspace, Vec<String>), ApiError> {
-    let config = state.config();
+/// A keyed read, checked: the keyspace, the ids as given and as text, the read bounds.
+pub struct KeyedPlan {
+    keyspace: String,
+    ks: Keyspace,
+    ids: Vec<Value>,
+    texts: Vec<String>,
+    limits: ReadLimits,
+}
+
+/// Checks the request before any I/O (one config snapshot).
+pub fn plan(config: &Config, req: KeyedRequest) -> Result<KeyedPlan, ApiError> {
     let ks = config
         .keyspaces
         .get(&req.keyspace)
@@ -33,31 +42,40 @@ pub fn validate(state: &AppState, req: &KeyedRequest) -> Result<(Keyspace, Vec<S
                 format!("no configured keyspace named {:?}", req.keyspace),
             )
         })?;
-    let max = config.cache.max_batch;
-    if req.ids.is_empty() || req.ids.len() > max {
-        return Err(ApiError::invalid("ids", format!("give 1 to {max} ids")));
-    }
+    let limits = config.limits();
+    limits.batch("ids", req.ids.len(), "ids")?;
     let texts = req
         .ids
         .iter()
         .enumerate()
         .map(|(i, id)| {
-            id_text(id)
-                .filter(|t| t.len() <= config.cache.max_key_bytes)
-                .ok_or_else(|| {
-                    ApiError::invalid(
-                        format!("ids[{i}]"),
-                        "must be a number or a non-empty string",
-                    )
-                })
+            let field = format!("ids[{i}]");
+            let text = id_text(id).ok_or_else(|| {
+                ApiError::invalid(&field, "must be a number or a non-empty string")
+            })?;
+            // The id becomes part of a cache key: the key rules apply to it.
+            limits.key(&field, &text)?;
+            Ok(text)
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((ks, texts))
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    Ok(KeyedPlan {
+        keyspace: req.keyspace,
+        ks,
+        ids: req.ids,
+        texts,
+        limits: limits.read,
+    })
 }
 
 /// The whole keyed read (blocking).
-pub fn run(state: &AppState, req: KeyedRequest) -> Result<KeyedResponse, ApiError> {
-    let (ks, texts) = validate(state, &req)?;
+pub fn run(pools: &Pools, cache: &Cache, plan: KeyedPlan) -> Result<KeyedResponse, ApiError> {
+    let KeyedPlan {
+        keyspace,
+        ks,
+        ids,
+        texts,
+        limits,
+    } = plan;
     // Each distinct id is looked up and fetched once, answered as often as it was asked.
     let mut first_seen: Vec<usize> = Vec::new();
     let mut index: HashMap<&str, usize> = HashMap::new();
@@ -69,12 +87,12 @@ pub fn run(state: &AppState, req: KeyedRequest) -> Result<KeyedResponse, ApiErro
     }
     let keys: Vec<String> = first_seen
         .iter()
-        .map(|&i| format!("{}:{}", req.keyspace, texts[i]))
+        .map(|&i| format!("{keyspace}:{}", texts[i]))
         .collect();
     // The keyspace's statement and the id: what the entry under `<keyspace>:<id>` holds.
     let fingerprints: Vec<String> = first_seen
         .iter()
-        .map(|&i| Cache::fingerprint(&ks.sql, std::slice::from_ref(&req.ids[i])))
+        .map(|&i| Cache::fingerprint(&ks.sql, std::slice::from_ref(&ids[i])))
         .collect();
     let probes: Vec<Probe> = keys
         .iter()
@@ -85,7 +103,7 @@ pub fn run(state: &AppState, req: KeyedRequest) -> Result<KeyedResponse, ApiErro
             tags: &ks.tags,
         })
         .collect();
-    let lookups = state.cache.lookup_many(&state.pools, &probes);
+    let lookups = cache.lookup_many(pools, &probes);
 
     let mut answers: Vec<Option<(KeyedStatus, Option<Row>, u64)>> = vec![None; keys.len()];
     let mut misses: Vec<(usize, Option<Observed>)> = Vec::new();
@@ -104,12 +122,11 @@ pub fn run(state: &AppState, req: KeyedRequest) -> Result<KeyedResponse, ApiErro
     }
 
     if !misses.is_empty() {
-        let ids: Vec<Value> = misses
+        let missing: Vec<Value> = misses
             .iter()
-            .map(|(u, _)| req.ids[first_seen[*u]].clone())
+            .map(|(u, _)| ids[first_seen[*u]].clone())
             .collect();
-        let limits = state.config().limits.read();
-        let rows = db::query(&state.pools, &ks.sql, &[Value::Array(ids)], limits)?;
+        let rows = db::query(pools, &ks.sql, &[Value::Array(missing)], limits)?;
         let mut by_id: HashMap<String, Row> = HashMap::new();
         for row in rows {
             let id = row.get(&ks.key_column).and_then(id_text).ok_or_else(|| {
@@ -144,7 +161,7 @@ pub fn run(state: &AppState, req: KeyedRequest) -> Result<KeyedResponse, ApiErro
             .iter()
             .map(|(u, o, rows)| (keys[*u].as_str(), *o, rows.as_slice()))
             .collect();
-        let stored = state.cache.store_many(&state.pools, &items, &policy);
+        let stored = cache.store_many(pools, &items, &policy);
         for ((u, _, _), s) in to_store.iter().zip(stored) {
             if s == Stored::TooLarge {
                 if let Some(a) = answers[*u].as_mut() {
@@ -162,14 +179,14 @@ pub fn run(state: &AppState, req: KeyedRequest) -> Result<KeyedResponse, ApiErro
                 .get(t.as_str())
                 .and_then(|u| answers[*u].clone())
                 .unwrap_or((KeyedStatus::NotFound, None, 0));
-            crate::metrics::global().cache_outcome(match status {
+            crate::http::metrics::global().cache_outcome(match status {
                 KeyedStatus::Hit => "hit",
                 KeyedStatus::Miss => "miss",
                 KeyedStatus::NotFound => "not_found",
                 KeyedStatus::Bypass => "bypass",
             });
             KeyedResult {
-                id: req.ids[i].clone(),
+                id: ids[i].clone(),
                 status,
                 row,
                 age_ms,

@@ -1,0 +1,147 @@
+//! The request bounds, in one place: every size, TTL, key, tag, id and count check that a
+//! handler makes goes through [`Limits`], so the rules and their messages cannot drift apart.
+
+use super::Config;
+use crate::http::error::ApiError;
+
+/// Most tags one read may carry.
+pub const MAX_TAGS: usize = 32;
+
+/// Most rows and bytes one read may bring back, counted as rows arrive.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadLimits {
+    pub max_rows: usize,
+    pub max_bytes: usize,
+}
+
+/// A snapshot of the bounds in force (`cache.*` and `limits.*`).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_key_bytes: usize,
+    pub max_ttl_s: u64,
+    pub max_batch: usize,
+    pub max_invalidate_keys: usize,
+    pub max_batch_bytes: usize,
+    pub read: ReadLimits,
+}
+
+impl Limits {
+    pub fn new(c: &Config) -> Limits {
+        Limits {
+            max_key_bytes: c.cache.max_key_bytes,
+            max_ttl_s: c.cache.max_ttl_s,
+            max_batch: c.cache.max_batch,
+            max_invalidate_keys: c.limits.max_invalidate_keys,
+            max_batch_bytes: c.limits.max_batch_bytes,
+            read: ReadLimits {
+                max_rows: c.limits.max_read_rows,
+                max_bytes: c.limits.max_read_bytes,
+            },
+        }
+    }
+
+    /// A cache key or tag: 1 to `cache.max_key_bytes` bytes, no control characters.
+    pub fn key(&self, field: &str, key: &str) -> Result<(), ApiError> {
+        let max = self.max_key_bytes;
+        if key.is_empty() || key.len() > max {
+            return Err(ApiError::invalid(
+                field,
+                format!("must be 1 to {max} bytes"),
+            ));
+        }
+        if key.chars().any(char::is_control) {
+            return Err(ApiError::invalid(
+                field,
+                "must not contain control characters",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A list of keys: 1 to `max` of them, each a valid key.
+    pub fn keys(&self, field: &str, keys: &[String], max: usize) -> Result<(), ApiError> {
+        if keys.is_empty() || keys.len() > max {
+            return Err(ApiError::invalid(field, format!("give 1 to {max} keys")));
+        }
+        keys.iter()
+            .enumerate()
+            .try_for_each(|(i, k)| self.key(&format!("{field}[{i}]"), k))
+    }
+
+    /// Tags: at most MAX_TAGS, each a valid key.
+    pub fn tags(&self, field: &str, tags: &[String]) -> Result<(), ApiError> {
+        if tags.len() > MAX_TAGS {
+            return Err(ApiError::invalid(field, format!("at most {MAX_TAGS} tags")));
+        }
+        tags.iter()
+            .enumerate()
+            .try_for_each(|(i, t)| self.key(&format!("{field}[{i}]"), t))
+    }
+
+    /// Keys a write invalidates by name: at most `limits.max_invalidate_keys`.
+    pub fn invalidate_keys(&self, field: &str, keys: &[String]) -> Result<(), ApiError> {
+        if keys.len() > self.max_invalidate_keys {
+            return Err(ApiError::invalid(
+                field,
+                format!(
+                    "at most {} keys (limits.max_invalidate_keys); use a tag for more",
+                    self.max_invalidate_keys
+                ),
+            ));
+        }
+        keys.iter()
+            .enumerate()
+            .try_for_each(|(i, k)| self.key(&format!("{field}[{i}]"), k))
+    }
+
+    /// A TTL: 1 to `cache.max_ttl_s` seconds.
+    pub fn ttl(&self, field: &str, s: u64) -> Result<(), ApiError> {
+        self.check_seconds(field, s, 1)
+    }
+
+    /// A duration that may be 0 (stale-while-revalidate, stale-if-error): up to `max_ttl_s`.
+    pub fn seconds(&self, field: &str, s: u64) -> Result<(), ApiError> {
+        self.check_seconds(field, s, 0)
+    }
+
+    fn check_seconds(&self, field: &str, s: u64, min: u64) -> Result<(), ApiError> {
+        let max = self.max_ttl_s;
+        if s < min || s > max {
+            return Err(ApiError::invalid(
+                field,
+                format!("must be between {min} and {max} seconds"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// How many items one batch holds: 1 to `cache.max_batch`.
+    pub fn batch(&self, field: &str, n: usize, what: &str) -> Result<(), ApiError> {
+        let max = self.max_batch;
+        if n == 0 || n > max {
+            return Err(ApiError::invalid(field, format!("give 1 to {max} {what}")));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_rule_one_message() {
+        let l = Limits::new(&Config::default());
+        for bad in ["", "a\u{0}b", &"k".repeat(513)] {
+            let e = l.key("cache.key", bad).expect_err("refused");
+            assert!(matches!(e, ApiError::InvalidValue { ref field, .. } if field == "cache.key"));
+        }
+        assert!(l.key("k", "items:7").is_ok());
+        assert!(l.ttl("ttl_s", 0).is_err() && l.seconds("swr_s", 0).is_ok());
+        assert!(l.ttl("ttl_s", l.max_ttl_s + 1).is_err());
+        assert!(l.batch("ids", 0, "ids").is_err() && l.batch("ids", 1000, "ids").is_ok());
+        let many: Vec<String> = (0..=MAX_TAGS).map(|i| i.to_string()).collect();
+        assert!(l.tags("tags", &many).is_err());
+        assert!(l.keys("keys", &[], 10).is_err());
+    }
+}

@@ -1,0 +1,278 @@
+//! Loading: the TOML file (every key optional), then `FERRY_SECTION_KEY` overrides and the
+//! four short aliases, then secrets from files, then validation.
+
+use super::{Config, Redacted};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// A configuration problem, naming the key at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("environment variable {var} (key {key}): {message}")]
+    Env {
+        var: String,
+        key: String,
+        message: String,
+    },
+    #[error("key {key}: {message}")]
+    Invalid { key: String, message: String },
+}
+
+/// Short aliases, checked after the generic `FERRY_SECTION_KEY` names.
+const ALIASES: &[(&str, &str, &str)] = &[
+    ("FERRY_LISTEN", "server", "listen"),
+    ("FERRY_REDIS_URL", "redis", "url"),
+    ("FERRY_DATABASE_URL", "postgres", "url"),
+    ("FERRY_SECRET", "auth", "secret"),
+];
+
+impl Config {
+    /// Reads the file (if any), applies overrides from `env`, and validates.
+    pub fn load(
+        path: Option<&Path>,
+        env: &BTreeMap<String, String>,
+    ) -> Result<Config, ConfigError> {
+        let mut table = match path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                    path: p.display().to_string(),
+                    source,
+                })?;
+                toml::from_str::<toml::Table>(&text).map_err(|e| ConfigError::Parse {
+                    path: p.display().to_string(),
+                    message: e.to_string(),
+                })?
+            }
+            None => toml::Table::new(),
+        };
+        apply_env(&mut table, env)?;
+        let mut config: Config =
+            Config::deserialize(toml::Value::Table(table)).map_err(|e| ConfigError::Parse {
+                path: path.map_or("(environment)".into(), |p| p.display().to_string()),
+                message: e.to_string(),
+            })?;
+        config.resolve_files()?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Replaces `*_file` settings by the contents of the files they name.
+    fn resolve_files(&mut self) -> Result<(), ConfigError> {
+        let read = |key: &str, path: &str| {
+            std::fs::read_to_string(path)
+                .map(|s| s.trim_end_matches(['\r', '\n']).to_string())
+                .map_err(|e| ConfigError::Invalid {
+                    key: key.into(),
+                    message: format!("cannot read {path}: {e}"),
+                })
+        };
+        if !self.auth.secret_file.is_empty() {
+            self.auth.secret = Redacted(read("auth.secret_file", &self.auth.secret_file)?);
+        }
+        if !self.postgres.password_file.is_empty() {
+            self.postgres.password = Some(Redacted(read(
+                "postgres.password_file",
+                &self.postgres.password_file,
+            )?));
+        }
+        Ok(())
+    }
+}
+
+/// Overrides keys of `table` from `FERRY_SECTION_KEY` variables. Known keys come from the
+/// defaults, so a variable is parsed as the type its key has (number, bool or string).
+fn apply_env(table: &mut toml::Table, env: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+    let defaults = toml::Table::try_from(Config::default()).map_err(|e| ConfigError::Invalid {
+        key: "(defaults)".into(),
+        message: e.to_string(),
+    })?;
+    let mut overrides: Vec<(String, String, String, String)> = Vec::new();
+    for (section, keys) in &defaults {
+        let Some(keys) = keys.as_table() else {
+            continue;
+        };
+        for key in keys.keys() {
+            let var = format!("FERRY_{}_{}", section, key).to_ascii_uppercase();
+            if let Some(v) = env.get(&var) {
+                overrides.push((var, section.clone(), key.clone(), v.clone()));
+            }
+        }
+    }
+    for (var, section, key) in ALIASES {
+        if let Some(v) = env.get(*var) {
+            overrides.push((
+                var.to_string(),
+                section.to_string(),
+                key.to_string(),
+                v.clone(),
+            ));
+        }
+    }
+    for (var, section, key, raw) in overrides {
+        let default = &defaults[&section][&key];
+        let value = match default {
+            toml::Value::Integer(_) => raw
+                .trim()
+                .parse::<i64>()
+                .map(toml::Value::Integer)
+                .map_err(|_| ConfigError::Env {
+                    var: var.clone(),
+                    key: format!("{section}.{key}"),
+                    message: format!("expected a whole number, got {raw:?}"),
+                })?,
+            toml::Value::Boolean(_) => raw
+                .trim()
+                .parse::<bool>()
+                .map(toml::Value::Boolean)
+                .map_err(|_| ConfigError::Env {
+                    var: var.clone(),
+                    key: format!("{section}.{key}"),
+                    message: format!("expected true or false, got {raw:?}"),
+                })?,
+            _ => toml::Value::String(raw),
+        };
+        let section_table = table
+            .entry(section.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        match section_table.as_table_mut() {
+            Some(t) => {
+                t.insert(key, value);
+            }
+            None => {
+                return Err(ConfigError::Invalid {
+                    key: section,
+                    message: "must be a table".into(),
+                })
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RedisConfig;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    const SECRET: (&str, &str) = ("FERRY_SECRET", "0123456789abcdef0123");
+
+    #[test]
+    fn runs_from_environment_alone() {
+        let c = Config::load(
+            None,
+            &env(&[
+                SECRET,
+                ("FERRY_LISTEN", "0.0.0.0:9000"),
+                ("FERRY_REDIS_URL", "redis://127.0.0.1:7000"),
+                ("FERRY_DATABASE_URL", "postgres://u@127.0.0.1:7001/db"),
+                ("FERRY_POSTGRES_POOL_SIZE", "3"),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(c.server.listen, "0.0.0.0:9000");
+        assert_eq!(c.redis.url.as_str(), "redis://127.0.0.1:7000");
+        assert_eq!(c.postgres.pool_size, 3);
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let e = Config::load(None, &env(&[SECRET, ("FERRY_REDIS_POOL_SIZE", "many")]))
+            .expect_err("invalid");
+        assert!(e.to_string().contains("redis.pool_size"), "{e}");
+        let e = Config::load(None, &env(&[SECRET, ("FERRY_REDIS_POOL_SIZE", "0")]))
+            .expect_err("invalid");
+        assert!(e.to_string().contains("redis.pool_size"), "{e}");
+        let e = Config::load(None, &env(&[])).expect_err("no secret");
+        assert!(e.to_string().contains("auth.secret"), "{e}");
+    }
+
+    #[test]
+    fn unknown_file_keys_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("ferry.toml");
+        std::fs::write(&path, "[redis]\npool_sise = 3\n").expect("write");
+        let e = Config::load(Some(&path), &env(&[SECRET])).expect_err("unknown key");
+        assert!(e.to_string().contains("pool_sise"), "{e}");
+    }
+
+    #[test]
+    fn secrets_can_come_from_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let secret = dir.path().join("secret");
+        let password = dir.path().join("pgpass");
+        std::fs::write(&secret, "file-secret-0123456789\n").expect("write");
+        std::fs::write(&password, "hunter2\n").expect("write");
+        let c = Config::load(
+            None,
+            &env(&[
+                (
+                    "FERRY_AUTH_SECRET_FILE",
+                    secret.to_str().expect("utf-8 path"),
+                ),
+                (
+                    "FERRY_POSTGRES_PASSWORD_FILE",
+                    password.to_str().expect("utf-8 path"),
+                ),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(c.auth.secret.as_str(), "file-secret-0123456789");
+        assert_eq!(
+            c.postgres.password.as_ref().map(|p| p.as_str()),
+            Some("hunter2")
+        );
+        let debug = format!("{c:?}");
+        assert!(
+            !debug.contains("file-secret") && !debug.contains("hunter2"),
+            "{debug}"
+        );
+        let e = Config::load(None, &env(&[("FERRY_AUTH_SECRET_FILE", "/nonexistent/x")]))
+            .expect_err("missing file");
+        assert!(e.to_string().contains("auth.secret_file"), "{e}");
+    }
+
+    #[test]
+    fn tls_needs_both_files_that_load() {
+        let e = Config::load(
+            None,
+            &env(&[
+                SECRET,
+                ("FERRY_SERVER_TLS_CERT_PATH", "/nonexistent/cert.pem"),
+            ]),
+        )
+        .expect_err("half a TLS config");
+        assert!(e.to_string().contains("server.tls_cert_path"), "{e}");
+        let e = Config::load(
+            None,
+            &env(&[
+                SECRET,
+                ("FERRY_SERVER_TLS_CERT_PATH", "/nonexistent/cert.pem"),
+                ("FERRY_SERVER_TLS_KEY_PATH", "/nonexistent/key.pem"),
+            ]),
+        )
+        .expect_err("missing files");
+        assert!(e.to_string().contains("/nonexistent/cert.pem"), "{e}");
+    }
+
+    #[test]
+    fn sample_config_parses() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/ferry.toml");
+        let c = Config::load(Some(&path), &env(&[SECRET])).expect("sample config is valid");
+        assert_eq!(c.redis.pool_size, RedisConfig::default().pool_size);
+    }
+}

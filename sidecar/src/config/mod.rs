@@ -1,0 +1,300 @@
+//! Configuration: one TOML file (every key optional, defaults below), then environment overrides.
+//!
+//! Every key `section.key` can be set with `FERRY_SECTION_KEY` (e.g. `redis.pool_size` with
+//! `FERRY_REDIS_POOL_SIZE`). Four short aliases let the binary run with no file at all:
+//! `FERRY_LISTEN`, `FERRY_REDIS_URL`, `FERRY_DATABASE_URL`, `FERRY_SECRET`.
+//! `deploy/ferry.toml` is the commented sample; keep it in step with this file.
+//!
+//! Here: the types and their defaults. `load.rs`: file and environment. `validate.rs`: the
+//! rules each key must keep. `secret.rs`: secrets that never print. `limits.rs`: the request
+//! bounds every handler checks with.
+
+mod limits;
+mod load;
+mod secret;
+mod validate;
+
+pub use limits::{Limits, ReadLimits, MAX_TAGS};
+pub use load::ConfigError;
+pub use secret::{Redacted, RedactedUrl};
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub auth: AuthConfig,
+    pub redis: RedisConfig,
+    pub postgres: PostgresConfig,
+    pub cache: CacheConfig,
+    pub limits: LimitsConfig,
+    /// Named statements: `[queries.NAME]`. Callers send `"query": "NAME"` instead of SQL.
+    pub queries: BTreeMap<String, NamedQuery>,
+    /// Keyspaces for keyed batch reads: `[keyspaces.NAME]`.
+    pub keyspaces: BTreeMap<String, Keyspace>,
+}
+
+/// A statement the config names, with an optional default cache policy.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NamedQuery {
+    pub sql: String,
+    /// Reads of this query are cached this long, in seconds, unless the request says otherwise.
+    #[serde(default)]
+    pub ttl_s: Option<u64>,
+    /// Stale-while-revalidate window after the TTL, in seconds.
+    #[serde(default)]
+    pub swr_s: Option<u64>,
+    /// Stale-if-error grace after the TTL, in seconds.
+    #[serde(default)]
+    pub stale_if_error_s: Option<u64>,
+    /// Tags its cached results carry.
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+/// Rows addressed by one key column, read many at a time.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Keyspace {
+    /// Takes the missing ids as an array in `$1`: `SELECT ... FROM items WHERE id = ANY($1)`.
+    pub sql: String,
+    /// The column whose value is the id (`id`).
+    pub key_column: String,
+    /// Seconds each row stays cached.
+    pub ttl_s: u64,
+    /// Tags every row of the keyspace carries (invalidate them all by tag).
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// host:port to listen on.
+    pub listen: String,
+    /// actix worker threads; 0 = one per core.
+    pub workers: usize,
+    /// Largest request body accepted, in bytes (larger: 413).
+    pub body_limit_bytes: usize,
+    /// Whole-request deadline for work on Redis/Postgres, in milliseconds (beyond: 504).
+    pub request_timeout_ms: u64,
+    /// Requests doing Redis/Postgres work at once; beyond this, 503 at once (not queued).
+    pub max_in_flight: usize,
+    /// Seconds a client is told to wait in `Retry-After` on a 503.
+    pub retry_after_s: u64,
+    /// Seconds in-flight requests get to finish after SIGTERM.
+    pub shutdown_timeout_s: u64,
+    /// Log format: "text" or "json".
+    pub log_format: String,
+    /// Log level or tracing filter ("info", "debug", "ferry=debug,info"); FERRY_LOG wins
+    /// when set. Reloadable (SIGHUP).
+    pub log_level: String,
+    /// How often /readyz's snapshot of Redis and Postgres is refreshed, in milliseconds.
+    pub readiness_interval_ms: u64,
+    /// host:port of the admin listener (GET /metrics, /healthz); keep it on localhost or a
+    /// private network. Empty: no admin listener.
+    pub admin_listen: String,
+    /// PEM certificate chain for HTTPS on `listen`; with `tls_key_path`. Empty: plain HTTP
+    /// (then put a TLS proxy in front).
+    pub tls_cert_path: String,
+    /// PEM private key for HTTPS.
+    pub tls_key_path: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// The shared HMAC secret (prefer `secret_file` or the FERRY_SECRET variable).
+    pub secret: Redacted<String>,
+    /// A file holding the secret (trailing newline ignored); wins over `secret` when set.
+    pub secret_file: String,
+    /// Allowed clock difference between signer and sidecar, in seconds.
+    pub max_skew_s: u64,
+    /// Whether callers may send raw SQL; false: only `[queries.NAME]` statements (raw: 403).
+    pub allow_raw_sql: bool,
+    /// During a secret rotation: the old secret, still accepted alongside `secret`. Empty: none.
+    pub previous_secret: Redacted<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    /// redis:// URL, or rediss:// for TLS (password in the URL or in FERRY_REDIS_URL).
+    pub url: RedactedUrl,
+    /// PEM CA certificate(s) to trust for rediss:// (a private CA); empty: the system's roots.
+    pub tls_ca_path: String,
+    /// Most connections the pool ever opens.
+    pub pool_size: u32,
+    /// Idle connections kept open.
+    pub min_idle: u32,
+    /// Longest wait for a pooled connection, in milliseconds.
+    pub checkout_timeout_ms: u64,
+    /// TCP connect timeout for a new connection, in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// Read/write timeout of one Redis command, in milliseconds.
+    pub io_timeout_ms: u64,
+    /// After a Redis failure, reads skip Redis for this long, in milliseconds, instead of
+    /// paying a timeout each.
+    pub retry_after_failure_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PostgresConfig {
+    /// libpq-style URL: postgres://user:password@host:port/db[?sslmode=require].
+    pub url: RedactedUrl,
+    /// PEM CA certificate(s) to trust for TLS (a private CA); empty: the system's roots.
+    pub tls_ca_path: String,
+    /// A file holding the database password; wins over a password in `url` when set.
+    pub password_file: String,
+    /// Most connections the pool ever opens.
+    pub pool_size: u32,
+    /// Idle connections kept open.
+    pub min_idle: u32,
+    /// Longest wait for a pooled connection, in milliseconds (beyond: 503).
+    pub checkout_timeout_ms: u64,
+    /// TCP connect timeout for a new connection, in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// Server-side statement_timeout, in milliseconds (0 = none).
+    pub statement_timeout_ms: u64,
+    /// The password read from `password_file` (never serialized, never logged).
+    #[serde(skip)]
+    pub password: Option<Redacted<String>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// Prefix of every Redis key Ferry writes, so several apps can share one Redis.
+    pub key_prefix: String,
+    /// Largest TTL a request may ask for, in seconds.
+    pub max_ttl_s: u64,
+    /// Longest caller-chosen key, in bytes.
+    pub max_key_bytes: usize,
+    /// How often pending invalidations are retried while Redis is down, in milliseconds.
+    pub invalidation_retry_ms: u64,
+    /// Results whose cache entry would be larger than this, in bytes, are answered but not
+    /// cached (marked bypass).
+    pub max_entry_bytes: usize,
+    /// Most reads in one /v1/batch call, or ids in one /v1/batch/keyed call.
+    pub max_batch: usize,
+}
+
+/// Bounds on the work one request may cause. The defaults fit a sidecar of 64 MB.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Most rows one read may return (beyond: 422 result_too_large).
+    pub max_read_rows: usize,
+    /// Most bytes of values one read may return, counted as rows arrive.
+    pub max_read_bytes: usize,
+    /// Most bytes of values one /v1/batch may return, all reads together.
+    pub max_batch_bytes: usize,
+    /// Most keys one write may invalidate by name (`invalidate.keys`).
+    pub max_invalidate_keys: usize,
+    /// Most keys and tags kept for a later invalidation while Redis is unreachable. Past it
+    /// the whole cache is invalidated at once when Redis is back (nothing is dropped).
+    pub max_pending_invalidations: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_read_rows: 10_000,
+            max_read_bytes: 4 * 1024 * 1024,
+            max_batch_bytes: 16 * 1024 * 1024,
+            max_invalidate_keys: 1_000,
+            max_pending_invalidations: 100_000,
+        }
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:8787".into(),
+            workers: 0,
+            body_limit_bytes: 1024 * 1024,
+            request_timeout_ms: 10_000,
+            max_in_flight: 256,
+            retry_after_s: 1,
+            shutdown_timeout_s: 30,
+            log_format: "text".into(),
+            log_level: "info".into(),
+            readiness_interval_ms: 1_000,
+            admin_listen: "127.0.0.1:9187".into(),
+            tls_cert_path: String::new(),
+            tls_key_path: String::new(),
+        }
+    }
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            secret: Redacted::default(),
+            secret_file: String::new(),
+            max_skew_s: ferry_shared::sign::DEFAULT_MAX_SKEW_S,
+            allow_raw_sql: false,
+            previous_secret: Redacted::default(),
+        }
+    }
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            url: "redis://127.0.0.1:6379".into(),
+            tls_ca_path: String::new(),
+            pool_size: 8,
+            min_idle: 1,
+            checkout_timeout_ms: 1_000,
+            connect_timeout_ms: 500,
+            io_timeout_ms: 1_000,
+            retry_after_failure_ms: 1_000,
+        }
+    }
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        PostgresConfig {
+            url: "postgres://postgres@127.0.0.1:5432/postgres".into(),
+            tls_ca_path: String::new(),
+            password_file: String::new(),
+            pool_size: 10,
+            min_idle: 1,
+            checkout_timeout_ms: 1_500,
+            connect_timeout_ms: 2_000,
+            statement_timeout_ms: 5_000,
+            password: None,
+        }
+    }
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            key_prefix: "ferry:".into(),
+            max_ttl_s: 30 * 24 * 3600,
+            max_key_bytes: 512,
+            invalidation_retry_ms: 500,
+            max_entry_bytes: 1024 * 1024,
+            max_batch: 1000,
+        }
+    }
+}
+
+impl Config {
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.server.request_timeout_ms)
+    }
+
+    /// The request bounds in force (a snapshot of `cache` and `limits`).
+    pub fn limits(&self) -> Limits {
+        Limits::new(self)
+    }
+}

@@ -1,0 +1,112 @@
+//! The rules each key must keep, checked at load (naming the key). Checks that need a store
+//! client (URLs, TLS files, statements) are made by `state::check`, so this module imports
+//! nothing of the stores.
+
+use super::{Config, ConfigError};
+
+impl Config {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: &str| {
+            Err(ConfigError::Invalid {
+                key: key.into(),
+                message: message.into(),
+            })
+        };
+        if self.server.listen.parse::<std::net::SocketAddr>().is_err()
+            && !self.server.listen.contains(':')
+        {
+            return invalid("server.listen", "expected host:port");
+        }
+        if self.server.tls_cert_path.is_empty() != self.server.tls_key_path.is_empty() {
+            return invalid(
+                "server.tls_cert_path",
+                "set both tls_cert_path and tls_key_path, or neither",
+            );
+        }
+        if !self.server.tls_cert_path.is_empty() {
+            if let Err(e) = crate::http::tls::server_config(
+                &self.server.tls_cert_path,
+                &self.server.tls_key_path,
+            ) {
+                return invalid("server.tls_cert_path", &e);
+            }
+        }
+        if self.server.body_limit_bytes == 0 {
+            return invalid("server.body_limit_bytes", "must be at least 1");
+        }
+        if self.server.max_in_flight == 0 {
+            return invalid("server.max_in_flight", "must be at least 1");
+        }
+        if !matches!(self.server.log_format.as_str(), "text" | "json") {
+            return invalid("server.log_format", "must be \"text\" or \"json\"");
+        }
+        if self.auth.secret.len() < 16 {
+            return invalid(
+                "auth.secret",
+                "must be set and at least 16 bytes (FERRY_SECRET, auth.secret or auth.secret_file)",
+            );
+        }
+        if !self.auth.previous_secret.is_empty() && self.auth.previous_secret.len() < 16 {
+            return invalid("auth.previous_secret", "must be empty or at least 16 bytes");
+        }
+        if self.redis.pool_size == 0 {
+            return invalid("redis.pool_size", "must be at least 1");
+        }
+        if self.redis.min_idle > self.redis.pool_size {
+            return invalid("redis.min_idle", "must not exceed redis.pool_size");
+        }
+        if self.postgres.pool_size == 0 {
+            return invalid("postgres.pool_size", "must be at least 1");
+        }
+        if self.postgres.min_idle > self.postgres.pool_size {
+            return invalid("postgres.min_idle", "must not exceed postgres.pool_size");
+        }
+        if self.cache.max_ttl_s == 0 {
+            return invalid("cache.max_ttl_s", "must be at least 1");
+        }
+        if self.cache.max_batch == 0 {
+            return invalid("cache.max_batch", "must be at least 1");
+        }
+        let l = &self.limits;
+        for (key, v) in [
+            ("limits.max_read_rows", l.max_read_rows),
+            ("limits.max_read_bytes", l.max_read_bytes),
+            ("limits.max_batch_bytes", l.max_batch_bytes),
+            ("limits.max_invalidate_keys", l.max_invalidate_keys),
+            (
+                "limits.max_pending_invalidations",
+                l.max_pending_invalidations,
+            ),
+        ] {
+            if v == 0 {
+                return invalid(key, "must be at least 1");
+            }
+        }
+        for (name, q) in &self.queries {
+            if q.sql.trim().is_empty() {
+                return invalid(&format!("queries.{name}.sql"), "must not be empty");
+            }
+            if q.ttl_s == Some(0) {
+                return invalid(&format!("queries.{name}.ttl_s"), "must be at least 1");
+            }
+        }
+        for (name, k) in &self.keyspaces {
+            if !k.sql.contains("$1") {
+                return invalid(
+                    &format!("keyspaces.{name}.sql"),
+                    "must take the ids as an array in $1 (WHERE id = ANY($1))",
+                );
+            }
+            if k.key_column.trim().is_empty() {
+                return invalid(&format!("keyspaces.{name}.key_column"), "must not be empty");
+            }
+            if k.ttl_s == 0 || k.ttl_s > self.cache.max_ttl_s {
+                return invalid(
+                    &format!("keyspaces.{name}.ttl_s"),
+                    "must be between 1 and cache.max_ttl_s",
+                );
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,11 @@
+//! The read engine. `plan` turns a request into what will run (all validation, before any
+//! I/O); `engine` looks reads up in one pipeline and answers each: hit, stale-while-revalidate,
+//! a fill from Postgres through `flight` (single-flight), or stale-if-error; `keyed` serves
+//! rows of a keyspace by id.
+
+pub mod engine;
+pub mod flight;
+pub mod keyed;
+pub mod plan;
+
+pub use engine::{answer, approx_bytes, lookup_many, read, Reads};

@@ -1,0 +1,56 @@
+//! The rule for blocking work: it never runs on an actix worker.
+
+use crate::http::error::ApiError;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// Runs blocking work (pool checkouts, Redis, Postgres) on the blocking thread pool, never on
+/// an actix worker. Bounded twice: at most `max_in_flight` jobs at once (beyond: 503 at once,
+/// not a queue), and each job's answer is awaited at most `timeout` (beyond: 504; the job
+/// itself is bounded by the pools' and Postgres' own timeouts, and keeps its in-flight slot
+/// until it ends, so the bound holds).
+#[derive(Clone)]
+pub struct Blocking {
+    slots: Arc<Semaphore>,
+    timeout: Duration,
+}
+
+impl Blocking {
+    pub fn new(max_in_flight: usize, timeout: Duration) -> Self {
+        Blocking {
+            slots: Arc::new(Semaphore::new(max_in_flight)),
+            timeout,
+        }
+    }
+
+    /// How long a job's answer is awaited (the request deadline).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    pub async fn run<T, F>(&self, f: F) -> Result<T, ApiError>
+    where
+        F: FnOnce() -> Result<T, ApiError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let slot = self
+            .slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| ApiError::Overloaded {
+                what: "in-flight limit",
+            })?;
+        let job = actix_web::web::block(move || {
+            let _slot = slot;
+            f()
+        });
+        match tokio::time::timeout(self.timeout, job).await {
+            Err(_) => Err(ApiError::Timeout {
+                what: "the request",
+            }),
+            Ok(Err(e)) => Err(ApiError::internal(format!("blocking task failed: {e}"))),
+            Ok(Ok(result)) => result,
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! The stores. `pools`: the bounded Redis and Postgres pools and the Redis circuit breaker;
+//! `blocking`: `Blocking::run`, the only way handlers do blocking work. Postgres: `postgres`
+//! (sessions, connection settings, the role check), `db` (reads, writes, the reset after each
+//! request), `statement` (what may run at all), `pg_json` and `pg_params` (values both ways).
+//! Redis: `redis` (client and manager), `cache` (the read-through layout, versions and
+//! invalidation), `commands` (plain cache commands). `readiness`: the background probe.
+
+pub mod blocking;
+pub mod cache;
+pub mod commands;
+pub mod db;
+pub mod pg_json;
+pub mod pg_params;
+pub mod pools;
+pub mod postgres;
+pub mod readiness;
+pub mod redis;
+pub mod statement;

@@ -1,0 +1,172 @@
+//! The two bounded r2d2 pools and the Redis circuit breaker.
+//!
+//! Pools never open more than `pool_size` connections, whatever the load: a request that cannot
+//! get one within the checkout timeout is answered 503. Redis failures also trip a short
+//! circuit breaker, so that while Redis is down reads go straight to Postgres instead of each
+//! paying a connect timeout.
+
+use super::postgres::{pg_config, pg_tls, PgManager};
+use super::redis::{redis_client, RedisManager};
+use crate::config::Config;
+use crate::http::error::ApiError;
+use r2d2_postgres::PostgresConnectionManager;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+pub type RedisPool = r2d2::Pool<RedisManager>;
+pub type PgPool = r2d2::Pool<PgManager>;
+pub type PgConn = r2d2::PooledConnection<PgManager>;
+pub type RedisConn = r2d2::PooledConnection<RedisManager>;
+
+/// Logs connection failures r2d2 meets while filling a pool (it would otherwise drop them).
+#[derive(Debug)]
+struct LogErrors(&'static str);
+
+impl<E: std::fmt::Display> r2d2::HandleError<E> for LogErrors {
+    fn handle_error(&self, error: E) {
+        tracing::warn!(pool = self.0, %error, "cannot open connection");
+    }
+}
+
+pub struct Pools {
+    pub redis: RedisPool,
+    /// Always Some until drop (see `Drop for Pools`).
+    pg: Option<PgPool>,
+    redis_size: u32,
+    pg_size: u32,
+    /// Milliseconds since `epoch` until which Redis is considered down.
+    redis_down_until_ms: AtomicU64,
+    redis_retry_after_failure: Duration,
+    epoch: Instant,
+}
+
+impl Pools {
+    /// Builds both pools without waiting for Redis or Postgres to answer: the sidecar starts
+    /// (and reports not ready) while they are down, and connects when they come up.
+    pub fn new(config: &Config) -> Result<Pools, ApiError> {
+        let r = &config.redis;
+        let client = redis_client(r).map_err(ApiError::internal)?;
+        let redis = r2d2::Pool::builder()
+            .max_size(r.pool_size)
+            .min_idle(Some(r.min_idle))
+            .connection_timeout(Duration::from_millis(r.checkout_timeout_ms))
+            // A PING per checkout would double every cache round trip; broken connections are
+            // caught by has_broken when they fail instead.
+            .test_on_check_out(false)
+            .error_handler(Box::new(LogErrors("redis")))
+            .build_unchecked(RedisManager {
+                client,
+                connect_timeout: Duration::from_millis(r.connect_timeout_ms),
+                io_timeout: Duration::from_millis(r.io_timeout_ms),
+            });
+        let p = &config.postgres;
+        let pg = r2d2::Pool::builder()
+            .max_size(p.pool_size)
+            .min_idle(Some(p.min_idle))
+            .connection_timeout(Duration::from_millis(p.checkout_timeout_ms))
+            .test_on_check_out(false)
+            .error_handler(Box::new(LogErrors("postgres")))
+            .build_unchecked(PgManager(PostgresConnectionManager::new(
+                pg_config(config)?,
+                pg_tls(p).map_err(ApiError::internal)?,
+            )));
+        Ok(Pools {
+            redis,
+            pg: Some(pg),
+            redis_size: r.pool_size,
+            pg_size: p.pool_size,
+            redis_down_until_ms: AtomicU64::new(0),
+            redis_retry_after_failure: Duration::from_millis(r.retry_after_failure_ms),
+            epoch: Instant::now(),
+        })
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// False while the circuit breaker is open after a Redis failure.
+    pub fn redis_available(&self) -> bool {
+        self.now_ms() >= self.redis_down_until_ms.load(Ordering::Relaxed)
+    }
+
+    /// Opens the circuit breaker: reads skip Redis for `retry_after_failure_ms`.
+    pub fn mark_redis_failed(&self) {
+        let until = self.now_ms() + self.redis_retry_after_failure.as_millis() as u64;
+        self.redis_down_until_ms.store(until, Ordering::Relaxed);
+    }
+
+    /// A Redis connection, or why not. Trips the breaker on failure.
+    pub fn redis_conn(&self) -> Result<RedisConn, ApiError> {
+        let m = crate::http::metrics::global();
+        m.redis_waiting.fetch_add(1, Ordering::Relaxed);
+        let start = Instant::now();
+        let got = self.redis.get();
+        m.redis_waiting.fetch_sub(1, Ordering::Relaxed);
+        m.checkout("redis", start.elapsed());
+        got.map_err(|e| {
+            self.mark_redis_failed();
+            ApiError::CacheUnavailable {
+                internal: e.to_string(),
+            }
+        })
+    }
+
+    /// A Postgres connection. A timeout with every connection in use is overload (503
+    /// `overloaded`); a timeout with free slots means connecting failed (503
+    /// `database_unavailable`).
+    pub fn pg_conn(&self) -> Result<PgConn, ApiError> {
+        let pool = self
+            .pg
+            .as_ref()
+            .ok_or_else(|| ApiError::internal("postgres pool used after shutdown"))?;
+        let m = crate::http::metrics::global();
+        m.pg_waiting.fetch_add(1, Ordering::Relaxed);
+        let start = Instant::now();
+        let got = pool.get();
+        m.pg_waiting.fetch_sub(1, Ordering::Relaxed);
+        m.checkout("postgres", start.elapsed());
+        got.map_err(|e| {
+            if pool.state().connections >= self.pg_size {
+                ApiError::Overloaded {
+                    what: "postgres pool",
+                }
+            } else {
+                ApiError::DatabaseUnavailable {
+                    internal: e.to_string(),
+                }
+            }
+        })
+    }
+
+    /// (open, idle) connections of the Postgres pool.
+    pub fn pg_state(&self) -> (u32, u32) {
+        self.pg
+            .as_ref()
+            .map(|p| {
+                let s = p.state();
+                (s.connections, s.idle_connections)
+            })
+            .unwrap_or((0, 0))
+    }
+
+    pub fn sizes(&self) -> (u32, u32) {
+        (self.redis_size, self.pg_size)
+    }
+}
+
+/// The blocking Postgres client closes its connection by blocking on a runtime of its own,
+/// which panics inside another runtime, and the last reference to the pools is often dropped
+/// on an actix thread at shutdown. So the Postgres pool is dropped on a plain thread.
+impl Drop for Pools {
+    fn drop(&mut self) {
+        if let Some(pg) = self.pg.take() {
+            let closer = std::thread::Builder::new()
+                .name("ferry-pg-close".into())
+                .spawn(move || drop(pg));
+            if let Ok(handle) = closer {
+                let _ = handle.join();
+            }
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! Postgres connections: the pooled session type and its manager (a poisoned session is
+//! closed, not reused), the connection settings (session defaults, TLS, loopback), and the
+//! check of the role Ferry connects as.
+
+use crate::config::Config;
+use crate::http::error::ApiError;
+use r2d2_postgres::PostgresConnectionManager;
+use std::time::Duration;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+/// One pooled Postgres session. `poisoned` marks a session that must not be reused (its reset
+/// failed, or a result was abandoned mid-stream): r2d2 then closes it instead of pooling it.
+pub struct PgSession {
+    pub client: postgres::Client,
+    pub poisoned: bool,
+}
+
+/// r2d2 manager for Postgres sessions that can be discarded by marking them poisoned.
+pub struct PgManager(pub PostgresConnectionManager<MakeRustlsConnect>);
+
+impl std::fmt::Debug for PgManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The connection settings hold the password: never printed.
+        f.write_str("PgManager")
+    }
+}
+
+impl r2d2::ManageConnection for PgManager {
+    type Connection = PgSession;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> Result<PgSession, postgres::Error> {
+        self.0.connect().map(|client| PgSession {
+            client,
+            poisoned: false,
+        })
+    }
+
+    fn is_valid(&self, conn: &mut PgSession) -> Result<(), postgres::Error> {
+        self.0.is_valid(&mut conn.client)
+    }
+
+    fn has_broken(&self, conn: &mut PgSession) -> bool {
+        conn.poisoned || conn.client.is_closed()
+    }
+}
+
+/// libpq's sslmode=verify-ca / verify-full mean "require, and verify": rustls always verifies
+/// the certificate and the host name, so both are `require` for the Rust driver.
+pub fn pg_url(url: &str) -> String {
+    url.replace("sslmode=verify-full", "sslmode=require")
+        .replace("sslmode=verify-ca", "sslmode=require")
+}
+
+/// TLS for Postgres: rustls trusting `postgres.tls_ca_path` (PEM) or the system's roots.
+/// Whether TLS is used is the URL's `sslmode` (disable / prefer / require); without one, a
+/// loopback server is reached in the clear and any other with `prefer`.
+pub fn pg_tls(c: &crate::config::PostgresConfig) -> Result<MakeRustlsConnect, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    if c.tls_ca_path.is_empty() {
+        for cert in rustls_native_certs::load_native_certs().certs {
+            let _ = roots.add(cert);
+        }
+    } else {
+        let certs = CertificateDer::pem_file_iter(&c.tls_ca_path)
+            .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| format!("postgres.tls_ca_path {}: {e}", c.tls_ca_path))?;
+        for cert in certs {
+            roots
+                .add(cert)
+                .map_err(|e| format!("postgres.tls_ca_path {}: {e}", c.tls_ca_path))?;
+        }
+    }
+    let tls = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(MakeRustlsConnect::new(tls))
+}
+
+/// Whether a host name is this machine: `localhost`, or an address in 127.0.0.0/8 or ::1,
+/// decided on the parsed address (so `127.db.example.com` is not loopback).
+pub fn is_loopback_host(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Problems with the database role the sidecar connects as: a superuser can read files and
+/// run programs through SQL, and a role that bypasses row-level security ignores policies.
+/// Connects once (blocking); Err when Postgres cannot be reached.
+pub fn role_warnings(config: &Config) -> Result<Vec<String>, String> {
+    let pg = pg_config(config).map_err(|e| e.to_string())?;
+    let tls = pg_tls(&config.postgres)?;
+    let mut client = pg
+        .connect(tls)
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    let row = client
+        .query_one(
+            "SELECT current_user::text, rolsuper, rolbypassrls FROM pg_roles \
+             WHERE rolname = current_user",
+            &[],
+        )
+        .map_err(|e| format!("cannot read the role: {e}"))?;
+    let (who, superuser, bypassrls): (String, bool, bool) = (row.get(0), row.get(1), row.get(2));
+    let mut out = Vec::new();
+    if superuser {
+        out.push(format!(
+            "postgres.url connects as {who:?}, a superuser: SQL sent through Ferry could read \
+             server files (pg_read_file) and run programs (COPY ... TO PROGRAM). Use a \
+             least-privilege role (scripts/demo.sql creates ferry_app)."
+        ));
+    } else if bypassrls {
+        out.push(format!(
+            "postgres.url connects as {who:?}, which bypasses row-level security (BYPASSRLS): \
+             policies will not apply to Ferry's queries."
+        ));
+    }
+    Ok(out)
+}
+
+/// The Postgres connection settings, from the URL plus the sidecar's own settings.
+pub fn pg_config(config: &Config) -> Result<postgres::Config, ApiError> {
+    let c = &config.postgres;
+    let url = pg_url(&c.url);
+    let mut pg: postgres::Config = url
+        .parse()
+        .map_err(|_| ApiError::internal("postgres.url is not a valid URL"))?;
+    if !url.contains("sslmode=") {
+        // Without an sslmode: loopback in the clear, anything else over verified TLS (never
+        // libpq's `prefer`, which a man in the middle can downgrade to plain text).
+        let loopback = pg.get_hosts().iter().all(|h| match h {
+            postgres::config::Host::Tcp(name) => is_loopback_host(name),
+            postgres::config::Host::Unix(_) => true,
+        });
+        pg.ssl_mode(if loopback {
+            postgres::config::SslMode::Disable
+        } else {
+            postgres::config::SslMode::Require
+        });
+    }
+    pg.connect_timeout(Duration::from_millis(c.connect_timeout_ms));
+    // Lets operators (and the pool-bound test) tell Ferry's backends apart in pg_stat_activity.
+    pg.application_name("ferry-sidecar");
+    // Session defaults, restored by the reset after every request (RESET ALL goes back to
+    // the values given at connection start). Transactions are read-only unless a write asks
+    // otherwise, so a read cannot write; a session left in a transaction is ended by Postgres.
+    // client_min_messages: the reset's ROLLBACK warns when no transaction is open, and the
+    // driver would log every such notice; callers never see notices anyway.
+    let mut options = format!(
+        "-c default_transaction_read_only=on -c client_min_messages=error \
+         -c idle_in_transaction_session_timeout={}",
+        config.server.request_timeout_ms.max(1000)
+    );
+    if c.statement_timeout_ms > 0 {
+        options.push_str(&format!(" -c statement_timeout={}", c.statement_timeout_ms));
+    }
+    pg.options(&options);
+    if let Some(password) = &c.password {
+        pg.password(password.as_str());
+    }
+    Ok(pg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use postgres::config::SslMode;
+
+    #[test]
+    fn loopback_is_decided_on_the_address() {
+        for host in ["localhost", "127.0.0.1", "127.3.2.1", "::1", "[::1]"] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in [
+            "127.db.example.com",
+            "127.0.0.1.nip.io",
+            "db",
+            "10.0.0.1",
+            "::2",
+        ] {
+            assert!(!is_loopback_host(host), "{host}");
+        }
+    }
+
+    #[test]
+    fn remote_postgres_without_sslmode_gets_verified_tls() {
+        let mode = |url: &str| {
+            let mut c = Config::default();
+            c.postgres.url = url.into();
+            pg_config(&c).expect("valid").get_ssl_mode()
+        };
+        assert_eq!(mode("postgres://u@127.0.0.1:5432/db"), SslMode::Disable);
+        assert_eq!(mode("postgres://u@db.example.com/db"), SslMode::Require);
+        assert_eq!(mode("postgres://u@127.db.example.com/db"), SslMode::Require);
+        assert_eq!(
+            mode("postgres://u@db.example.com/db?sslmode=disable"),
+            SslMode::Disable
+        );
+        assert_eq!(
+            mode("postgres://u@db.example.com/db?sslmode=verify-full"),
+            SslMode::Require
+        );
+    }
+}
