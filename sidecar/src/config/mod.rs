@@ -137,7 +137,7 @@ pub struct RedisConfig {
     /// Read/write timeout of one Redis command, in milliseconds.
     pub io_timeout_ms: u64,
     /// After a Redis failure, reads skip Redis for this long, in milliseconds, instead of
-    /// paying a timeout each.
+    /// paying a timeout each; then one read per window probes it (half-open).
     pub retry_after_failure_ms: u64,
 }
 
@@ -254,7 +254,7 @@ impl Default for RedisConfig {
             checkout_timeout_ms: 1_000,
             connect_timeout_ms: 500,
             io_timeout_ms: 1_000,
-            retry_after_failure_ms: 1_000,
+            retry_after_failure_ms: 250,
         }
     }
 }

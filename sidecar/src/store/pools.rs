@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::http::error::ApiError;
 use r2d2_postgres::PostgresConnectionManager;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub type RedisPool = r2d2::Pool<RedisManager>;
@@ -34,8 +35,10 @@ pub struct Pools {
     pg: Option<PgPool>,
     redis_size: u32,
     pg_size: u32,
-    /// Milliseconds since `epoch` until which Redis is considered down.
+    /// Milliseconds since `epoch` until which Redis is considered down; 0 while it is up.
     redis_down_until_ms: AtomicU64,
+    /// Redis failures so far: connections opened before the latest one are retired.
+    redis_generation: Arc<AtomicU64>,
     redis_retry_after_failure: Duration,
     epoch: Instant,
 }
@@ -46,6 +49,7 @@ impl Pools {
     pub fn new(config: &Config) -> Result<Pools, ApiError> {
         let r = &config.redis;
         let client = redis_client(r).map_err(ApiError::internal)?;
+        let redis_generation = Arc::new(AtomicU64::new(0));
         let redis = r2d2::Pool::builder()
             .max_size(r.pool_size)
             .min_idle(Some(r.min_idle))
@@ -58,6 +62,7 @@ impl Pools {
                 client,
                 connect_timeout: Duration::from_millis(r.connect_timeout_ms),
                 io_timeout: Duration::from_millis(r.io_timeout_ms),
+                generation: redis_generation.clone(),
             });
         let p = &config.postgres;
         let pg = r2d2::Pool::builder()
@@ -76,6 +81,7 @@ impl Pools {
             redis_size: r.pool_size,
             pg_size: p.pool_size,
             redis_down_until_ms: AtomicU64::new(0),
+            redis_generation,
             redis_retry_after_failure: Duration::from_millis(r.retry_after_failure_ms),
             epoch: Instant::now(),
         })
@@ -85,15 +91,38 @@ impl Pools {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    /// False while the circuit breaker is open after a Redis failure.
+    /// Whether to use Redis now. After a failure the breaker is open: reads skip Redis for
+    /// `retry_after_failure_ms`; then it is half-open: one caller per window probes Redis
+    /// (this returns true for it alone) while the others keep skipping, until a connection
+    /// succeeds and closes the breaker.
     pub fn redis_available(&self) -> bool {
-        self.now_ms() >= self.redis_down_until_ms.load(Ordering::Relaxed)
+        let until = self.redis_down_until_ms.load(Ordering::Acquire);
+        if until == 0 {
+            return true;
+        }
+        let now = self.now_ms();
+        if now < until {
+            return false;
+        }
+        let next = now + self.redis_retry_after_failure.as_millis() as u64;
+        self.redis_down_until_ms
+            .compare_exchange(until, next.max(1), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
-    /// Opens the circuit breaker: reads skip Redis for `retry_after_failure_ms`.
+    /// Opens the circuit breaker and retires every pooled connection opened before now: a
+    /// Redis that failed one connection has usually lost them all (a restart, a cut).
     pub fn mark_redis_failed(&self) {
         let until = self.now_ms() + self.redis_retry_after_failure.as_millis() as u64;
-        self.redis_down_until_ms.store(until, Ordering::Relaxed);
+        self.redis_down_until_ms
+            .store(until.max(1), Ordering::Release);
+        self.redis_generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn mark_redis_up(&self) {
+        if self.redis_down_until_ms.load(Ordering::Acquire) != 0 {
+            self.redis_down_until_ms.store(0, Ordering::Release);
+        }
     }
 
     /// A Redis connection, or why not. Trips the breaker on failure.
@@ -101,15 +130,34 @@ impl Pools {
         let m = crate::http::metrics::global();
         m.redis_waiting.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
-        let got = self.redis.get();
+        let got = self.fresh_redis_conn();
         m.redis_waiting.fetch_sub(1, Ordering::Relaxed);
         m.checkout("redis", start.elapsed());
-        got.map_err(|e| {
-            self.mark_redis_failed();
-            ApiError::CacheUnavailable {
-                internal: e.to_string(),
+        match got {
+            Ok(conn) => {
+                self.mark_redis_up();
+                Ok(conn)
             }
-        })
+            Err(e) => {
+                self.mark_redis_failed();
+                Err(ApiError::CacheUnavailable {
+                    internal: e.to_string(),
+                })
+            }
+        }
+    }
+
+    /// A pooled connection opened since the latest failure: stale ones are dropped on the
+    /// way (r2d2 closes them, as `has_broken` says), without a round trip each.
+    fn fresh_redis_conn(&self) -> Result<RedisConn, r2d2::Error> {
+        // Bounded: at most the pool's size of stale connections can be waiting.
+        for _ in 0..self.redis_size {
+            let conn = self.redis.get()?;
+            if !conn.is_stale(self.redis_generation.load(Ordering::Acquire)) {
+                return Ok(conn);
+            }
+        }
+        self.redis.get()
     }
 
     /// A Postgres connection. A timeout with every connection in use is overload (503

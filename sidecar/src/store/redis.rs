@@ -1,6 +1,12 @@
 //! Redis connections: the client (rediss:// with a private CA), and an r2d2 manager with
-//! connect and I/O timeouts.
+//! connect and I/O timeouts whose connections die as a whole: each remembers the failure
+//! generation it was opened in, and one Redis failure retires every connection opened
+//! before it (a restarted Redis has dropped them all), instead of each being found dead by
+//! a request of its own.
 
+use redis::{Cmd, ConnectionLike, RedisResult, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// r2d2 manager for Redis with connect and I/O timeouts (the redis crate's own manager has
@@ -10,27 +16,75 @@ pub struct RedisManager {
     pub client: redis::Client,
     pub connect_timeout: Duration,
     pub io_timeout: Duration,
+    /// Bumped by every Redis failure (see `Pools::mark_redis_failed`).
+    pub generation: Arc<AtomicU64>,
+}
+
+/// A pooled Redis connection and the failure generation it was opened in.
+pub struct RedisSession {
+    conn: redis::Connection,
+    generation: u64,
+}
+
+impl RedisSession {
+    /// Opened before the latest Redis failure: presumed dead with the others.
+    pub fn is_stale(&self, current: u64) -> bool {
+        self.generation < current
+    }
+}
+
+impl ConnectionLike for RedisSession {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        self.conn.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.conn.req_packed_commands(cmd, offset, count)
+    }
+
+    fn req_command(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+        self.conn.req_command(cmd)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.conn.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.conn.is_open()
+    }
 }
 
 impl r2d2::ManageConnection for RedisManager {
-    type Connection = redis::Connection;
+    type Connection = RedisSession;
     type Error = redis::RedisError;
 
-    fn connect(&self) -> Result<redis::Connection, redis::RedisError> {
+    fn connect(&self) -> Result<RedisSession, redis::RedisError> {
+        // Read before connecting: a failure during the connect makes this one stale too.
+        let generation = self.generation.load(Ordering::Acquire);
         let conn = self
             .client
             .get_connection_with_timeout(self.connect_timeout)?;
         conn.set_read_timeout(Some(self.io_timeout))?;
         conn.set_write_timeout(Some(self.io_timeout))?;
-        Ok(conn)
+        Ok(RedisSession { conn, generation })
     }
 
-    fn is_valid(&self, conn: &mut redis::Connection) -> Result<(), redis::RedisError> {
+    fn is_valid(&self, conn: &mut RedisSession) -> Result<(), redis::RedisError> {
         redis::cmd("PING").query::<String>(conn).map(|_| ())
     }
 
-    fn has_broken(&self, conn: &mut redis::Connection) -> bool {
-        !redis::ConnectionLike::is_open(conn)
+    fn has_broken(&self, conn: &mut RedisSession) -> bool {
+        !conn.is_open() || conn.is_stale(self.generation.load(Ordering::Acquire))
     }
 }
 
