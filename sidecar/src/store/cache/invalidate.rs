@@ -1,0 +1,89 @@
+//! Invalidation after a write, and the deferred ones applied once Redis is back.
+
+use super::pending::Chunk;
+use super::{token, Cache, EPOCH_TAG, FLUSH_CHUNK};
+use crate::store::pools::Pools;
+use ferry_shared::api::InvalidationStatus;
+
+impl Cache {
+    /// Invalidates entries by key and by tag after a write committed. If Redis cannot be
+    /// reached they are kept and retried (see the module docs), and the answer says `deferred`.
+    pub fn invalidate(
+        &self,
+        pools: &Pools,
+        keys: &[String],
+        tags: &[String],
+    ) -> InvalidationStatus {
+        if keys.is_empty() && tags.is_empty() {
+            return InvalidationStatus::None;
+        }
+        let chunk = Chunk {
+            keys: keys.iter().map(|k| (k.clone(), 0)).collect(),
+            tags: tags.iter().map(|t| (t.clone(), 0)).collect(),
+            everything: None,
+        };
+        match self.try_invalidate(pools, &chunk) {
+            Ok(()) => InvalidationStatus::Done,
+            Err(e) => {
+                tracing::warn!(error = %e, keys = keys.len(), tags = tags.len(), "invalidation deferred: redis unavailable");
+                pools.mark_redis_failed();
+                self.pending().add(keys, tags);
+                InvalidationStatus::Deferred
+            }
+        }
+    }
+
+    /// Replaces the versions of the chunk's keys and tags (and the epoch) in one MULTI.
+    fn try_invalidate(&self, pools: &Pools, chunk: &Chunk) -> Result<(), String> {
+        let mut conn = pools.redis_conn().map_err(|e| e.to_string())?;
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for (k, _) in &chunk.keys {
+            pipe.cmd("SET")
+                .arg(self.version_key(k))
+                .arg(token())
+                .arg("EX")
+                .arg(self.version_ttl_s)
+                .ignore()
+                .del(format!("{}q:{k}", self.prefix))
+                .ignore();
+        }
+        for (t, _) in &chunk.tags {
+            pipe.set(self.tag_key(t), token()).ignore();
+        }
+        if chunk.everything.is_some() {
+            pipe.set(self.tag_key(EPOCH_TAG), token()).ignore();
+        }
+        pipe.query::<()>(&mut *conn).map_err(|e| e.to_string())
+    }
+
+    /// Applies pending invalidations, a chunk at a time; called periodically in the background.
+    pub fn flush_pending(&self, pools: &Pools) {
+        loop {
+            let chunk = self.pending().chunk(FLUSH_CHUNK);
+            if chunk.is_empty() {
+                return;
+            }
+            match self.try_invalidate(pools, &chunk) {
+                Ok(()) => {
+                    self.pending().applied(&chunk);
+                    tracing::info!(
+                        keys = chunk.keys.len(),
+                        tags = chunk.tags.len(),
+                        everything = chunk.everything.is_some(),
+                        "deferred invalidations applied"
+                    );
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "deferred invalidations still waiting for redis");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Keys and tags waiting for Redis (the whole-cache mark counts as one).
+    pub fn pending_count(&self) -> usize {
+        self.pending().len()
+    }
+}

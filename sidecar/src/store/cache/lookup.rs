@@ -1,0 +1,98 @@
+//! Lookups: many entries in one Redis round trip, versions read (or created) with them.
+
+use super::{classify, now_ms, token, Cache, Entry, Lookup, Observed, Probe, EPOCH_TAG};
+use crate::store::pools::Pools;
+use std::collections::{BTreeMap, BTreeSet};
+
+impl Cache {
+    /// Looks up many entries in one Redis round trip. Answers in the order of `probes`.
+    pub fn lookup_many(&self, pools: &Pools, probes: &[Probe<'_>]) -> Vec<Lookup> {
+        let bypass = || probes.iter().map(|_| Lookup::Bypass).collect();
+        if probes.is_empty() || !self.usable(pools) {
+            return bypass();
+        }
+        // redis_conn trips the breaker itself when it fails.
+        let Ok(mut conn) = pools.redis_conn() else {
+            return bypass();
+        };
+        // Each version is read with SET NX GET: an existing one is returned, a missing one is
+        // created with a fresh token (the reply is then nil and the token ours).
+        let mut pipe = redis::pipe();
+        let mut tag_names: BTreeSet<&str> = BTreeSet::from([EPOCH_TAG]);
+        let entry_keys: Vec<String> = probes
+            .iter()
+            .map(|p| self.entry_key(p.key, p.fingerprint))
+            .collect();
+        let mut fresh: Vec<String> = Vec::new();
+        for (p, entry_key) in probes.iter().zip(&entry_keys) {
+            let t = token();
+            pipe.get(entry_key)
+                .cmd("SET")
+                .arg(self.version_key(p.key))
+                .arg(&t)
+                .arg("NX")
+                .arg("GET")
+                .arg("EX")
+                .arg(self.version_ttl_s);
+            fresh.push(t);
+            tag_names.extend(p.tags.iter().map(String::as_str));
+        }
+        let mut fresh_tags: Vec<String> = Vec::new();
+        for tag in &tag_names {
+            let t = token();
+            pipe.cmd("SET")
+                .arg(self.tag_key(tag))
+                .arg(&t)
+                .arg("NX")
+                .arg("GET");
+            fresh_tags.push(t);
+        }
+        let values: Vec<Option<Vec<u8>>> = match pipe.query(&mut *conn) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "redis lookup failed; serving from postgres");
+                pools.mark_redis_failed();
+                return bypass();
+            }
+        };
+        let current_or = |v: Option<Vec<u8>>, mine: String| match v {
+            Some(b) => String::from_utf8(b).unwrap_or_default(),
+            None => mine,
+        };
+        let mut values = values.into_iter();
+        let mut found: Vec<(Option<Entry>, String)> = Vec::with_capacity(probes.len());
+        for mine in fresh {
+            let entry = values
+                .next()
+                .flatten()
+                .and_then(|b| serde_json::from_slice::<Entry>(&b).ok());
+            found.push((entry, current_or(values.next().flatten(), mine)));
+        }
+        let current: BTreeMap<String, String> = tag_names
+            .iter()
+            .zip(fresh_tags)
+            .map(|(t, mine)| (t.to_string(), current_or(values.next().flatten(), mine)))
+            .collect();
+        let now = now_ms();
+        probes
+            .iter()
+            .zip(found)
+            .zip(entry_keys)
+            .map(|((p, (entry, version)), entry_key)| {
+                let tags = p
+                    .tags
+                    .iter()
+                    .map(String::as_str)
+                    .chain([EPOCH_TAG])
+                    .map(|t| (t.to_string(), current.get(t).cloned().unwrap_or_default()))
+                    .collect();
+                let observed = Observed {
+                    entry_key,
+                    version,
+                    tags,
+                };
+                classify(entry, observed, &current, now)
+            })
+            .collect()
+    }
+}

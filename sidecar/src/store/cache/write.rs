@@ -1,0 +1,110 @@
+//! Write-backs: a result stored only if no version moved since the read observed them.
+
+use super::{now_ms, Cache, Entry, EntryPolicy, Observed, Stored};
+use crate::store::pools::Pools;
+use ferry_shared::api::Row;
+
+/// Writes back only if no version moved since the read observed them. KEYS[1] entry,
+/// KEYS[2] key version, KEYS[3..] tag versions (the epoch among them). ARGV[1] value, ARGV[2]
+/// TTL in seconds, ARGV[3] key version seen, ARGV[4..] tag versions seen. A version that went
+/// missing (evicted) counts as moved. The key's version is kept at least as long as the entry.
+const WRITE_BACK: &str = r"
+for i = 2, #KEYS do
+  if redis.call('GET', KEYS[i]) ~= ARGV[i + 1] then return 0 end
+end
+local ttl = tonumber(ARGV[2])
+local left = redis.call('TTL', KEYS[2])
+if left >= 0 and left < ttl then redis.call('EXPIRE', KEYS[2], ttl) end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ttl)
+return 1
+";
+
+impl Cache {
+    /// Writes a freshly read result back, unless an invalidation ran since `observed` was read.
+    /// Redis failures only cost a future miss, so they are logged, not returned.
+    pub fn store(
+        &self,
+        pools: &Pools,
+        key: &str,
+        observed: &Observed,
+        rows: &[Row],
+        policy: &EntryPolicy,
+    ) -> Stored {
+        self.store_many(pools, &[(key, observed, rows)], policy)
+            .first()
+            .copied()
+            .unwrap_or(Stored::NotWritten)
+    }
+
+    /// Writes many results back in one pipeline (see [`Cache::store`]).
+    pub fn store_many(
+        &self,
+        pools: &Pools,
+        items: &[(&str, &Observed, &[Row])],
+        policy: &EntryPolicy,
+    ) -> Vec<Stored> {
+        let mut written = vec![Stored::NotWritten; items.len()];
+        if items.is_empty() || !self.usable(pools) {
+            return written;
+        }
+        let redis_ttl = policy.ttl_s + policy.swr_s.max(policy.stale_if_error_s);
+        let mut pipe = redis::pipe();
+        let mut sent = Vec::new();
+        for (i, (key, observed, rows)) in items.iter().enumerate() {
+            let entry = Entry {
+                at_ms: now_ms(),
+                ttl_ms: policy.ttl_s * 1000,
+                swr_ms: policy.swr_s * 1000,
+                sie_ms: policy.stale_if_error_s * 1000,
+                ver: observed.version.clone(),
+                tags: observed.tags.clone(),
+                rows: rows.to_vec(),
+            };
+            let Ok(value) = serde_json::to_string(&entry) else {
+                continue;
+            };
+            if value.len() > self.max_entry_bytes {
+                written[i] = Stored::TooLarge;
+                continue;
+            }
+            let c = pipe
+                .cmd("EVAL")
+                .arg(WRITE_BACK)
+                .arg(2 + observed.tags.len())
+                .arg(&observed.entry_key)
+                .arg(self.version_key(key));
+            for t in observed.tags.keys() {
+                c.arg(self.tag_key(t));
+            }
+            c.arg(value).arg(redis_ttl).arg(&observed.version);
+            for seen in observed.tags.values() {
+                c.arg(seen);
+            }
+            sent.push(i);
+        }
+        if sent.is_empty() {
+            return written;
+        }
+        let result = pools
+            .redis_conn()
+            .map_err(|e| e.to_string())
+            .and_then(|mut conn| {
+                pipe.query::<Vec<i64>>(&mut *conn)
+                    .map_err(|e| e.to_string())
+            });
+        match result {
+            Ok(flags) => {
+                for (i, flag) in sent.into_iter().zip(flags) {
+                    if flag == 1 {
+                        written[i] = Stored::Written;
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "redis write-back failed");
+                pools.mark_redis_failed();
+            }
+        }
+        written
+    }
+}
