@@ -1,4 +1,4 @@
-//! The pools are bounded: 200 concurrent requests all succeed, and neither Redis nor Postgres
+//! The pools are bounded: 300 concurrent requests (reads and cache commands) all succeed, and neither Redis nor Postgres
 //! ever sees more connections from the sidecar than the configured pool sizes.
 use ferry_testkit as common;
 use serde_json::json;
@@ -10,7 +10,7 @@ const REDIS_POOL: u32 = 4;
 const PG_POOL: u32 = 5;
 
 #[test]
-fn two_hundred_concurrent_requests_stay_within_the_pools() {
+fn three_hundred_concurrent_requests_stay_within_the_pools() {
     let stack = common::Stack::start_with(|c| {
         c.redis.pool_size = REDIS_POOL;
         c.postgres.pool_size = PG_POOL;
@@ -60,15 +60,16 @@ fn two_hundred_concurrent_requests_stay_within_the_pools() {
 
     let c = &stack.client;
     let answers = c.block_on(async {
-        let requests = (0..200).map(|i| {
-            let body = if i % 2 == 0 {
-                json!({"sql": "SELECT name, pg_sleep(0.01)::text AS s FROM items WHERE id = $1",
-                       "params": [i % 20 + 1], "cache": {"ttl_s": 60}})
-            } else {
-                json!({"sql": "SELECT name, pg_sleep(0.01)::text AS s FROM items WHERE id = $1",
-                       "params": [i]})
-            };
-            c.query_async(body)
+        let requests = (0..300).map(|i| async move {
+            // Reads (cached and not), and cache commands, which run on each worker's
+            // multiplexed connection: all of them count against redis.pool_size.
+            match i % 3 {
+                0 => c.query_async(json!({"sql": "SELECT name, pg_sleep(0.01)::text AS s FROM items WHERE id = $1",
+                       "params": [i % 20 + 1], "cache": {"ttl_s": 60}})).await,
+                1 => c.query_async(json!({"sql": "SELECT name, pg_sleep(0.01)::text AS s FROM items WHERE id = $1",
+                       "params": [i]})).await,
+                _ => c.post("/v1/cache", &json!({"op": "set", "key": format!("k{i}"), "value": "v"})).await,
+            }
         });
         futures::future::join_all(requests).await
     });
@@ -78,7 +79,7 @@ fn two_hundred_concurrent_requests_stay_within_the_pools() {
     let failed: Vec<_> = answers.iter().filter(|a| a.status != 200).collect();
     assert!(
         failed.is_empty(),
-        "{} of 200 failed, e.g. {:?}",
+        "{} of 300 failed, e.g. {:?}",
         failed.len(),
         failed.first()
     );
@@ -87,7 +88,7 @@ fn two_hundred_concurrent_requests_stay_within_the_pools() {
         max_redis.load(Ordering::Relaxed),
         max_pg.load(Ordering::Relaxed),
     );
-    println!("200 ok, {hits} hits; peak redis clients {redis_peak}/{REDIS_POOL}, peak postgres backends {pg_peak}/{PG_POOL}");
+    println!("300 ok, {hits} hits; peak redis clients {redis_peak}/{REDIS_POOL}, peak postgres backends {pg_peak}/{PG_POOL}");
     assert!(
         redis_peak <= i64::from(REDIS_POOL),
         "redis clients {redis_peak} > {REDIS_POOL}"

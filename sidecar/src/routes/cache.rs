@@ -13,10 +13,6 @@ pub async fn cache(
 ) -> Result<HttpResponse, ApiError> {
     let cmd: CacheCommand = super::signed_json(&state, &req, payload).await?;
     commands::validate(&state.config().limits(), &cmd)?;
-    let s = state.clone();
-    let reply = state
-        .blocking
-        .run(move || commands::run(&s.pools, &s.cache, cmd))
-        .await?;
+    let reply = commands::run(&state.pools, &state.cache, &state.blocking, cmd).await?;
     Ok(HttpResponse::Ok().json(reply))
 }

@@ -3,9 +3,12 @@
 
 use crate::config::Limits;
 use crate::http::error::ApiError;
+use crate::store::blocking::Blocking;
 use crate::store::cache::Cache;
 use crate::store::pools::Pools;
 use ferry_shared::api::{CacheCommand, CacheReply};
+use redis::Value;
+use std::sync::Arc;
 
 /// Checks keys and TTLs before any Redis work, naming the field at fault.
 pub fn validate(limits: &Limits, cmd: &CacheCommand) -> Result<(), ApiError> {
@@ -27,46 +30,49 @@ pub fn validate(limits: &Limits, cmd: &CacheCommand) -> Result<(), ApiError> {
     }
 }
 
-/// Runs one command (blocking).
-pub fn run(pools: &Pools, cache: &Cache, cmd: CacheCommand) -> Result<CacheReply, ApiError> {
-    let mut conn = pools.redis_conn()?;
+/// One command as Redis will run it, and how to read its answer.
+struct Prepared {
+    pipe: redis::Pipeline,
+    answer: Answer,
+}
+
+enum Answer {
+    Get(String),
+    Set,
+    Del,
+    Mget(Vec<String>),
+    Mset,
+    Incr,
+    Expire,
+}
+
+fn prepare(cache: &Cache, cmd: CacheCommand) -> Prepared {
     let k = |key: &str| cache.plain_key(key);
-    let result: redis::RedisResult<Result<CacheReply, ApiError>> = match cmd {
-        CacheCommand::Get { key } => redis::cmd("GET")
-            .arg(k(&key))
-            .query::<Option<Vec<u8>>>(&mut *conn)
-            .map(|v| text(&key, v).map(|value| CacheReply::Get { value })),
+    let mut pipe = redis::pipe();
+    let answer = match cmd {
+        CacheCommand::Get { key } => {
+            pipe.cmd("GET").arg(k(&key));
+            Answer::Get(key)
+        }
         CacheCommand::Set { key, value, ttl_s } => {
-            let mut c = redis::cmd("SET");
-            c.arg(k(&key)).arg(value);
+            let c = pipe.cmd("SET").arg(k(&key)).arg(value);
             if let Some(t) = ttl_s {
                 c.arg("EX").arg(t);
             }
-            c.query::<()>(&mut *conn).map(|_| Ok(CacheReply::Set {}))
+            Answer::Set
         }
         CacheCommand::Del { keys } => {
-            let names: Vec<String> = keys.iter().map(|x| k(x)).collect();
-            redis::cmd("DEL")
-                .arg(names)
-                .query::<u64>(&mut *conn)
-                .map(|deleted| Ok(CacheReply::Del { deleted }))
+            pipe.cmd("DEL")
+                .arg(keys.iter().map(|x| k(x)).collect::<Vec<_>>());
+            Answer::Del
         }
         CacheCommand::Mget { keys } => {
-            let names: Vec<String> = keys.iter().map(|x| k(x)).collect();
-            redis::cmd("MGET")
-                .arg(names)
-                .query::<Vec<Option<Vec<u8>>>>(&mut *conn)
-                .map(|vals| {
-                    keys.iter()
-                        .zip(vals)
-                        .map(|(key, v)| text(key, v))
-                        .collect::<Result<Vec<_>, _>>()
-                        .map(|values| CacheReply::Mget { values })
-                })
+            pipe.cmd("MGET")
+                .arg(keys.iter().map(|x| k(x)).collect::<Vec<_>>());
+            Answer::Mget(keys)
         }
         CacheCommand::Mset { entries, ttl_s } => {
             // One MULTI: every entry is written, with its TTL, or none is.
-            let mut pipe = redis::pipe();
             pipe.atomic();
             for e in &entries {
                 let c = pipe.cmd("SET").arg(k(&e.key)).arg(&e.value);
@@ -75,33 +81,94 @@ pub fn run(pools: &Pools, cache: &Cache, cmd: CacheCommand) -> Result<CacheReply
                 }
                 c.ignore();
             }
-            pipe.query::<()>(&mut *conn)
-                .map(|_| Ok(CacheReply::Mset {}))
+            Answer::Mset
         }
-        CacheCommand::Incr { key, by } => redis::cmd("INCRBY")
-            .arg(k(&key))
-            .arg(by)
-            .query::<i64>(&mut *conn)
-            .map(|value| Ok(CacheReply::Incr { value })),
-        CacheCommand::Expire { key, ttl_s } => redis::cmd("EXPIRE")
-            .arg(k(&key))
-            .arg(ttl_s)
-            .query::<i64>(&mut *conn)
-            .map(|n| Ok(CacheReply::Expire { applied: n == 1 })),
+        CacheCommand::Incr { key, by } => {
+            pipe.cmd("INCRBY").arg(k(&key)).arg(by);
+            Answer::Incr
+        }
+        CacheCommand::Expire { key, ttl_s } => {
+            pipe.cmd("EXPIRE").arg(k(&key)).arg(ttl_s);
+            Answer::Expire
+        }
     };
-    result.unwrap_or_else(|e| {
-        if matches!(e.code(), Some("ERR" | "WRONGTYPE")) {
-            // e.g. INCR on a value that is not an integer: the caller's mistake.
-            return Err(ApiError::invalid(
-                "key",
-                "the stored value does not support this command",
-            ));
+    Prepared { pipe, answer }
+}
+
+fn read(answer: Answer, values: Vec<Value>) -> redis::RedisResult<Result<CacheReply, ApiError>> {
+    let first = values.into_iter().next().unwrap_or(Value::Nil);
+    Ok(match answer {
+        Answer::Get(key) => {
+            let v: Option<Vec<u8>> = redis::from_redis_value(first)?;
+            text(&key, v).map(|value| CacheReply::Get { value })
         }
-        pools.mark_redis_failed();
-        Err(ApiError::CacheUnavailable {
-            internal: e.to_string(),
-        })
+        Answer::Set => Ok(CacheReply::Set {}),
+        Answer::Del => Ok(CacheReply::Del {
+            deleted: redis::from_redis_value(first)?,
+        }),
+        Answer::Mget(keys) => {
+            let vals: Vec<Option<Vec<u8>>> = redis::from_redis_value(first)?;
+            keys.iter()
+                .zip(vals)
+                .map(|(key, v)| text(key, v))
+                .collect::<Result<Vec<_>, _>>()
+                .map(|values| CacheReply::Mget { values })
+        }
+        Answer::Mset => Ok(CacheReply::Mset {}),
+        Answer::Incr => Ok(CacheReply::Incr {
+            value: redis::from_redis_value(first)?,
+        }),
+        Answer::Expire => {
+            let n: i64 = redis::from_redis_value(first)?;
+            Ok(CacheReply::Expire { applied: n == 1 })
+        }
     })
+}
+
+/// A Redis failure: the caller's mistake (a command the stored value does not support) is a
+/// 400; anything else is Redis trouble, which trips the breaker.
+fn failed(pools: &Pools, e: redis::RedisError) -> Result<CacheReply, ApiError> {
+    if matches!(e.code(), Some("ERR" | "WRONGTYPE")) {
+        // e.g. INCR on a value that is not an integer.
+        return Err(ApiError::invalid(
+            "key",
+            "the stored value does not support this command",
+        ));
+    }
+    pools.mark_redis_failed();
+    Err(ApiError::CacheUnavailable {
+        internal: e.to_string(),
+    })
+}
+
+/// Runs one command on the event loop, over this worker's multiplexed connection (no thread
+/// hop; concurrent commands share the connection, pipelined); on the blocking pool when this
+/// worker has none (see `redis::AsyncRedis`).
+pub async fn run(
+    pools: &Arc<Pools>,
+    cache: &Arc<Cache>,
+    blocking: &Blocking,
+    cmd: CacheCommand,
+) -> Result<CacheReply, ApiError> {
+    let Prepared { pipe, answer } = prepare(cache, cmd);
+    if let Some(mut conn) = pools.redis_async().await? {
+        let values = pipe.query_async::<Vec<Value>>(&mut conn).await;
+        if values.is_err() {
+            pools.drop_redis_async();
+        }
+        return values
+            .and_then(|v| read(answer, v))
+            .unwrap_or_else(|e| failed(pools, e));
+    }
+    let p = pools.clone();
+    blocking
+        .run(move || {
+            let mut conn = p.redis_conn()?;
+            pipe.query::<Vec<Value>>(&mut *conn)
+                .and_then(|v| read(answer, v))
+                .unwrap_or_else(|e| failed(&p, e))
+        })
+        .await
 }
 
 fn text(key: &str, v: Option<Vec<u8>>) -> Result<Option<String>, ApiError> {

@@ -6,7 +6,7 @@
 //! paying a connect timeout.
 
 use super::postgres::{pg_config, pg_tls, PgManager};
-use super::redis::{redis_client, RedisManager};
+use super::redis::{redis_client, AsyncRedis, RedisManager};
 use crate::config::Config;
 use crate::http::error::ApiError;
 use r2d2_postgres::PostgresConnectionManager;
@@ -31,6 +31,8 @@ impl<E: std::fmt::Display> r2d2::HandleError<E> for LogErrors {
 
 pub struct Pools {
     pub redis: RedisPool,
+    /// Multiplexed connections, one per worker, for commands run on the event loop.
+    redis_async: AsyncRedis,
     /// Always Some until drop (see `Drop for Pools`).
     pg: Option<PgPool>,
     redis_size: u32,
@@ -50,9 +52,23 @@ impl Pools {
         let r = &config.redis;
         let client = redis_client(r).map_err(ApiError::internal)?;
         let redis_generation = Arc::new(AtomicU64::new(0));
+        // redis.pool_size bounds every connection: up to half of it are the workers'
+        // multiplexed ones (one per worker), the rest the r2d2 pool's.
+        let workers = match config.server.workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let multiplexed = workers.min(r.pool_size as usize / 2);
+        let redis_async = AsyncRedis::new(
+            client.clone(),
+            Duration::from_millis(r.connect_timeout_ms),
+            Duration::from_millis(r.io_timeout_ms),
+            multiplexed,
+        );
+        let pooled = r.pool_size - multiplexed as u32;
         let redis = r2d2::Pool::builder()
-            .max_size(r.pool_size)
-            .min_idle(Some(r.min_idle))
+            .max_size(pooled)
+            .min_idle(Some(r.min_idle.min(pooled)))
             .connection_timeout(Duration::from_millis(r.checkout_timeout_ms))
             // A PING per checkout would double every cache round trip; broken connections are
             // caught by has_broken when they fail instead.
@@ -77,6 +93,7 @@ impl Pools {
             )));
         Ok(Pools {
             redis,
+            redis_async,
             pg: Some(pg),
             redis_size: r.pool_size,
             pg_size: p.pool_size,
@@ -117,6 +134,26 @@ impl Pools {
         self.redis_down_until_ms
             .store(until.max(1), Ordering::Release);
         self.redis_generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// This worker's multiplexed Redis connection, or None: the breaker is open (the caller
+    /// then takes the pooled path, which probes), or every multiplexed slot is taken.
+    pub async fn redis_async(&self) -> Result<Option<redis::aio::MultiplexedConnection>, ApiError> {
+        if self.redis_down_until_ms.load(Ordering::Acquire) != 0 {
+            return Ok(None);
+        }
+        let generation = self.redis_generation.load(Ordering::Acquire);
+        self.redis_async.conn(generation).await.map_err(|e| {
+            self.mark_redis_failed();
+            ApiError::CacheUnavailable {
+                internal: e.to_string(),
+            }
+        })
+    }
+
+    /// Forgets this worker's multiplexed connection after a failure on it.
+    pub fn drop_redis_async(&self) {
+        self.redis_async.drop_conn();
     }
 
     fn mark_redis_up(&self) {

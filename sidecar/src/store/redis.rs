@@ -4,8 +4,10 @@
 //! before it (a restarted Redis has dropped them all), instead of each being found dead by
 //! a request of its own.
 
-use redis::{Cmd, ConnectionLike, RedisResult, Value};
-use std::sync::atomic::{AtomicU64, Ordering};
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Cmd, ConnectionLike, RedisResult, Value};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -104,4 +106,102 @@ pub fn redis_client(c: &crate::config::RedisConfig) -> Result<redis::Client, Str
         },
     )
     .map_err(|_| "not a valid rediss:// URL, or redis.tls_ca_path is not a PEM CA".to_string())
+}
+
+/// One multiplexed async connection per actix worker, for commands that can run on the event
+/// loop: no thread hop, no pool checkout, and the commands of concurrent requests share the
+/// connection, pipelined. At most `max` are open (they count against `redis.pool_size`; the
+/// r2d2 pool gets the rest); a worker without one uses the pool.
+pub struct AsyncRedis {
+    /// Tells this sidecar's connections apart from another's on the same thread (tests).
+    id: u64,
+    client: redis::Client,
+    config: AsyncConnectionConfig,
+    open: Arc<AtomicUsize>,
+    max: usize,
+}
+
+/// A worker's connection, the failure generation it was opened in, and its slot.
+struct Held {
+    id: u64,
+    generation: u64,
+    conn: MultiplexedConnection,
+    _slot: Slot,
+}
+
+/// One of `AsyncRedis::max`, given back when the connection is dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+thread_local! {
+    static HELD: RefCell<Vec<Held>> = const { RefCell::new(Vec::new()) };
+}
+
+impl AsyncRedis {
+    pub fn new(
+        client: redis::Client,
+        connect_timeout: Duration,
+        io_timeout: Duration,
+        max: usize,
+    ) -> Self {
+        static IDS: AtomicU64 = AtomicU64::new(0);
+        AsyncRedis {
+            id: IDS.fetch_add(1, Ordering::Relaxed),
+            client,
+            config: AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(connect_timeout))
+                .set_response_timeout(Some(io_timeout)),
+            open: Arc::new(AtomicUsize::new(0)),
+            max,
+        }
+    }
+
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// This worker's connection, opened on first use; None when every slot is taken. One
+    /// opened before failure `generation` is replaced.
+    pub async fn conn(&self, generation: u64) -> RedisResult<Option<MultiplexedConnection>> {
+        let held = HELD.with(|h| {
+            let mut h = h.borrow_mut();
+            h.retain(|c| c.id != self.id || c.generation >= generation);
+            h.iter().find(|c| c.id == self.id).map(|c| c.conn.clone())
+        });
+        if held.is_some() {
+            return Ok(held);
+        }
+        let taken = self
+            .open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            });
+        if taken.is_err() {
+            return Ok(None);
+        }
+        let slot = Slot(self.open.clone());
+        let conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await?;
+        HELD.with(|h| {
+            h.borrow_mut().push(Held {
+                id: self.id,
+                generation,
+                conn: conn.clone(),
+                _slot: slot,
+            })
+        });
+        Ok(Some(conn))
+    }
+
+    /// Forgets this worker's connection (after a failure on it).
+    pub fn drop_conn(&self) {
+        HELD.with(|h| h.borrow_mut().retain(|c| c.id != self.id));
+    }
 }
