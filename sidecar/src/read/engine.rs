@@ -41,26 +41,45 @@ pub async fn lookup_many(
     if probes.is_empty() {
         return Ok((0..n).map(|_| None).collect());
     }
+    {
+        let list = probe_list(&probes);
+        // On the event loop when this worker has its multiplexed connection: a hit then
+        // never leaves the worker thread.
+        if let Some(found) = state.cache.lookup_many_async(&state.pools, &list).await {
+            drop(list);
+            return Ok(place(n, &probes, found));
+        }
+    }
     let s = state.clone();
-    state
+    let found = state
         .blocking
         .run(move || {
-            let list: Vec<Probe> = probes
-                .iter()
-                .map(|(_, c)| Probe {
-                    key: &c.key,
-                    fingerprint: &c.fingerprint,
-                    tags: &c.tags,
-                })
-                .collect();
-            let found = s.cache.lookup_many(&s.pools, &list);
-            let mut out: Vec<Option<Lookup>> = (0..n).map(|_| None).collect();
-            for ((i, _), l) in probes.iter().zip(found) {
-                out[*i] = Some(l);
-            }
-            Ok(out)
+            let found = s.cache.lookup_many(&s.pools, &probe_list(&probes));
+            Ok((probes, found))
         })
-        .await
+        .await?;
+    let (probes, found) = found;
+    Ok(place(n, &probes, found))
+}
+
+/// Each lookup back at its read's position (reads without a cache plan get None).
+fn place(n: usize, probes: &[(usize, CachePlan)], found: Vec<Lookup>) -> Vec<Option<Lookup>> {
+    let mut out: Vec<Option<Lookup>> = (0..n).map(|_| None).collect();
+    for ((i, _), l) in probes.iter().zip(found) {
+        out[*i] = Some(l);
+    }
+    out
+}
+
+fn probe_list(probes: &[(usize, CachePlan)]) -> Vec<Probe<'_>> {
+    probes
+        .iter()
+        .map(|(_, c)| Probe {
+            key: &c.key,
+            fingerprint: &c.fingerprint,
+            tags: &c.tags,
+        })
+        .collect()
 }
 
 /// One read from start to answer.

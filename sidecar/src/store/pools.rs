@@ -139,7 +139,7 @@ impl Pools {
     /// This worker's multiplexed Redis connection, or None: the breaker is open (the caller
     /// then takes the pooled path, which probes), or every multiplexed slot is taken.
     pub async fn redis_async(&self) -> Result<Option<redis::aio::MultiplexedConnection>, ApiError> {
-        if self.redis_down_until_ms.load(Ordering::Acquire) != 0 {
+        if !self.redis_breaker_closed() {
             return Ok(None);
         }
         let generation = self.redis_generation.load(Ordering::Acquire);
@@ -154,6 +154,13 @@ impl Pools {
     /// Forgets this worker's multiplexed connection after a failure on it.
     pub fn drop_redis_async(&self) {
         self.redis_async.drop_conn();
+    }
+
+    /// True while Redis is considered up (no failure since the last success). While the
+    /// breaker is open or half-open, only the pooled path talks to Redis, so that its probe
+    /// is the one that closes the breaker.
+    pub fn redis_breaker_closed(&self) -> bool {
+        self.redis_down_until_ms.load(Ordering::Acquire) == 0
     }
 
     fn mark_redis_up(&self) {

@@ -4,19 +4,65 @@ use super::{classify, now_ms, token, Cache, Entry, Lookup, Observed, Probe, EPOC
 use crate::store::pools::Pools;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// A lookup pipeline built, waiting for Redis' answer.
+pub struct Prepared<'a> {
+    pipe: redis::Pipeline,
+    probes: &'a [Probe<'a>],
+    entry_keys: Vec<String>,
+    fresh: Vec<String>,
+    tag_names: Vec<&'a str>,
+    fresh_tags: Vec<String>,
+}
+
 impl Cache {
-    /// Looks up many entries in one Redis round trip. Answers in the order of `probes`.
+    /// Looks up many entries in one Redis round trip on a pooled connection (blocking).
+    /// Answers in the order of `probes`.
     pub fn lookup_many(&self, pools: &Pools, probes: &[Probe<'_>]) -> Vec<Lookup> {
-        let bypass = || probes.iter().map(|_| Lookup::Bypass).collect();
-        if probes.is_empty() || !self.usable(pools) {
-            return bypass();
-        }
+        let Some(prepared) = self.prepare_lookup(pools, probes) else {
+            return bypass(probes);
+        };
         // redis_conn trips the breaker itself when it fails.
         let Ok(mut conn) = pools.redis_conn() else {
-            return bypass();
+            return bypass(probes);
         };
-        // Each version is read with SET NX GET: an existing one is returned, a missing one is
-        // created with a fresh token (the reply is then nil and the token ours).
+        let values = prepared.pipe.query(&mut *conn);
+        self.read_lookup(pools, prepared, values)
+    }
+
+    /// The same lookup on this worker's multiplexed connection (no thread hop); None when
+    /// this worker has none, so the caller takes the pooled path.
+    pub async fn lookup_many_async(
+        &self,
+        pools: &Pools,
+        probes: &[Probe<'_>],
+    ) -> Option<Vec<Lookup>> {
+        // While the breaker is open the pooled path probes (and closes it): never claim the
+        // probe here.
+        if !pools.redis_breaker_closed() {
+            return None;
+        }
+        let Some(prepared) = self.prepare_lookup(pools, probes) else {
+            return Some(bypass(probes));
+        };
+        let mut conn = match pools.redis_async().await {
+            Ok(Some(c)) => c,
+            Ok(None) => return None,
+            Err(_) => return Some(bypass(probes)),
+        };
+        let values = prepared.pipe.query_async(&mut conn).await;
+        if values.is_err() {
+            pools.drop_redis_async();
+        }
+        Some(self.read_lookup(pools, prepared, values))
+    }
+
+    /// The pipeline of a lookup, or None when the cache is not usable now. Each version is
+    /// read with SET NX GET: an existing one is returned, a missing one is created with a
+    /// fresh token (the reply is then nil and the token ours).
+    fn prepare_lookup<'a>(&self, pools: &Pools, probes: &'a [Probe<'a>]) -> Option<Prepared<'a>> {
+        if probes.is_empty() || !self.usable(pools) {
+            return None;
+        }
         let mut pipe = redis::pipe();
         let mut tag_names: BTreeSet<&str> = BTreeSet::from([EPOCH_TAG]);
         let entry_keys: Vec<String> = probes
@@ -37,6 +83,7 @@ impl Cache {
             fresh.push(t);
             tag_names.extend(p.tags.iter().map(String::as_str));
         }
+        let tag_names: Vec<&str> = tag_names.into_iter().collect();
         let mut fresh_tags: Vec<String> = Vec::new();
         for tag in &tag_names {
             let t = token();
@@ -47,12 +94,38 @@ impl Cache {
                 .arg("GET");
             fresh_tags.push(t);
         }
-        let values: Vec<Option<Vec<u8>>> = match pipe.query(&mut *conn) {
+        Some(Prepared {
+            pipe,
+            probes,
+            entry_keys,
+            fresh,
+            tag_names,
+            fresh_tags,
+        })
+    }
+
+    /// Redis' answer to a lookup pipeline, classified; a failure trips the breaker and every
+    /// read bypasses the cache.
+    fn read_lookup(
+        &self,
+        pools: &Pools,
+        prepared: Prepared<'_>,
+        values: redis::RedisResult<Vec<Option<Vec<u8>>>>,
+    ) -> Vec<Lookup> {
+        let Prepared {
+            probes,
+            entry_keys,
+            fresh,
+            tag_names,
+            fresh_tags,
+            ..
+        } = prepared;
+        let values = match values {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(error = %e, "redis lookup failed; serving from postgres");
                 pools.mark_redis_failed();
-                return bypass();
+                return bypass(probes);
             }
         };
         let current_or = |v: Option<Vec<u8>>, mine: String| match v {
@@ -95,4 +168,8 @@ impl Cache {
             })
             .collect()
     }
+}
+
+fn bypass(probes: &[Probe<'_>]) -> Vec<Lookup> {
+    probes.iter().map(|_| Lookup::Bypass).collect()
 }
