@@ -2,6 +2,7 @@
 
 use crate::config::ReadLimits;
 use crate::http::error::ApiError;
+use crate::store::param_types::{self, ParamTypes};
 use crate::store::pg_json::{self, Raw};
 use crate::store::pg_params::{self, TextParam};
 use crate::store::pools::Pools;
@@ -10,19 +11,20 @@ use crate::store::statement::{self, Route};
 use ferry_shared::api::Row;
 use postgres::error::SqlState;
 use postgres::fallible_iterator::FallibleIterator;
-use postgres::{Client, Statement};
-use postgres_types::ToSql;
+use postgres::{RowIter, Statement};
+use postgres_types::{ToSql, Type};
 use serde_json::Value;
 
-/// Puts a used session back exactly as a new one: ends any transaction, then drops every
-/// setting, role, cursor, listener, advisory lock, temp object, prepared statement and cached
-/// plan a caller may have left, whatever made them (statements are checked up front, but
-/// functions such as `set_config` or `pg_advisory_lock` change the session too). One round
-/// trip. `DISCARD ALL` would do the same but cannot share a round trip with `ROLLBACK`; the
-/// explicit `BEGIN READ WRITE` is needed because sessions default to read-only transactions.
-const RESET: &str = "ROLLBACK; BEGIN READ WRITE; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; \
-    CLOSE ALL; UNLISTEN *; SELECT pg_advisory_unlock_all(); DISCARD TEMP; DEALLOCATE ALL; \
-    DISCARD SEQUENCES; DISCARD PLANS; COMMIT";
+/// Puts a used session back exactly as a new one: drops every setting (back to the values given
+/// at connection start), role, cursor, listener, advisory lock, temp object, prepared statement
+/// and cached plan a caller may have left, whatever made them (statements are checked up front,
+/// but functions such as `set_config` or `pg_advisory_lock` change the session too). One
+/// statement in one round trip, about as cheap for Postgres as `SELECT 1`. It cannot run inside
+/// a transaction block, and no request leaves one open (transaction control is refused up
+/// front, and a function cannot open one), so should it fail the session is closed instead.
+/// (The reset spelled out as ROLLBACK, BEGIN, ten statements and COMMIT cost Postgres about
+/// four times as much, and its ROLLBACK wrote a warning to the server log on every request.)
+const RESET: &str = "DISCARD ALL";
 
 /// Runs `work` on a pooled session, then resets the session for the next request. A session
 /// whose reset fails (or that `work` poisoned) is closed instead of pooled.
@@ -45,7 +47,7 @@ fn reset(s: &mut PgSession) {
         tracing::warn!(error = %e, "postgres session reset failed; closing the connection");
         s.poisoned = true;
     }
-    // DEALLOCATE ALL dropped the driver's cached type-lookup statements too.
+    // DISCARD ALL dropped the driver's cached type-lookup statements too.
     s.client.clear_type_cache();
 }
 
@@ -64,7 +66,9 @@ pub fn query(
     let mut attempts = 0;
     loop {
         attempts += 1;
-        match with_session(pools, |s| query_on(s, sql, params, limits)) {
+        match with_session(pools, |s| {
+            query_on(s, &pools.param_types, sql, params, limits)
+        }) {
             Err(Failure::Closed(e)) if attempts < 2 => {
                 tracing::debug!(error = %e, "postgres connection was closed; retrying once");
                 continue;
@@ -84,9 +88,17 @@ pub fn execute(pools: &Pools, sql: &str, params: &[Value]) -> Result<u64, ApiErr
         // This one statement's implicit transaction may write; the reset turns it back.
         s.client
             .batch_execute("SET default_transaction_read_only = off")?;
-        let stmt = prepare(&mut s.client, sql)?;
-        let params = bind(&stmt, params).map_err(Failure::Api)?;
-        Ok(s.client.execute(&stmt, &refs(&params))?)
+        run(
+            s,
+            &pools.param_types,
+            sql,
+            params,
+            |_| Ok(()),
+            |mut rows| {
+                while rows.next()?.is_some() {}
+                Ok(rows.rows_affected().unwrap_or(0))
+            },
+        )
     })
     .map_err(Failure::into_api)
 }
@@ -102,31 +114,86 @@ pub fn ping(pools: &Pools) -> Result<(), ApiError> {
 
 fn query_on(
     session: &mut PgSession,
+    types: &ParamTypes,
     sql: &str,
     params: &[Value],
     limits: ReadLimits,
 ) -> Result<Vec<Row>, Failure> {
-    let conn = &mut session.client;
-    let stmt = prepare(conn, sql)?;
-    for col in stmt.columns() {
-        pg_json::check_supported(col.type_()).map_err(|type_name| {
-            Failure::Api(ApiError::UnsupportedType {
-                column: col.name().to_string(),
-                type_name,
-            })
-        })?;
+    let supported = |stmt: &Statement| {
+        for col in stmt.columns() {
+            pg_json::check_supported(col.type_()).map_err(|type_name| {
+                Failure::Api(ApiError::UnsupportedType {
+                    column: col.name().to_string(),
+                    type_name,
+                })
+            })?;
+        }
+        Ok(())
+    };
+    let (rows, too_large) = run(session, types, sql, params, supported, |rows| {
+        read_rows(rows, limits)
+    })?;
+    if let Some(limit) = too_large {
+        // The rest of the result is still on its way: close the connection rather than
+        // read and discard it.
+        session.poisoned = true;
+        return Err(Failure::Api(ApiError::ResultTooLarge { limit }));
     }
-    let params = bind(&stmt, params).map_err(Failure::Api)?;
-    // Rows are decoded as they arrive (the driver reads the socket only as fast as they are
-    // taken), so an oversized result is stopped before it is buffered.
-    let mut rows = conn.query_raw(&stmt, refs(&params))?;
+    Ok(rows)
+}
+
+/// Runs `sql` and hands its rows to `take`. With the parameter types remembered from an earlier
+/// run it costs one round trip; otherwise the statement is prepared first (a second round
+/// trip), `check`ed, and its types remembered. A remembered type that has gone stale fails the
+/// fast run with a 22/42 error (which committed nothing): the statement is then run the slow
+/// way, as if it were new.
+fn run<T>(
+    session: &mut PgSession,
+    types: &ParamTypes,
+    sql: &str,
+    params: &[Value],
+    check: impl Fn(&Statement) -> Result<(), Failure>,
+    mut take: impl FnMut(RowIter<'_>) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    let conn = &mut session.client;
+    if let Some(known) = types.get(sql) {
+        // A value that does not fit a remembered type may fit the current one.
+        if let Ok(bound) = bind(&known, params) {
+            let typed = bound
+                .iter()
+                .zip(known.iter())
+                .map(|(p, ty)| (p as &(dyn ToSql + Sync), ty.clone()));
+            match conn.query_typed_raw(sql, typed).map_err(Failure::from) {
+                Ok(rows) => match take(rows) {
+                    Err(Failure::Pg(e)) if param_types::maybe_stale(&e) => {}
+                    other => return other,
+                },
+                Err(Failure::Pg(e)) if param_types::maybe_stale(&e) => {}
+                Err(other) => return Err(other),
+            }
+        }
+        types.forget(sql);
+    }
+    let stmt = conn.prepare(sql)?;
+    check(&stmt)?;
+    let bound = bind(stmt.params(), params).map_err(Failure::Api)?;
+    types.remember(sql, stmt.params());
+    take(conn.query_raw(&stmt, refs(&bound))?)
+}
+
+/// Decodes rows as they arrive (the driver reads the socket only as fast as they are taken),
+/// so an oversized result is stopped before it is buffered: then the limit it passed is
+/// returned beside the rows so far.
+fn read_rows(
+    mut rows: RowIter<'_>,
+    limits: ReadLimits,
+) -> Result<(Vec<Row>, Option<String>), Failure> {
     let mut out = Vec::new();
     let mut bytes = 0usize;
-    let mut too_large = None;
     while let Some(row) = rows.next()? {
         if out.len() >= limits.max_rows {
-            too_large = Some(format!("limits.max_read_rows ({} rows)", limits.max_rows));
-            break;
+            let limit = format!("limits.max_read_rows ({} rows)", limits.max_rows);
+            return Ok((out, Some(limit)));
         }
         let mut obj = Row::new();
         for (i, col) in row.columns().iter().enumerate() {
@@ -144,30 +211,15 @@ fn query_on(
             obj.insert(col.name().to_string(), value);
         }
         if bytes > limits.max_bytes {
-            too_large = Some(format!(
-                "limits.max_read_bytes ({} bytes)",
-                limits.max_bytes
-            ));
-            break;
+            let limit = format!("limits.max_read_bytes ({} bytes)", limits.max_bytes);
+            return Ok((out, Some(limit)));
         }
         out.push(obj);
     }
-    drop(rows);
-    if let Some(limit) = too_large {
-        // The rest of the result is still on its way: close the connection rather than
-        // read and discard it.
-        session.poisoned = true;
-        return Err(Failure::Api(ApiError::ResultTooLarge { limit }));
-    }
-    Ok(out)
+    Ok((out, None))
 }
 
-fn prepare(conn: &mut Client, sql: &str) -> Result<Statement, Failure> {
-    Ok(conn.prepare(sql)?)
-}
-
-fn bind(stmt: &Statement, params: &[Value]) -> Result<Vec<TextParam>, ApiError> {
-    let types = stmt.params();
+fn bind(types: &[Type], params: &[Value]) -> Result<Vec<TextParam>, ApiError> {
     if types.len() != params.len() {
         return Err(ApiError::BadParams {
             message: format!(

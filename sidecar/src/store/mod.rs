@@ -1,7 +1,8 @@
 //! The stores. `pools`: the bounded Redis and Postgres pools and the Redis circuit breaker;
 //! `blocking`: `Blocking::run`, the only way handlers do blocking work. Postgres: `postgres`
 //! (sessions, connection settings, the role check), `db` (reads, writes, the reset after each
-//! request), `statement` (what may run at all), `pg_json` and `pg_params` (values both ways).
+//! request), `param_types` (what Postgres said about each statement's parameters), `statement`
+//! (what may run at all), `pg_json` and `pg_params` (values both ways).
 //! Redis: `redis` (client and manager), `cache` (the read-through layout, versions and
 //! invalidation), `commands` (plain cache commands). `readiness`: the background probe.
 
@@ -9,6 +10,7 @@ pub mod blocking;
 pub mod cache;
 pub mod commands;
 pub mod db;
+pub mod param_types;
 pub mod pg_json;
 pub mod pg_params;
 pub mod pools;

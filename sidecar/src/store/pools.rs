@@ -5,6 +5,7 @@
 //! circuit breaker, so that while Redis is down reads go straight to Postgres instead of each
 //! paying a connect timeout.
 
+use super::param_types::ParamTypes;
 use super::postgres::{pg_config, pg_tls, PgManager};
 use super::redis::{redis_client, AsyncRedis, RedisManager};
 use crate::config::Config;
@@ -35,6 +36,8 @@ pub struct Pools {
     redis_async: AsyncRedis,
     /// Always Some until drop (see `Drop for Pools`).
     pg: Option<PgPool>,
+    /// Parameter types of the statements seen, so repeated ones run in one round trip.
+    pub param_types: ParamTypes,
     redis_size: u32,
     pg_size: u32,
     /// Milliseconds since `epoch` until which Redis is considered down; 0 while it is up.
@@ -95,6 +98,7 @@ impl Pools {
             redis,
             redis_async,
             pg: Some(pg),
+            param_types: ParamTypes::default(),
             redis_size: r.pool_size,
             pg_size: p.pool_size,
             redis_down_until_ms: AtomicU64::new(0),

@@ -148,8 +148,7 @@ pub fn pg_config(config: &Config) -> Result<postgres::Config, ApiError> {
     // Session defaults, restored by the reset after every request (RESET ALL goes back to
     // the values given at connection start). Transactions are read-only unless a write asks
     // otherwise, so a read cannot write; a session left in a transaction is ended by Postgres.
-    // client_min_messages: the reset's ROLLBACK warns when no transaction is open, and the
-    // driver would log every such notice; callers never see notices anyway.
+    // client_min_messages: callers never see notices, and the driver would log every one.
     let mut options = format!(
         "-c default_transaction_read_only=on -c client_min_messages=error \
          -c idle_in_transaction_session_timeout={}",
