@@ -54,9 +54,11 @@ pub struct Ctx {
     pub pg_addr: SocketAddr,
     pub pg_password: String,
     pub sidecar_addr: SocketAddr,
+    pub sidecar_pid: u32,
     pub limited_redis_addr: SocketAddr,
     pub limited_sidecar_addr: SocketAddr,
     pub webdis_addr: SocketAddr,
+    pub webdis_pid: u32,
     /// A sidecar with a short clock window, for the replay-store scenario.
     pub replay_sidecar_addr: SocketAddr,
     pub replay_sidecar_pid: u32,
@@ -108,7 +110,13 @@ fn main() {
         "30",
     ]);
     let (pg, pg_url) = env::start_postgres();
-    let sidecar = env::start_sidecar(&redis.url(), &pg_url, &[]);
+    // As many Postgres connections as pgbench gets clients, for a like-for-like comparison.
+    let pg_pool = std::env::var("FERRY_BENCH_PG_POOL").unwrap_or(plan.concurrency.to_string());
+    let sidecar = env::start_sidecar(
+        &redis.url(),
+        &pg_url,
+        &[("FERRY_POSTGRES_POOL_SIZE", pg_pool.as_str())],
+    );
     let limited_sidecar = env::start_sidecar(&limited.url(), &pg_url, &[]);
     // A short window so that it fills and turns over several times within the run.
     let replay_skew_s: u64 = if args.quick { 2 } else { 10 };
@@ -133,9 +141,11 @@ fn main() {
         pg_addr: ([127, 0, 0, 1], pg.port).into(),
         pg_password: env::PG_PASSWORD.into(),
         sidecar_addr: sidecar.addr,
+        sidecar_pid: sidecar.pid(),
         limited_redis_addr: ([127, 0, 0, 1], limited.port).into(),
         limited_sidecar_addr: limited_sidecar.addr,
         webdis_addr: webdis.addr,
+        webdis_pid: webdis.pid(),
         replay_sidecar_addr: replay_sidecar.addr,
         replay_sidecar_pid: replay_sidecar.pid(),
         replay_skew_s,

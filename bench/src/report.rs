@@ -7,6 +7,8 @@ use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::path::Path;
 
+mod targets;
+
 pub struct Report {
     pub date: String,
     pub quick: bool,
@@ -16,154 +18,7 @@ pub struct Report {
     pub resources: Vec<Resources>,
 }
 
-/// A target from the issue, checked against this run.
-pub struct Target {
-    pub name: String,
-    pub met: bool,
-    pub detail: String,
-}
-
 impl Report {
-    fn find(&self, scenario: &str, rtt: f64, path_starts: &str) -> Option<&Measurement> {
-        self.measurements.iter().find(|m| {
-            m.scenario == scenario
-                && (m.rtt_ms - rtt).abs() < 1e-9
-                && m.path.starts_with(path_starts)
-        })
-    }
-
-    fn avg(&self, scenario: &str, rtt: f64, path: &str) -> Option<f64> {
-        self.find(scenario, rtt, path)
-            .and_then(|m| m.latency.as_ref())
-            .map(|l| l.avg_ms)
-    }
-
-    fn p50(&self, scenario: &str, rtt: f64, path: &str) -> Option<f64> {
-        self.find(scenario, rtt, path)
-            .and_then(|m| m.latency.as_ref())
-            .map(|l| l.p50_ms)
-    }
-
-    pub fn targets(&self) -> Vec<Target> {
-        let mut t = Vec::new();
-        let mut push = |name: &str, v: Option<(bool, String)>| {
-            if let Some((met, detail)) = v {
-                t.push(Target {
-                    name: name.into(),
-                    met,
-                    detail,
-                });
-            }
-        };
-        push(
-            "redis @5 ms: Ferry mean <= 1/3 of direct",
-            (|| {
-                let (d, f) = (
-                    self.avg("redis", 5.0, "direct")?,
-                    self.avg("redis", 5.0, "Ferry")?,
-                );
-                Some((
-                    f * 3.0 <= d,
-                    format!("Ferry {f:.2} ms vs direct {d:.2} ms: {:.2}x", d / f),
-                ))
-            })(),
-        );
-        push(
-            "redis @5 ms: Ferry p50 <= RTT + 0.5 ms",
-            (|| {
-                let p = self.p50("redis", 5.0, "Ferry")?;
-                Some((p <= 5.5, format!("p50 {p:.2} ms")))
-            })(),
-        );
-        push(
-            "postgres @5 ms: Ferry uncached mean <= 1/2 of direct",
-            (|| {
-                let (d, f) = (
-                    self.avg("postgres", 5.0, "direct")?,
-                    self.avg("postgres", 5.0, "Ferry uncached")?,
-                );
-                Some((
-                    f * 2.0 <= d,
-                    format!("Ferry {f:.2} ms vs direct {d:.2} ms: {:.2}x", d / f),
-                ))
-            })(),
-        );
-        push(
-            "postgres @5 ms: Ferry cached p50 <= RTT + 0.5 ms",
-            (|| {
-                let p = self.p50("postgres", 5.0, "Ferry cached")?;
-                Some((p <= 5.5, format!("p50 {p:.2} ms")))
-            })(),
-        );
-        for size in ["100 B", "50 KB"] {
-            push(
-                &format!("keys {size} @1 ms: batch >= 20x sequential, >= 3x 10 concurrent"),
-                (|| {
-                    let s = self.avg("keys", 1.0, &format!("{size}: 100 sequential"))?;
-                    let c = self.avg("keys", 1.0, &format!("{size}: 10 concurrent"))?;
-                    let b = self.avg("keys", 1.0, &format!("{size}: one batch"))?;
-                    Some((
-                        s / b >= 20.0 && c / b >= 3.0,
-                        format!(
-                            "batch {b:.2} ms: {:.1}x sequential, {:.1}x concurrent",
-                            s / b,
-                            c / b
-                        ),
-                    ))
-                })(),
-            );
-        }
-        push(
-            "connections: 0 errors through Ferry, peak Redis clients <= pool (8)",
-            (|| {
-                let m = self.find("connections", 5.0, "Ferry")?;
-                let (e, p) = (
-                    m.figures["errors"].as_u64()?,
-                    m.figures["peak_redis_clients"].as_u64()?,
-                );
-                let d = self.find("connections", 5.0, "direct")?.figures["errors"].as_u64()?;
-                Some((
-                    e == 0 && p <= 8,
-                    format!("Ferry: {e} errors, peak {p} clients; direct: {d} errors"),
-                ))
-            })(),
-        );
-        push(
-            "replay store: 0 refusals at full signed load, RSS flat after the first window",
-            (|| {
-                let m = self.measurements.iter().find(|m| m.scenario == "replay")?;
-                let f = &m.figures;
-                let refused = f["refused"].as_u64()?;
-                let (filled, max) = (
-                    f["rss_window_filled_mb"].as_f64()?,
-                    f["rss_max_after_mb"].as_f64()?,
-                );
-                Some((
-                    refused == 0 && max <= filled * 1.25 + 4.0,
-                    format!(
-                        "{} rps, {refused} refused; RSS {filled:.1} MB when the window filled, \
-                         at most {max:.1} MB after; ~{} bytes per request/s",
-                        f["rps"], f["bytes_per_request_per_s"]
-                    ),
-                ))
-            })(),
-        );
-        push(
-            "throughput: Ferry cache-hit rps >= webdis",
-            (|| {
-                let f =
-                    self.find("throughput", 0.0, "cache GET: Ferry")?.figures["rps"].as_f64()?;
-                let w =
-                    self.find("throughput", 0.0, "cache GET: webdis")?.figures["rps"].as_f64()?;
-                Some((
-                    f >= w,
-                    format!("Ferry {f:.0} rps vs webdis {w:.0} rps ({:.2}x)", f / w),
-                ))
-            })(),
-        );
-        t
-    }
-
     pub fn markdown(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(
@@ -246,12 +101,27 @@ impl Report {
             .collect();
         if !tp.is_empty() {
             let _ = writeln!(s, "## throughput (loopback, equal concurrency)\n");
-            let _ = writeln!(s, "| path | concurrency | requests/s |\n|---|---|---|");
-            for m in tp {
+            let _ = writeln!(
+                s,
+                "| path | concurrency | requests/s | server CPU ms per 1,000 |\n|---|---|---|---|"
+            );
+            for m in tp.iter().filter(|m| m.figures.get("rps").is_some()) {
+                let f = &m.figures;
+                let cpu = f["server_cpu_ms_per_1k"]
+                    .as_f64()
+                    .map_or("-".to_string(), |v| format!("{v:.1}"));
                 let _ = writeln!(
                     s,
-                    "| {} | {} | {} |",
-                    m.path, m.figures["concurrency"], m.figures["rps"]
+                    "| {} | {} | {} | {cpu} |",
+                    m.path, f["concurrency"], f["rps"]
+                );
+            }
+            for m in tp.iter().filter(|m| m.figures.get("connections").is_some()) {
+                let f = &m.figures;
+                let _ = writeln!(
+                    s,
+                    "\n{}: {} of {} answered; sidecar RSS {} MB before, {} MB while held.",
+                    m.path, f["ok"], f["connections"], f["rss_before_mb"], f["rss_held_mb"]
                 );
             }
             s.push('\n');

@@ -2,6 +2,7 @@
 
 pub mod connections;
 pub mod keys;
+pub mod open_connections;
 pub mod postgres;
 pub mod redis;
 pub mod replay;
@@ -57,7 +58,11 @@ impl Plan {
             samples: if quick { 30 } else { 500 },
             key_iterations: if quick { 3 } else { 20 },
             throughput_for: Duration::from_secs(if quick { 1 } else { 5 }),
-            concurrency: 32,
+            // FERRY_BENCH_CONCURRENCY: for sweeps by hand; the published runs use 32.
+            concurrency: std::env::var("FERRY_BENCH_CONCURRENCY")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(32),
             isolates: 500,
         }
     }

@@ -1,9 +1,12 @@
 //! Scenario 5: requests per second at equal concurrency on loopback. A cache-hit GET through
 //! Ferry vs webdis (HTTP-to-Redis in C) vs redis-benchmark (raw Redis); cached vs uncached
 //! `/v1/query` vs `pgbench -S` on the same table. Ferry and webdis get the same load generator.
+//! Beside requests/s, each HTTP server's own CPU per 1,000 requests, read from /proc for the
+//! server process alone (the load generator shares the machine; its cost does not count). Last,
+//! the sidecar holds 2,000 open connections (its peak RSS is the scenario's).
 
 use super::{Measurement, Plan};
-use crate::env::pgbench;
+use crate::env::{pgbench, proc_stat};
 use crate::ferry::Ferry;
 use crate::Ctx;
 use rand::Rng;
@@ -28,25 +31,26 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
 
     ctx.step("throughput: Ferry cache GET");
     let get = json!({"op": "get", "key": "bench:tp"});
-    let rps = load(c, d, {
+    let run = load(c, d, {
         let f = ferry.clone();
         move || {
             let f = f.clone();
             let get = get.clone();
             async move { f.post("/v1/cache", &get).await.is_ok() }
         }
-    })
-    .await;
+    });
+    let rps = on_server(ctx.sidecar_pid, run).await;
     out.push(row("cache GET: Ferry (/v1/cache, signed)", rps, c));
 
     // Where Ferry's time goes: the same server answering an unsigned GET /healthz (HTTP and
     // actix only: no signature, no JSON body, no blocking hop, no Redis).
-    let rps = get_load(c, d, format!("http://{}/healthz", ctx.sidecar_addr)).await;
+    let floor = get_load(c, d, format!("http://{}/healthz", ctx.sidecar_addr));
+    let rps = on_server(ctx.sidecar_pid, floor).await;
     out.push(row("floor: Ferry GET /healthz (HTTP only)", rps, c));
 
     ctx.step("throughput: webdis GET");
     let url = format!("http://{}/GET/ferry:k:bench:tp", ctx.webdis_addr);
-    let rps = get_load(c, d, url).await;
+    let rps = on_server(ctx.webdis_pid, get_load(c, d, url)).await;
     out.push(row("cache GET: webdis", rps, c));
 
     ctx.step("throughput: redis-benchmark GET");
@@ -73,7 +77,11 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
         })
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap_or(0.0);
-    out.push(row("cache GET: redis-benchmark (raw Redis)", rps, c));
+    let rate = Rate {
+        rps,
+        cpu_ms_per_1k: None,
+    };
+    out.push(row("cache GET: redis-benchmark (raw Redis)", rate, c));
 
     let sql = "SELECT abalance FROM pgbench_accounts WHERE aid = $1";
     for (label, cached) in [
@@ -93,7 +101,7 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
             }
         }
         let f = ferry.clone();
-        let rps = load(c, d, move || {
+        let run = load(c, d, move || {
             let f = f.clone();
             async move {
                 let body = if cached {
@@ -105,8 +113,8 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
                 };
                 f.post("/v1/query", &body).await.is_ok()
             }
-        })
-        .await;
+        });
+        let rps = on_server(ctx.sidecar_pid, run).await;
         out.push(row(label, rps, c));
     }
 
@@ -145,24 +153,52 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
         .unwrap_or(0.0);
     out.push(row(
         "query: pgbench -S (raw Postgres, persistent connections)",
-        rps,
+        Rate {
+            rps,
+            cpu_ms_per_1k: None,
+        },
         c,
     ));
+
+    ctx.step("throughput: 2,000 open connections");
+    out.push(super::open_connections::run(ctx, 2000).await);
     out
 }
 
-fn row(path: &str, rps: f64, concurrency: usize) -> Measurement {
+/// Requests/s, and the server's own CPU per 1,000 requests when it was measured.
+struct Rate {
+    rps: f64,
+    cpu_ms_per_1k: Option<f64>,
+}
+
+/// Runs a load against the server `pid` and reads that process' CPU time around it.
+async fn on_server(pid: u32, run: impl std::future::Future<Output = (f64, u64)>) -> Rate {
+    let before = proc_stat(pid).cpu_ticks;
+    let (rps, n) = run.await;
+    // Linux reports CPU time in clock ticks of 1/100 s.
+    let cpu_ms = proc_stat(pid).cpu_ticks.saturating_sub(before) as f64 * 10.0;
+    Rate {
+        rps,
+        cpu_ms_per_1k: (n > 0).then(|| cpu_ms * 1000.0 / n as f64),
+    }
+}
+
+fn row(path: &str, rate: Rate, concurrency: usize) -> Measurement {
     Measurement {
         scenario: "throughput",
         rtt_ms: 0.0,
         path: path.into(),
         latency: None,
-        figures: json!({"rps": rps.round(), "concurrency": concurrency}),
+        figures: json!({
+            "rps": rate.rps.round(),
+            "concurrency": concurrency,
+            "server_cpu_ms_per_1k": rate.cpu_ms_per_1k.map(|v| (v * 100.0).round() / 100.0),
+        }),
     }
 }
 
 /// Plain GETs of `url` (webdis, and Ferry's unsigned /healthz floor) under the same load.
-async fn get_load(concurrency: usize, dur: Duration, url: String) -> f64 {
+async fn get_load(concurrency: usize, dur: Duration, url: String) -> (f64, u64) {
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
         .build()
@@ -179,24 +215,28 @@ async fn get_load(concurrency: usize, dur: Duration, url: String) -> f64 {
     .await
 }
 
-/// Runs `concurrency` workers calling `f` until `dur` passes; successful calls per second.
-async fn load<F, Fut>(concurrency: usize, dur: Duration, f: F) -> f64
+/// Runs `concurrency` workers calling `f` until `dur` passes: successful calls per second, and
+/// all calls made.
+async fn load<F, Fut>(concurrency: usize, dur: Duration, f: F) -> (f64, u64)
 where
     F: Fn() -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = bool> + Send,
 {
     let ok = Arc::new(AtomicU64::new(0));
+    let all = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let workers = (0..concurrency).map(|_| {
-        let (f, ok) = (f.clone(), ok.clone());
+        let (f, ok, all) = (f.clone(), ok.clone(), all.clone());
         tokio::spawn(async move {
             while start.elapsed() < dur {
                 if f().await {
                     ok.fetch_add(1, Ordering::Relaxed);
                 }
+                all.fetch_add(1, Ordering::Relaxed);
             }
         })
     });
     futures::future::join_all(workers).await;
-    ok.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    let rps = ok.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
+    (rps, all.load(Ordering::Relaxed))
 }

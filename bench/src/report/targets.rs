@@ -1,0 +1,208 @@
+//! The issues' targets, each checked against this run's figures.
+
+use super::Report;
+use crate::scenarios::Measurement;
+
+/// A target from the issue, checked against this run.
+pub struct Target {
+    pub name: String,
+    pub met: bool,
+    pub detail: String,
+}
+
+impl Report {
+    pub(super) fn find(&self, scenario: &str, rtt: f64, path_starts: &str) -> Option<&Measurement> {
+        self.measurements.iter().find(|m| {
+            m.scenario == scenario
+                && (m.rtt_ms - rtt).abs() < 1e-9
+                && m.path.starts_with(path_starts)
+        })
+    }
+
+    pub(super) fn avg(&self, scenario: &str, rtt: f64, path: &str) -> Option<f64> {
+        self.find(scenario, rtt, path)
+            .and_then(|m| m.latency.as_ref())
+            .map(|l| l.avg_ms)
+    }
+
+    pub(super) fn p50(&self, scenario: &str, rtt: f64, path: &str) -> Option<f64> {
+        self.find(scenario, rtt, path)
+            .and_then(|m| m.latency.as_ref())
+            .map(|l| l.p50_ms)
+    }
+
+    pub fn targets(&self) -> Vec<Target> {
+        let mut t = Vec::new();
+        let mut push = |name: &str, v: Option<(bool, String)>| {
+            if let Some((met, detail)) = v {
+                t.push(Target {
+                    name: name.into(),
+                    met,
+                    detail,
+                });
+            }
+        };
+        push(
+            "redis @5 ms: Ferry mean <= 1/3 of direct",
+            (|| {
+                let (d, f) = (
+                    self.avg("redis", 5.0, "direct")?,
+                    self.avg("redis", 5.0, "Ferry")?,
+                );
+                Some((
+                    f * 3.0 <= d,
+                    format!("Ferry {f:.2} ms vs direct {d:.2} ms: {:.2}x", d / f),
+                ))
+            })(),
+        );
+        push(
+            "redis @5 ms: Ferry p50 <= RTT + 0.5 ms",
+            (|| {
+                let p = self.p50("redis", 5.0, "Ferry")?;
+                Some((p <= 5.5, format!("p50 {p:.2} ms")))
+            })(),
+        );
+        push(
+            "postgres @5 ms: Ferry uncached mean <= 1/2 of direct",
+            (|| {
+                let (d, f) = (
+                    self.avg("postgres", 5.0, "direct")?,
+                    self.avg("postgres", 5.0, "Ferry uncached")?,
+                );
+                Some((
+                    f * 2.0 <= d,
+                    format!("Ferry {f:.2} ms vs direct {d:.2} ms: {:.2}x", d / f),
+                ))
+            })(),
+        );
+        push(
+            "postgres @5 ms: Ferry cached p50 <= RTT + 0.5 ms",
+            (|| {
+                let p = self.p50("postgres", 5.0, "Ferry cached")?;
+                Some((p <= 5.5, format!("p50 {p:.2} ms")))
+            })(),
+        );
+        for size in ["100 B", "50 KB"] {
+            push(
+                &format!("keys {size} @1 ms: batch >= 20x sequential, >= 3x 10 concurrent"),
+                (|| {
+                    let s = self.avg("keys", 1.0, &format!("{size}: 100 sequential"))?;
+                    let c = self.avg("keys", 1.0, &format!("{size}: 10 concurrent"))?;
+                    let b = self.avg("keys", 1.0, &format!("{size}: one batch"))?;
+                    Some((
+                        s / b >= 20.0 && c / b >= 3.0,
+                        format!(
+                            "batch {b:.2} ms: {:.1}x sequential, {:.1}x concurrent",
+                            s / b,
+                            c / b
+                        ),
+                    ))
+                })(),
+            );
+        }
+        push(
+            "connections: 0 errors through Ferry, peak Redis clients <= pool (8)",
+            (|| {
+                let m = self.find("connections", 5.0, "Ferry")?;
+                let (e, p) = (
+                    m.figures["errors"].as_u64()?,
+                    m.figures["peak_redis_clients"].as_u64()?,
+                );
+                let d = self.find("connections", 5.0, "direct")?.figures["errors"].as_u64()?;
+                Some((
+                    e == 0 && p <= 8,
+                    format!("Ferry: {e} errors, peak {p} clients; direct: {d} errors"),
+                ))
+            })(),
+        );
+        push(
+            "replay store: 0 refusals at full signed load, RSS flat after the first window",
+            (|| {
+                let m = self.measurements.iter().find(|m| m.scenario == "replay")?;
+                let f = &m.figures;
+                let refused = f["refused"].as_u64()?;
+                let (filled, max) = (
+                    f["rss_window_filled_mb"].as_f64()?,
+                    f["rss_max_after_mb"].as_f64()?,
+                );
+                Some((
+                    refused == 0 && max <= filled * 1.25 + 4.0,
+                    format!(
+                        "{} rps, {refused} refused; RSS {filled:.1} MB when the window filled, \
+                         at most {max:.1} MB after; ~{} bytes per request/s",
+                        f["rps"], f["bytes_per_request_per_s"]
+                    ),
+                ))
+            })(),
+        );
+        let tp =
+            |path: &str, figure: &str| self.find("throughput", 0.0, path)?.figures[figure].as_f64();
+        push(
+            "throughput: signed cache GET >= webdis, sidecar CPU per 1,000 <= webdis's",
+            (|| {
+                let (f, w) = (
+                    tp("cache GET: Ferry", "rps")?,
+                    tp("cache GET: webdis", "rps")?,
+                );
+                let fc = tp("cache GET: Ferry", "server_cpu_ms_per_1k")?;
+                let wc = tp("cache GET: webdis", "server_cpu_ms_per_1k")?;
+                Some((
+                    f >= w && fc <= wc,
+                    format!(
+                        "Ferry {f:.0} rps vs webdis {w:.0} rps ({:.2}x); CPU per 1,000: \
+                         {fc:.1} ms vs {wc:.1} ms",
+                        f / w
+                    ),
+                ))
+            })(),
+        );
+        push(
+            "throughput: /v1/query hit >= webdis",
+            (|| {
+                let (f, w) = (
+                    tp("query: Ferry cached", "rps")?,
+                    tp("cache GET: webdis", "rps")?,
+                );
+                Some((f >= w, format!("{f:.0} rps vs {w:.0} rps ({:.2}x)", f / w)))
+            })(),
+        );
+        push(
+            "throughput: uncached /v1/query >= 0.5x pgbench -S (pool = clients)",
+            (|| {
+                let (f, p) = (
+                    tp("query: Ferry uncached", "rps")?,
+                    tp("query: pgbench", "rps")?,
+                );
+                Some((
+                    f >= 0.5 * p,
+                    format!("{f:.0} rps vs {p:.0} tps ({:.2}x)", f / p),
+                ))
+            })(),
+        );
+        push(
+            "sidecar RSS <= 64 MB in every scenario, 2,000 connections answered",
+            (|| {
+                let conns = self
+                    .measurements
+                    .iter()
+                    .find(|m| m.path.contains("open connections"))?;
+                let (n, ok) = (
+                    conns.figures["connections"].as_u64()?,
+                    conns.figures["ok"].as_u64()?,
+                );
+                let worst = self
+                    .resources
+                    .iter()
+                    .max_by(|a, b| a.peak_rss_mb.total_cmp(&b.peak_rss_mb))?;
+                Some((
+                    worst.peak_rss_mb <= 64.0 && ok == n,
+                    format!(
+                        "peak {:.1} MB ({}); {ok} of {n} connections answered, {} MB held",
+                        worst.peak_rss_mb, worst.scenario, conns.figures["rss_held_mb"]
+                    ),
+                ))
+            })(),
+        );
+        t
+    }
+}
