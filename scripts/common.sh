@@ -127,3 +127,14 @@ edge_build_env() {
     export RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_UNSTABLE_BUILD_STD=std,panic_abort
   fi
 }
+
+# ---- profiling (scripts/flamegraph.sh only; not needed by dev.sh or test.sh) ----
+INFERNO_VERSION=0.12.8       # inferno-collapse-perf and inferno-flamegraph, from crates.io
+
+ensure_profiling_tools() {
+  command -v perf >/dev/null || apt_install linux-perf
+  if [ "$("$FERRY_TOOLS/bin/inferno-flamegraph" --version 2>/dev/null | awk '{print $NF}')" != "$INFERNO_VERSION" ]; then
+    echo "installing inferno $INFERNO_VERSION (about 2 minutes, once)"
+    cargo install -q --force --locked --root "$FERRY_TOOLS" inferno --version "=$INFERNO_VERSION"
+  fi
+}
