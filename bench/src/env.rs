@@ -187,6 +187,39 @@ pub fn proc_stat(pid: u32) -> ProcStat {
     }
 }
 
+/// CPU clock ticks used by a server and all its processes (Postgres: the postmaster and its
+/// backends): its own and its reaped children's time, plus its live children's.
+pub fn tree_cpu_ticks(pid: u32) -> u64 {
+    let fields = |p: &str| -> Vec<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        stat.rsplit_once(')')
+            .map(|(_, rest)| {
+                rest.split_whitespace()
+                    .map(|v| v.parse().unwrap_or(0))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let at = |f: &[u64], i: usize| f.get(i).copied().unwrap_or(0);
+    // After the ")": ppid is the 2nd field, utime/stime the 12th/13th, cutime/cstime 14th/15th.
+    let own = fields(&pid.to_string());
+    let mut total = at(&own, 11) + at(&own, 12) + at(&own, 13) + at(&own, 14);
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let Some(name) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let f = fields(name);
+        if at(&f, 1) == u64::from(pid) {
+            total += at(&f, 11) + at(&f, 12);
+        }
+    }
+    total
+}
+
 /// Cores, CPU model, kernel: stamped on every result file.
 pub fn machine() -> serde_json::Value {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();

@@ -103,17 +103,19 @@ impl Report {
             let _ = writeln!(s, "## throughput (loopback, equal concurrency)\n");
             let _ = writeln!(
                 s,
-                "| path | concurrency | requests/s | server CPU ms per 1,000 |\n|---|---|---|---|"
+                "| path | concurrency | requests/s | server CPU ms per 1,000 | Postgres CPU ms per 1,000 |\n|---|---|---|---|---|"
             );
             for m in tp.iter().filter(|m| m.figures.get("rps").is_some()) {
                 let f = &m.figures;
-                let cpu = f["server_cpu_ms_per_1k"]
-                    .as_f64()
-                    .map_or("-".to_string(), |v| format!("{v:.1}"));
+                let ms = |k: &str| f[k].as_f64().map_or("-".to_string(), |v| format!("{v:.1}"));
                 let _ = writeln!(
                     s,
-                    "| {} | {} | {} | {cpu} |",
-                    m.path, f["concurrency"], f["rps"]
+                    "| {} | {} | {} | {} | {} |",
+                    m.path,
+                    f["concurrency"],
+                    f["rps"],
+                    ms("server_cpu_ms_per_1k"),
+                    ms("postgres_cpu_ms_per_1k")
                 );
             }
             for m in tp.iter().filter(|m| m.figures.get("connections").is_some()) {

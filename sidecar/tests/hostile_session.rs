@@ -1,7 +1,9 @@
 //! The hostile caller (holding the secret, raw SQL switched on) against the binary with a
 //! Postgres pool of ONE connection, so every request reuses the previous one's session. Each
 //! attack tries to leave something behind on that connection; Postgres's own view
-//! (`pg_stat_activity`, `pg_locks`, `pg_class`, the rows) judges whether it did.
+//! (`pg_stat_activity`, `pg_locks`, `pg_class`, the rows) judges whether it did. The same
+//! attacks are then sent as reads to a sidecar with one worker and a pool of two: its one
+//! event-loop session (`store/pg_async.rs`) serves every read.
 use ferry_testkit::{PgServer, RedisServer, SidecarProcess};
 use serde_json::{json, Value};
 use std::process::Stdio;
@@ -15,6 +17,18 @@ struct Target {
 }
 
 fn start() -> Target {
+    start_with(&[("FERRY_POSTGRES_POOL_SIZE", "1")])
+}
+
+/// One worker, a pool of two: one event-loop session for reads, one pooled for the rest.
+fn start_event_loop() -> Target {
+    start_with(&[
+        ("FERRY_SERVER_WORKERS", "1"),
+        ("FERRY_POSTGRES_POOL_SIZE", "2"),
+    ])
+}
+
+fn start_with(pool: &[(&str, &str)]) -> Target {
     let redis = RedisServer::start();
     let pg = PgServer::start();
     pg.setup_demo_schema();
@@ -23,11 +37,14 @@ fn start() -> Target {
         &redis.url(),
         &pg.url(),
         &[
-            ("FERRY_POSTGRES_POOL_SIZE", "1"),
-            ("FERRY_POSTGRES_MIN_IDLE", "1"),
-            ("FERRY_POSTGRES_STATEMENT_TIMEOUT_MS", "1000"),
-            ("FERRY_AUTH_ALLOW_RAW_SQL", "true"),
-        ],
+            pool,
+            &[
+                ("FERRY_POSTGRES_MIN_IDLE", "1"),
+                ("FERRY_POSTGRES_STATEMENT_TIMEOUT_MS", "1000"),
+                ("FERRY_AUTH_ALLOW_RAW_SQL", "true"),
+            ],
+        ]
+        .concat(),
         Stdio::null(),
     );
     Target {
@@ -46,19 +63,23 @@ impl Target {
         self.sidecar.client.execute(json!({ "sql": sql }))
     }
 
-    /// What Postgres says about the sidecar's one backend: (state, xact open, application_name).
-    fn backend(&self) -> (String, bool, String) {
-        let row = self
+    /// What Postgres says about each of the sidecar's backends: (state, xact open,
+    /// application_name).
+    fn backends(&self) -> Vec<(String, bool, String)> {
+        let rows = self
             .pg
             .client()
-            .query_one(
+            .query(
                 "SELECT coalesce(state, ''), xact_start IS NOT NULL, application_name
                  FROM pg_stat_activity WHERE backend_type = 'client backend'
                    AND pid <> pg_backend_pid() AND datname = current_database()",
                 &[],
             )
-            .expect("exactly one sidecar backend");
-        (row.get(0), row.get(1), row.get(2))
+            .expect("pg_stat_activity");
+        assert!(!rows.is_empty(), "the sidecar has a backend");
+        rows.iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect()
     }
 
     /// Locks held by backends other than the judge's own (advisory or on relations).
@@ -96,13 +117,14 @@ impl Target {
     /// The connection is as fresh as a new one: idle, no transaction, its own name, no locks,
     /// no temp objects, no cursors, listeners or SQL-level prepared statements.
     fn assert_fresh(&self, after: &str) {
-        let (state, in_xact, app) = self.backend();
-        assert_eq!(state, "idle", "after {after}: backend state");
-        assert!(!in_xact, "after {after}: a transaction is left open");
-        assert_eq!(
-            app, "ferry-sidecar",
-            "after {after}: application_name changed"
-        );
+        for (state, in_xact, app) in self.backends() {
+            assert_eq!(state, "idle", "after {after}: backend state");
+            assert!(!in_xact, "after {after}: a transaction is left open");
+            assert_eq!(
+                app, "ferry-sidecar",
+                "after {after}: application_name changed"
+            );
+        }
         assert_eq!(self.foreign_locks(), 0, "after {after}: locks left held");
         assert_eq!(self.temp_relations(), 0, "after {after}: temp objects left");
         let seen = self.query(
@@ -270,4 +292,36 @@ fn reads_are_read_only() {
         vec![json!("sql_error"), json!("statement_not_allowed")]
     );
     assert_eq!(t.item_name(2), before);
+}
+
+#[test]
+fn reads_on_the_event_loop_leave_nothing_behind() {
+    let t = start_event_loop();
+    // The same changes made by functions inside reads: they run on the worker's one
+    // event-loop session, which the next read (assert_fresh's own) reuses.
+    for sql in [
+        "SELECT set_config('statement_timeout', '0', false)",
+        "SELECT set_config('search_path', 'pg_temp, public', false)",
+        "SELECT set_config('application_name', 'evil', false)",
+        "SELECT pg_advisory_lock(42)::text AS l",
+        "SELECT pg_advisory_lock_shared(43)::text AS l",
+    ] {
+        let a = t.query(sql);
+        assert_eq!(a.status, 200, "{sql}: {:?}", a.body);
+        t.assert_fresh(sql);
+    }
+    // A write hidden in a read is refused by Postgres, there too.
+    let a = t.query(
+        "WITH d AS (UPDATE items SET name = 'owned' WHERE id = 1 RETURNING id) SELECT id FROM d",
+    );
+    assert_ne!(a.status, 200, "{:?}", a.body);
+    assert_ne!(t.item_name(1), "owned");
+    // Refused statements never reach a session.
+    refused(&t.query("BEGIN"), "transaction");
+    // The statement timeout still holds for the next read.
+    let slow = t.query("SELECT pg_sleep(3)::text AS s");
+    assert_eq!(slow.status, 504, "{:?}", slow.body);
+    t.assert_fresh("the timed-out statement");
+    let events = t.query("SELECT count(*)::int AS n FROM items");
+    assert_eq!(events.body["rows"][0]["n"], 1000, "{:?}", events.body);
 }

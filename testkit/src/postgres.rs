@@ -124,6 +124,17 @@ impl PgServer {
         pg
     }
 
+    /// The postmaster's process id while the cluster runs (the first line of postmaster.pid).
+    pub fn postmaster_pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.data().join("postmaster.pid"))
+            .ok()?
+            .lines()
+            .next()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
     fn data(&self) -> PathBuf {
         self.dir.path().join("data")
     }

@@ -6,7 +6,7 @@
 //! the sidecar holds 2,000 open connections (its peak RSS is the scenario's).
 
 use super::{Measurement, Plan};
-use crate::env::{pgbench, proc_stat};
+use crate::env::{pgbench, proc_stat, tree_cpu_ticks};
 use crate::ferry::Ferry;
 use crate::Ctx;
 use rand::Rng;
@@ -80,6 +80,7 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
     let rate = Rate {
         rps,
         cpu_ms_per_1k: None,
+        pg_cpu_ms_per_1k: None,
     };
     out.push(row("cache GET: redis-benchmark (raw Redis)", rate, c));
 
@@ -114,11 +115,12 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
                 f.post("/v1/query", &body).await.is_ok()
             }
         });
-        let rps = on_server(ctx.sidecar_pid, run).await;
-        out.push(row(label, rps, c));
+        let rate = on_servers(ctx.sidecar_pid, Some(ctx.pg_pid), run).await;
+        out.push(row(label, rate, c));
     }
 
     ctx.step("throughput: pgbench -S");
+    let pg_before = tree_cpu_ticks(ctx.pg_pid);
     let pb = Command::new(pgbench())
         .args([
             "-S",
@@ -141,21 +143,27 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
         ])
         .env("PGPASSWORD", &ctx.pg_password)
         .output();
-    let rps = pb
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .find(|l| l.starts_with("tps ="))
-                .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
-        })
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0);
+    let pg_ticks = tree_cpu_ticks(ctx.pg_pid).saturating_sub(pg_before);
+    let stdout = pb
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    // "tps = 59194.1 (without initial connection time)", "...actually processed: 295970"
+    let figure = |prefix: &str, nth: usize| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.split_whitespace().nth(nth))
+            .and_then(|v| v.split('/').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    let rps = figure("tps =", 2).unwrap_or(0.0);
+    let txns = figure("number of transactions actually processed:", 5).unwrap_or(0.0);
     out.push(row(
         "query: pgbench -S (raw Postgres, persistent connections)",
         Rate {
             rps,
             cpu_ms_per_1k: None,
+            pg_cpu_ms_per_1k: (txns > 0.0).then(|| pg_ticks as f64 * 10.0 * 1000.0 / txns),
         },
         c,
     ));
@@ -165,21 +173,37 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
     out
 }
 
-/// Requests/s, and the server's own CPU per 1,000 requests when it was measured.
+/// Requests/s, and the server's own CPU per 1,000 requests when it was measured (and
+/// Postgres', for the paths that reach it).
 struct Rate {
     rps: f64,
     cpu_ms_per_1k: Option<f64>,
+    pg_cpu_ms_per_1k: Option<f64>,
 }
 
 /// Runs a load against the server `pid` and reads that process' CPU time around it.
 async fn on_server(pid: u32, run: impl std::future::Future<Output = (f64, u64)>) -> Rate {
-    let before = proc_stat(pid).cpu_ticks;
+    on_servers(pid, None, run).await
+}
+
+/// `on_server`, also reading Postgres' CPU time (the postmaster `pg` and its backends).
+async fn on_servers(
+    pid: u32,
+    pg: Option<u32>,
+    run: impl std::future::Future<Output = (f64, u64)>,
+) -> Rate {
+    let before = (proc_stat(pid).cpu_ticks, pg.map(tree_cpu_ticks));
     let (rps, n) = run.await;
+    let after = (proc_stat(pid).cpu_ticks, pg.map(tree_cpu_ticks));
     // Linux reports CPU time in clock ticks of 1/100 s.
-    let cpu_ms = proc_stat(pid).cpu_ticks.saturating_sub(before) as f64 * 10.0;
+    let per_1k = |ticks: u64| (n > 0).then(|| ticks as f64 * 10.0 * 1000.0 / n as f64);
     Rate {
         rps,
-        cpu_ms_per_1k: (n > 0).then(|| cpu_ms * 1000.0 / n as f64),
+        cpu_ms_per_1k: per_1k(after.0.saturating_sub(before.0)),
+        pg_cpu_ms_per_1k: match (before.1, after.1) {
+            (Some(b), Some(a)) => per_1k(a.saturating_sub(b)),
+            _ => None,
+        },
     }
 }
 
@@ -193,6 +217,7 @@ fn row(path: &str, rate: Rate, concurrency: usize) -> Measurement {
             "rps": rate.rps.round(),
             "concurrency": concurrency,
             "server_cpu_ms_per_1k": rate.cpu_ms_per_1k.map(|v| (v * 100.0).round() / 100.0),
+            "postgres_cpu_ms_per_1k": rate.pg_cpu_ms_per_1k.map(|v| (v * 100.0).round() / 100.0),
         }),
     }
 }

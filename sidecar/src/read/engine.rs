@@ -9,8 +9,8 @@ use crate::read::plan::{CachePlan, ReadPlan};
 use crate::store::blocking::Blocking;
 use crate::store::cache::Cache;
 use crate::store::cache::{Lookup, Observed, Probe, Stored};
-use crate::store::db;
 use crate::store::pools::Pools;
+use crate::store::{db, db_async};
 use ferry_shared::api::{CacheMode, CacheStatus, QueryResponse, Row, StaleReason};
 use serde_json::Value;
 use std::sync::Arc;
@@ -221,6 +221,18 @@ async fn run_query(
     params: Vec<Value>,
     limits: ReadLimits,
 ) -> Result<Vec<Row>, ApiError> {
+    // On this worker's own Postgres session when it has one free: no thread hop.
+    let slot = state.blocking.admit()?;
+    let fast = db_async::query(&state.pools, &sql, &params, limits);
+    match tokio::time::timeout(state.blocking.timeout(), fast).await {
+        Err(_) => {
+            return Err(ApiError::Timeout {
+                what: "the request",
+            })
+        }
+        Ok(Some(answer)) => return answer,
+        Ok(None) => drop(slot),
+    }
     let s = state.clone();
     state
         .blocking
@@ -228,7 +240,9 @@ async fn run_query(
         .await
 }
 
-/// The work of one fill: Postgres, then the conditional write-back.
+/// The work of one fill: Postgres, then the conditional write-back. On this worker's own
+/// Postgres session and multiplexed Redis connection when it has them (no thread hop), else on
+/// the blocking pool.
 fn fill(
     state: &State,
     plan: &ReadPlan,
@@ -246,6 +260,39 @@ fn fill(
     );
     move || {
         Box::pin(async move {
+            let slot = s.blocking.admit()?;
+            let fast = db_async::query(&s.pools, &sql, &params, limits);
+            match tokio::time::timeout(s.blocking.timeout(), fast).await {
+                Err(_) => {
+                    return Err(ApiError::Timeout {
+                        what: "the request",
+                    })
+                }
+                Ok(Some(rows)) => {
+                    let rows = rows?;
+                    let stored = match s
+                        .cache
+                        .store_async(&s.pools, &key, &observed, &rows, &entry)
+                        .await
+                    {
+                        Some(stored) => stored,
+                        None => {
+                            drop(slot);
+                            let (job, kept) = (s.clone(), rows.clone());
+                            s.blocking
+                                .run(move || {
+                                    Ok(job.cache.store(&job.pools, &key, &observed, &kept, &entry))
+                                })
+                                .await?
+                        }
+                    };
+                    return Ok(Fetched {
+                        rows,
+                        too_large: stored == Stored::TooLarge,
+                    });
+                }
+                Ok(None) => drop(slot),
+            }
             let job = s.clone();
             s.blocking
                 .run(move || {

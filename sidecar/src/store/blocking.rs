@@ -29,18 +29,23 @@ impl Blocking {
         self.timeout
     }
 
+    /// An in-flight slot for work done on the event loop instead (the same bound, the same
+    /// 503 when it is full); held until dropped.
+    pub fn admit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+        self.slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| ApiError::Overloaded {
+                what: "in-flight limit",
+            })
+    }
+
     pub async fn run<T, F>(&self, f: F) -> Result<T, ApiError>
     where
         F: FnOnce() -> Result<T, ApiError> + Send + 'static,
         T: Send + 'static,
     {
-        let slot = self
-            .slots
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| ApiError::Overloaded {
-                what: "in-flight limit",
-            })?;
+        let slot = self.admit()?;
         let job = actix_web::web::block(move || {
             let _slot = slot;
             f()

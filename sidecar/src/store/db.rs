@@ -24,7 +24,7 @@ use serde_json::Value;
 /// front, and a function cannot open one), so should it fail the session is closed instead.
 /// (The reset spelled out as ROLLBACK, BEGIN, ten statements and COMMIT cost Postgres about
 /// four times as much, and its ROLLBACK wrote a warning to the server log on every request.)
-const RESET: &str = "DISCARD ALL";
+pub(super) const RESET: &str = "DISCARD ALL";
 
 /// Runs `work` on a pooled session, then resets the session for the next request. A session
 /// whose reset fails (or that `work` poisoned) is closed instead of pooled.
@@ -119,18 +119,7 @@ fn query_on(
     params: &[Value],
     limits: ReadLimits,
 ) -> Result<Vec<Row>, Failure> {
-    let supported = |stmt: &Statement| {
-        for col in stmt.columns() {
-            pg_json::check_supported(col.type_()).map_err(|type_name| {
-                Failure::Api(ApiError::UnsupportedType {
-                    column: col.name().to_string(),
-                    type_name,
-                })
-            })?;
-        }
-        Ok(())
-    };
-    let (rows, too_large) = run(session, types, sql, params, supported, |rows| {
+    let (rows, too_large) = run(session, types, sql, params, check_columns, |rows| {
         read_rows(rows, limits)
     })?;
     if let Some(limit) = too_large {
@@ -140,6 +129,19 @@ fn query_on(
         return Err(Failure::Api(ApiError::ResultTooLarge { limit }));
     }
     Ok(rows)
+}
+
+/// Refuses a statement whose result has a column type Ferry cannot put in JSON, before it runs.
+pub(super) fn check_columns(stmt: &Statement) -> Result<(), Failure> {
+    for col in stmt.columns() {
+        pg_json::check_supported(col.type_()).map_err(|type_name| {
+            Failure::Api(ApiError::UnsupportedType {
+                column: col.name().to_string(),
+                type_name,
+            })
+        })?;
+    }
+    Ok(())
 }
 
 /// Runs `sql` and hands its rows to `take`. With the parameter types remembered from an earlier
@@ -188,17 +190,44 @@ fn read_rows(
     mut rows: RowIter<'_>,
     limits: ReadLimits,
 ) -> Result<(Vec<Row>, Option<String>), Failure> {
-    let mut out = Vec::new();
-    let mut bytes = 0usize;
+    let mut budget = RowBudget::new(limits);
     while let Some(row) = rows.next()? {
-        if out.len() >= limits.max_rows {
-            let limit = format!("limits.max_read_rows ({} rows)", limits.max_rows);
-            return Ok((out, Some(limit)));
+        if let Some(limit) = budget.push(&row)? {
+            return Ok((budget.rows, Some(limit)));
+        }
+    }
+    Ok((budget.rows, None))
+}
+
+/// Rows decoded to JSON within the read limits, one at a time (both drivers' rows).
+pub(super) struct RowBudget {
+    pub rows: Vec<Row>,
+    limits: ReadLimits,
+    bytes: usize,
+}
+
+impl RowBudget {
+    pub fn new(limits: ReadLimits) -> Self {
+        RowBudget {
+            rows: Vec::new(),
+            limits,
+            bytes: 0,
+        }
+    }
+
+    /// Takes one more row; Some(the limit) when it would pass one (the row is not kept).
+    pub fn push(&mut self, row: &postgres::Row) -> Result<Option<String>, Failure> {
+        let limits = self.limits;
+        if self.rows.len() >= limits.max_rows {
+            return Ok(Some(format!(
+                "limits.max_read_rows ({} rows)",
+                limits.max_rows
+            )));
         }
         let mut obj = Row::new();
         for (i, col) in row.columns().iter().enumerate() {
             let raw: Raw = row.try_get(i).map_err(Failure::from)?;
-            bytes += col.name().len() + raw.0.map_or(4, <[u8]>::len) + 4;
+            self.bytes += col.name().len() + raw.0.map_or(4, <[u8]>::len) + 4;
             let value = pg_json::to_json(col.type_(), raw.0).map_err(|e| {
                 Failure::Api(match e {
                     pg_json::DecodeError::Unsupported(type_name) => ApiError::UnsupportedType {
@@ -210,16 +239,18 @@ fn read_rows(
             })?;
             obj.insert(col.name().to_string(), value);
         }
-        if bytes > limits.max_bytes {
-            let limit = format!("limits.max_read_bytes ({} bytes)", limits.max_bytes);
-            return Ok((out, Some(limit)));
+        if self.bytes > limits.max_bytes {
+            return Ok(Some(format!(
+                "limits.max_read_bytes ({} bytes)",
+                limits.max_bytes
+            )));
         }
-        out.push(obj);
+        self.rows.push(obj);
+        Ok(None)
     }
-    Ok((out, None))
 }
 
-fn bind(types: &[Type], params: &[Value]) -> Result<Vec<TextParam>, ApiError> {
+pub(super) fn bind(types: &[Type], params: &[Value]) -> Result<Vec<TextParam>, ApiError> {
     if types.len() != params.len() {
         return Err(ApiError::BadParams {
             message: format!(
@@ -243,12 +274,12 @@ fn bind(types: &[Type], params: &[Value]) -> Result<Vec<TextParam>, ApiError> {
         .collect()
 }
 
-fn refs(params: &[TextParam]) -> Vec<&(dyn ToSql + Sync)> {
+pub(super) fn refs(params: &[TextParam]) -> Vec<&(dyn ToSql + Sync)> {
     params.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
 }
 
 /// A Postgres failure, split by whether a retry on a fresh connection makes sense.
-enum Failure {
+pub(super) enum Failure {
     Closed(postgres::Error),
     Pg(postgres::Error),
     Api(ApiError),
@@ -265,7 +296,7 @@ impl From<postgres::Error> for Failure {
 }
 
 impl Failure {
-    fn into_api(self) -> ApiError {
+    pub(super) fn into_api(self) -> ApiError {
         match self {
             Failure::Api(a) => a,
             Failure::Closed(e) => ApiError::DatabaseUnavailable {

@@ -6,7 +6,8 @@
 //! paying a connect timeout.
 
 use super::param_types::ParamTypes;
-use super::postgres::{pg_config, pg_tls, PgManager};
+use super::pg_async::{AsyncPg, AsyncSession};
+use super::postgres::{pg_async_config, pg_config, pg_tls, PgManager};
 use super::redis::{redis_client, AsyncRedis, RedisManager};
 use crate::config::Config;
 use crate::http::error::ApiError;
@@ -36,10 +37,16 @@ pub struct Pools {
     redis_async: AsyncRedis,
     /// Always Some until drop (see `Drop for Pools`).
     pg: Option<PgPool>,
+    /// The workers' own Postgres sessions, for reads on the event loop.
+    pg_async: AsyncPg,
+    pg_connect_timeout: Duration,
+    pg_checkout_timeout: Duration,
     /// Parameter types of the statements seen, so repeated ones run in one round trip.
     pub param_types: ParamTypes,
     redis_size: u32,
     pg_size: u32,
+    /// The r2d2 pool's share of `pg_size` (the rest are the workers' sessions).
+    pg_pooled: u32,
     /// Milliseconds since `epoch` until which Redis is considered down; 0 while it is up.
     redis_down_until_ms: AtomicU64,
     /// Redis failures so far: connections opened before the latest one are retired.
@@ -84,9 +91,20 @@ impl Pools {
                 generation: redis_generation.clone(),
             });
         let p = &config.postgres;
+        // postgres.pool_size bounds every connection too: three quarters of it go to the
+        // workers' event-loop sessions (an equal share each), the rest to the r2d2 pool (writes,
+        // batches, cache fills, and the reads a worker has no free session for).
+        let pg_per_worker = (p.pool_size as usize * 3 / 4) / workers;
+        let pg_async = AsyncPg::new(
+            pg_async_config(config)?,
+            pg_tls(p).map_err(ApiError::internal)?,
+            pg_per_worker,
+            workers,
+        );
+        let pg_pooled = p.pool_size - pg_async.max() as u32;
         let pg = r2d2::Pool::builder()
-            .max_size(p.pool_size)
-            .min_idle(Some(p.min_idle))
+            .max_size(pg_pooled)
+            .min_idle(Some(p.min_idle.min(pg_pooled)))
             .connection_timeout(Duration::from_millis(p.checkout_timeout_ms))
             .test_on_check_out(false)
             .error_handler(Box::new(LogErrors("postgres")))
@@ -98,9 +116,13 @@ impl Pools {
             redis,
             redis_async,
             pg: Some(pg),
+            pg_async,
+            pg_connect_timeout: Duration::from_millis(p.connect_timeout_ms),
+            pg_checkout_timeout: Duration::from_millis(p.checkout_timeout_ms),
             param_types: ParamTypes::default(),
             redis_size: r.pool_size,
             pg_size: p.pool_size,
+            pg_pooled,
             redis_down_until_ms: AtomicU64::new(0),
             redis_generation,
             redis_retry_after_failure: Duration::from_millis(r.retry_after_failure_ms),
@@ -208,6 +230,26 @@ impl Pools {
         self.redis.get()
     }
 
+    /// A Postgres session on this worker's event loop, or None: this thread has no share, or
+    /// its share is in use while the r2d2 pool has a connection to spare (the caller then
+    /// uses `pg_conn`, so every connection of `postgres.pool_size` serves reads). With both
+    /// in use it waits for one of its share, up to the checkout timeout.
+    pub async fn pg_session(&self) -> Result<Option<AsyncSession>, ApiError> {
+        let pooled_has_room = || {
+            self.pg.as_ref().is_some_and(|p| {
+                let s = p.state();
+                s.idle_connections > 0 || s.connections < self.pg_pooled
+            })
+        };
+        self.pg_async
+            .session(
+                self.pg_connect_timeout,
+                self.pg_checkout_timeout,
+                pooled_has_room,
+            )
+            .await
+    }
+
     /// A Postgres connection. A timeout with every connection in use is overload (503
     /// `overloaded`); a timeout with free slots means connecting failed (503
     /// `database_unavailable`).
@@ -223,7 +265,7 @@ impl Pools {
         m.pg_waiting.fetch_sub(1, Ordering::Relaxed);
         m.checkout("postgres", start.elapsed());
         got.map_err(|e| {
-            if pool.state().connections >= self.pg_size {
+            if pool.state().connections >= self.pg_pooled {
                 ApiError::Overloaded {
                     what: "postgres pool",
                 }

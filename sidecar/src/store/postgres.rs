@@ -124,22 +124,27 @@ pub fn role_warnings(config: &Config) -> Result<Vec<String>, String> {
 
 /// The Postgres connection settings, from the URL plus the sidecar's own settings.
 pub fn pg_config(config: &Config) -> Result<postgres::Config, ApiError> {
+    pg_async_config(config).map(postgres::Config::from)
+}
+
+/// The same settings for the async driver (the event-loop sessions of `pg_async`).
+pub fn pg_async_config(config: &Config) -> Result<tokio_postgres::Config, ApiError> {
     let c = &config.postgres;
     let url = pg_url(&c.url);
-    let mut pg: postgres::Config = url
+    let mut pg: tokio_postgres::Config = url
         .parse()
         .map_err(|_| ApiError::internal("postgres.url is not a valid URL"))?;
     if !url.contains("sslmode=") {
         // Without an sslmode: loopback in the clear, anything else over verified TLS (never
         // libpq's `prefer`, which a man in the middle can downgrade to plain text).
         let loopback = pg.get_hosts().iter().all(|h| match h {
-            postgres::config::Host::Tcp(name) => is_loopback_host(name),
-            postgres::config::Host::Unix(_) => true,
+            tokio_postgres::config::Host::Tcp(name) => is_loopback_host(name),
+            tokio_postgres::config::Host::Unix(_) => true,
         });
         pg.ssl_mode(if loopback {
-            postgres::config::SslMode::Disable
+            tokio_postgres::config::SslMode::Disable
         } else {
-            postgres::config::SslMode::Require
+            tokio_postgres::config::SslMode::Require
         });
     }
     pg.connect_timeout(Duration::from_millis(c.connect_timeout_ms));

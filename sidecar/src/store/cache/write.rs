@@ -43,13 +43,70 @@ impl Cache {
         items: &[(&str, &Observed, &[Row])],
         policy: &EntryPolicy,
     ) -> Vec<Stored> {
-        let mut written = vec![Stored::NotWritten; items.len()];
+        let w = self.write_back(pools, items, policy);
+        if w.sent.is_empty() {
+            return w.written;
+        }
+        let result = pools
+            .redis_conn()
+            .map_err(|e| e.to_string())
+            .and_then(|mut conn| {
+                w.pipe
+                    .query::<Vec<i64>>(&mut *conn)
+                    .map_err(|e| e.to_string())
+            });
+        w.finish(pools, result)
+    }
+
+    /// [`Cache::store`] on this worker's multiplexed connection (no thread hop); None when
+    /// this worker has none, so the caller takes the pooled path.
+    pub async fn store_async(
+        &self,
+        pools: &Pools,
+        key: &str,
+        observed: &Observed,
+        rows: &[Row],
+        policy: &EntryPolicy,
+    ) -> Option<Stored> {
+        // While the breaker is open the pooled path probes (and closes it).
+        if !pools.redis_breaker_closed() {
+            return None;
+        }
+        let w = self.write_back(pools, &[(key, observed, rows)], policy);
+        if !w.sent.is_empty() {
+            let mut conn = match pools.redis_async().await {
+                Ok(Some(c)) => c,
+                Ok(None) => return None,
+                Err(_) => return Some(Stored::NotWritten),
+            };
+            let result = w.pipe.query_async::<Vec<i64>>(&mut conn).await;
+            if result.is_err() {
+                pools.drop_redis_async();
+            }
+            return w
+                .finish(pools, result.map_err(|e| e.to_string()))
+                .first()
+                .copied();
+        }
+        w.written.first().copied()
+    }
+
+    /// The write-back pipeline of `items`: one conditional EVAL per entry that fits.
+    fn write_back(
+        &self,
+        pools: &Pools,
+        items: &[(&str, &Observed, &[Row])],
+        policy: &EntryPolicy,
+    ) -> WriteBack {
+        let mut w = WriteBack {
+            pipe: redis::pipe(),
+            sent: Vec::new(),
+            written: vec![Stored::NotWritten; items.len()],
+        };
         if items.is_empty() || !self.usable(pools) {
-            return written;
+            return w;
         }
         let redis_ttl = policy.ttl_s + policy.swr_s.max(policy.stale_if_error_s);
-        let mut pipe = redis::pipe();
-        let mut sent = Vec::new();
         for (i, (key, observed, rows)) in items.iter().enumerate() {
             let entry = Entry {
                 at_ms: now_ms(),
@@ -64,10 +121,11 @@ impl Cache {
                 continue;
             };
             if value.len() > self.max_entry_bytes {
-                written[i] = Stored::TooLarge;
+                w.written[i] = Stored::TooLarge;
                 continue;
             }
-            let c = pipe
+            let c = w
+                .pipe
                 .cmd("EVAL")
                 .arg(WRITE_BACK)
                 .arg(2 + observed.tags.len())
@@ -80,21 +138,26 @@ impl Cache {
             for seen in observed.tags.values() {
                 c.arg(seen);
             }
-            sent.push(i);
+            w.sent.push(i);
         }
-        if sent.is_empty() {
-            return written;
-        }
-        let result = pools
-            .redis_conn()
-            .map_err(|e| e.to_string())
-            .and_then(|mut conn| {
-                pipe.query::<Vec<i64>>(&mut *conn)
-                    .map_err(|e| e.to_string())
-            });
+        w
+    }
+}
+
+/// A write-back pipeline, which of the items it carries, and what became of each.
+struct WriteBack {
+    pipe: redis::Pipeline,
+    sent: Vec<usize>,
+    written: Vec<Stored>,
+}
+
+impl WriteBack {
+    /// Each item's outcome from the scripts' answers; a Redis failure trips the breaker.
+    fn finish(self, pools: &Pools, result: Result<Vec<i64>, String>) -> Vec<Stored> {
+        let mut written = self.written;
         match result {
             Ok(flags) => {
-                for (i, flag) in sent.into_iter().zip(flags) {
+                for (i, flag) in self.sent.into_iter().zip(flags) {
                     if flag == 1 {
                         written[i] = Stored::Written;
                     }

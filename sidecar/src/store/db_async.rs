@@ -1,0 +1,165 @@
+//! Plain reads on the event loop (`pg_async` sessions): the same statement check, parameter
+//! binding, one-round-trip statements, read limits and reset as `db::query`, without the hop to
+//! the blocking pool. Returns None when this worker has no session free; the caller then takes
+//! the pooled path.
+
+use crate::config::ReadLimits;
+use crate::http::error::ApiError;
+use crate::store::db::{self, Failure, RowBudget, RESET};
+use crate::store::param_types::{self, ParamTypes};
+use crate::store::pools::Pools;
+use crate::store::statement::{self, Route};
+use ferry_shared::api::Row;
+use futures_util::StreamExt;
+use postgres_types::ToSql;
+use serde_json::Value;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+use tokio_postgres::{Client, RowStream};
+
+pub async fn query(
+    pools: &Pools,
+    sql: &str,
+    params: &[Value],
+    limits: ReadLimits,
+) -> Option<Result<Vec<Row>, ApiError>> {
+    if let Err(e) = statement::check(sql, Route::Read) {
+        return Some(Err(e));
+    }
+    // A read is idempotent: on a connection found closed (Postgres restarted since it was
+    // opened) it is run once more, on a fresh one.
+    for attempt in 1..=2 {
+        let mut session = match pools.pg_session().await {
+            Ok(Some(s)) => s,
+            Ok(None) => return None,
+            Err(e) => return Some(Err(e)),
+        };
+        let (out, reset_ok) = {
+            let client = session.client.as_ref()?;
+            let (out, reset) = read_on(client, &pools.param_types, sql, params, limits).await;
+            let reset_ok = match (&out, reset) {
+                // The rest of the result is still on its way, or the connection is gone: the
+                // session is dropped (closing the connection), not reset.
+                (Ok((_, Some(_))), _) | (Err(Failure::Closed(_)), _) => false,
+                (_, Some(sent)) => sent.finish().await.is_ok(),
+                (_, None) => client.batch_execute(RESET).await.is_ok(),
+            };
+            if reset_ok {
+                // DISCARD ALL dropped the driver's cached type-lookup statements too.
+                client.clear_type_cache();
+            }
+            (out, reset_ok)
+        };
+        session.reusable = reset_ok;
+        match out {
+            Ok((rows, None)) => return Some(Ok(rows)),
+            Ok((_, Some(limit))) => return Some(Err(ApiError::ResultTooLarge { limit })),
+            Err(Failure::Closed(e)) if attempt < 2 => {
+                tracing::debug!(error = %e, "postgres connection was closed; retrying once");
+            }
+            Err(f) => return Some(Err(f.into_api())),
+        }
+    }
+    None
+}
+
+/// The session's reset, as a future of the driver.
+type ResetFuture<'a> = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + 'a>>;
+
+/// `db::run` for the async driver: with remembered parameter types one round trip, with the
+/// session's reset sent right behind the statement (both written before either answer is
+/// read); else prepare (checked, types remembered) and run, and the caller resets after. A
+/// stale remembered type falls back to the slow way.
+async fn read_on<'a>(
+    client: &'a Client,
+    types: &ParamTypes,
+    sql: &str,
+    params: &[Value],
+    limits: ReadLimits,
+) -> (
+    Result<(Vec<Row>, Option<String>), Failure>,
+    Option<Sent<'a>>,
+) {
+    if let Some(known) = types.get(sql) {
+        if let Ok(bound) = db::bind(&known, params) {
+            let typed = bound
+                .iter()
+                .zip(known.iter())
+                .map(|(p, ty)| (p as &(dyn ToSql + Sync), ty.clone()));
+            let read = async { collect(client.query_typed_raw(sql, typed).await, limits).await };
+            let (out, reset) = sent_behind(read, Box::pin(client.batch_execute(RESET))).await;
+            match out {
+                // The reset ran before anything sent from here on: the slow way resets again.
+                Err(Failure::Pg(e)) if param_types::maybe_stale(&e) => {}
+                other => return (other, Some(reset)),
+            }
+        }
+        types.forget(sql);
+    }
+    let slow = async {
+        let stmt = client.prepare(sql).await?;
+        db::check_columns(&stmt)?;
+        let bound = db::bind(stmt.params(), params).map_err(Failure::Api)?;
+        types.remember(sql, stmt.params());
+        collect(client.query_raw(&stmt, db::refs(&bound)).await, limits).await
+    };
+    (slow.await, None)
+}
+
+/// The reset, sent right behind a statement: finished when its answer came with the first
+/// poll (the connection had already failed), else still to be awaited.
+enum Sent<'a> {
+    Done(Result<(), tokio_postgres::Error>),
+    Pending(ResetFuture<'a>),
+}
+
+impl Sent<'_> {
+    async fn finish(self) -> Result<(), tokio_postgres::Error> {
+        match self {
+            Sent::Done(r) => r,
+            Sent::Pending(f) => f.await,
+        }
+    }
+}
+
+/// Runs `first` to its end with `reset` started right behind it: polled once as soon as
+/// `first` has sent its request, so both requests go out in one write.
+async fn sent_behind<'a, A: Future>(first: A, reset: ResetFuture<'a>) -> (A::Output, Sent<'a>) {
+    let mut first = std::pin::pin!(first);
+    let mut sent: Option<Sent<'a>> = None;
+    let mut reset = Some(reset);
+    let out = std::future::poll_fn(|cx| {
+        let out = first.as_mut().poll(cx);
+        if let Some(mut f) = reset.take() {
+            sent = Some(match f.as_mut().poll(cx) {
+                Poll::Ready(r) => Sent::Done(r),
+                Poll::Pending => Sent::Pending(f),
+            });
+        }
+        out
+    })
+    .await;
+    let sent = match (sent, reset) {
+        (Some(s), _) => s,
+        // `first` was done at its first poll, before the reset was sent: send it now.
+        (None, Some(f)) => Sent::Pending(f),
+        (None, None) => Sent::Done(Ok(())),
+    };
+    (out, sent)
+}
+
+/// Decodes rows as they arrive, within the read limits (see `db::read_rows`).
+async fn collect(
+    rows: Result<RowStream, tokio_postgres::Error>,
+    limits: ReadLimits,
+) -> Result<(Vec<Row>, Option<String>), Failure> {
+    let mut rows = std::pin::pin!(rows?);
+    let mut budget = RowBudget::new(limits);
+    while let Some(row) = rows.next().await.transpose()? {
+        if let Some(limit) = budget.push(&row)? {
+            return Ok((budget.rows, Some(limit)));
+        }
+    }
+    Ok((budget.rows, None))
+}

@@ -1,0 +1,205 @@
+//! Postgres sessions on the worker's own event loop, for plain reads: no thread hop, no pool
+//! lock. Each actix worker keeps its own few connections (the async driver under `postgres`,
+//! its connection task spawned on that worker), so a read is sent, awaited and decoded on the
+//! thread that received the request, like a cache hit.
+//!
+//! Bounds: at most `per_worker` sessions per worker, and at most `workers` threads ever hold
+//! any, so these connections never pass `per_worker * workers`; together with the r2d2 pool's
+//! they stay within `postgres.pool_size`. A read on a worker whose sessions are all in use takes
+//! the pooled path while that has a connection to spare; else it waits for one of its worker's
+//! sessions, up to the checkout timeout.
+//!
+//! A session is reset (`DISCARD ALL`) after each request exactly like a pooled one, and one whose
+//! reset failed, whose result was abandoned, or whose connection closed is dropped, never reused.
+
+use crate::http::error::ApiError;
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_postgres::Client;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+pub struct AsyncPg {
+    /// Tells this sidecar's sessions apart from another's on the same thread (tests).
+    id: u64,
+    config: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
+    per_worker: usize,
+    workers: usize,
+    /// Threads that have taken a share so far (at most `workers`).
+    threads: AtomicUsize,
+    /// Shares of an `AsyncPg` that is gone are dropped, with their connections, on the next
+    /// use of that thread.
+    alive: Arc<()>,
+}
+
+/// One worker's share: its idle connections, and how many sessions it has out.
+struct Share {
+    id: u64,
+    owner: Weak<()>,
+    idle: Vec<Client>,
+    out: usize,
+    /// Woken when a session is given back.
+    freed: Rc<Notify>,
+}
+
+enum Take {
+    NoShare,
+    Full(Rc<Notify>),
+    /// A slot, with an idle connection when there was one.
+    Got(Option<Client>),
+}
+
+thread_local! {
+    static SHARES: RefCell<Vec<Share>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A session checked out on this worker. Dropped: its connection goes back to the worker's
+/// idle list if it was reset for reuse and is still open; otherwise it is closed.
+pub struct AsyncSession {
+    pub client: Option<Client>,
+    /// Set once the session has been reset after its request: a session dropped before that
+    /// (an error, an abandoned result, a request timeout mid-query) is closed, never reused.
+    pub reusable: bool,
+    id: u64,
+    _not_send: std::marker::PhantomData<Rc<()>>,
+}
+
+impl AsyncPg {
+    pub fn new(
+        config: tokio_postgres::Config,
+        tls: MakeRustlsConnect,
+        per_worker: usize,
+        workers: usize,
+    ) -> Self {
+        static IDS: AtomicU64 = AtomicU64::new(0);
+        AsyncPg {
+            id: IDS.fetch_add(1, Ordering::Relaxed),
+            config,
+            tls,
+            per_worker,
+            workers,
+            threads: AtomicUsize::new(0),
+            alive: Arc::new(()),
+        }
+    }
+
+    /// The most connections these sessions can hold open.
+    pub fn max(&self) -> usize {
+        self.per_worker * self.workers
+    }
+
+    /// A session on this worker, or None when this thread has no share (sessions are off, or
+    /// it is not one of the workers), or when all of its share is in use and `elsewhere` says
+    /// the pooled path has room. Otherwise it waits for one of its share to be given back, up
+    /// to `checkout_timeout` (then 503 `overloaded`, as the pool answers).
+    pub async fn session(
+        &self,
+        connect_timeout: Duration,
+        checkout_timeout: Duration,
+        elsewhere: impl Fn() -> bool,
+    ) -> Result<Option<AsyncSession>, ApiError> {
+        if self.per_worker == 0 {
+            return Ok(None);
+        }
+        let deadline = tokio::time::Instant::now() + checkout_timeout;
+        let idle = loop {
+            match self.take() {
+                Take::NoShare => return Ok(None),
+                Take::Got(idle) => break idle,
+                Take::Full(_) if elsewhere() => return Ok(None),
+                Take::Full(freed) => {
+                    if tokio::time::timeout_at(deadline, freed.notified())
+                        .await
+                        .is_err()
+                    {
+                        return Err(ApiError::Overloaded {
+                            what: "postgres pool",
+                        });
+                    }
+                }
+            }
+        };
+        let mut session = AsyncSession {
+            client: idle,
+            reusable: false,
+            id: self.id,
+            _not_send: std::marker::PhantomData,
+        };
+        if session.client.is_none() {
+            session.client = Some(self.connect(connect_timeout).await?);
+        }
+        Ok(Some(session))
+    }
+
+    /// Takes a session slot of this worker's share (joining, if there is room, on first use).
+    fn take(&self) -> Take {
+        SHARES.with(|s| {
+            let mut shares = s.borrow_mut();
+            shares.retain(|x| x.owner.strong_count() > 0);
+            let i = match shares.iter().position(|x| x.id == self.id) {
+                Some(i) => i,
+                None => {
+                    let joined =
+                        self.threads
+                            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                                (n < self.workers).then_some(n + 1)
+                            });
+                    if joined.is_err() {
+                        return Take::NoShare;
+                    }
+                    shares.push(Share {
+                        id: self.id,
+                        owner: Arc::downgrade(&self.alive),
+                        idle: Vec::new(),
+                        out: 0,
+                        freed: Rc::new(Notify::new()),
+                    });
+                    shares.len() - 1
+                }
+            };
+            let share = &mut shares[i];
+            if share.out >= self.per_worker {
+                return Take::Full(share.freed.clone());
+            }
+            share.out += 1;
+            // Connections closed while idle (Postgres restarted) are dropped on the way.
+            share.idle.retain(|c| !c.is_closed());
+            Take::Got(share.idle.pop())
+        })
+    }
+
+    async fn connect(&self, timeout: Duration) -> Result<Client, ApiError> {
+        let unavailable = |internal: String| ApiError::DatabaseUnavailable { internal };
+        let (client, connection) =
+            tokio::time::timeout(timeout, self.config.connect(self.tls.clone()))
+                .await
+                .map_err(|_| unavailable("connect timeout".into()))?
+                .map_err(|e| unavailable(e.to_string()))?;
+        // The connection task lives on this worker; it ends when the client is dropped.
+        actix_rt::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(client)
+    }
+}
+
+impl Drop for AsyncSession {
+    fn drop(&mut self) {
+        let client = self.client.take();
+        let keep = self.reusable;
+        let _ = SHARES.try_with(|s| {
+            let mut shares = s.borrow_mut();
+            if let Some(share) = shares.iter_mut().find(|x| x.id == self.id) {
+                share.out = share.out.saturating_sub(1);
+                share.freed.notify_one();
+                if let Some(c) = client.filter(|c| keep && !c.is_closed()) {
+                    share.idle.push(c);
+                }
+            }
+        });
+    }
+}
