@@ -80,7 +80,7 @@ fn steps(which: Which) -> u64 {
         Which::Postgres => 9,
         Which::Keys => 6,
         Which::Connections => 2,
-        Which::Throughput => 7,
+        Which::Throughput => 8,
         Which::Replay => 1,
     }
 }

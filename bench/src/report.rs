@@ -33,7 +33,7 @@ impl Report {
             "- latency proxy's own cost per round trip (subtract it): {:.3} ms\n",
             self.proxy_overhead_ms
         );
-        for scenario in ["redis", "postgres", "keys"] {
+        for scenario in ["redis", "postgres", "keys", "one client"] {
             let rows: Vec<_> = self
                 .measurements
                 .iter()

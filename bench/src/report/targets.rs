@@ -180,6 +180,23 @@ impl Report {
             })(),
         );
         push(
+            "one client, 0 RTT: hit p50 <= webdis p50 + 0.05 ms, miss p50 <= Postgres + 0.1 ms",
+            (|| {
+                let w = self.p50("one client", 0.0, "webdis GET")?;
+                let g = self.p50("one client", 0.0, "Ferry signed cache GET")?;
+                let h = self.p50("one client", 0.0, "Ferry /v1/query hit")?;
+                let m = self.p50("one client", 0.0, "Ferry /v1/query miss")?;
+                let d = self.p50("one client", 0.0, "Postgres direct")?;
+                Some((
+                    g <= w + 0.05 && h <= w + 0.05 && m <= d + 0.1,
+                    format!(
+                        "p50: cache GET {g:.3} / query hit {h:.3} vs webdis {w:.3} ms; \
+                         miss {m:.3} vs Postgres {d:.3} ms"
+                    ),
+                ))
+            })(),
+        );
+        push(
             "sidecar RSS <= 64 MB in every scenario, 2,000 connections answered",
             (|| {
                 let conns = self

@@ -2,6 +2,7 @@
 
 pub mod connections;
 pub mod keys;
+pub mod one_client;
 pub mod open_connections;
 pub mod postgres;
 pub mod redis;

@@ -168,6 +168,9 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
         c,
     ));
 
+    ctx.step("throughput: one client at 0 RTT");
+    out.extend(super::one_client::run(ctx, plan).await);
+
     ctx.step("throughput: 2,000 open connections");
     out.push(super::open_connections::run(ctx, 2000).await);
     out

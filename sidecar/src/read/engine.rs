@@ -223,7 +223,7 @@ async fn run_query(
 ) -> Result<Vec<Row>, ApiError> {
     // On this worker's own Postgres session when it has one free: no thread hop.
     let slot = state.blocking.admit()?;
-    let fast = db_async::query(&state.pools, &sql, &params, limits);
+    let fast = db_async::query(state.pools.clone(), sql.clone(), params.clone(), limits);
     match tokio::time::timeout(state.blocking.timeout(), fast).await {
         Err(_) => {
             return Err(ApiError::Timeout {
@@ -261,7 +261,7 @@ fn fill(
     move || {
         Box::pin(async move {
             let slot = s.blocking.admit()?;
-            let fast = db_async::query(&s.pools, &sql, &params, limits);
+            let fast = db_async::query(s.pools.clone(), sql.clone(), params.clone(), limits);
             match tokio::time::timeout(s.blocking.timeout(), fast).await {
                 Err(_) => {
                     return Err(ApiError::Timeout {

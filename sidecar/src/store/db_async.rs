@@ -1,7 +1,7 @@
 //! Plain reads on the event loop (`pg_async` sessions): the same statement check, parameter
 //! binding, one-round-trip statements, read limits and reset as `db::query`, without the hop to
-//! the blocking pool. Returns None when this worker has no session free; the caller then takes
-//! the pooled path.
+//! the blocking pool, and the reset finished after the answer is on its way. Returns None when
+//! this worker has no session free; the caller then takes the pooled path.
 
 use crate::config::ReadLimits;
 use crate::http::error::ApiError;
@@ -15,53 +15,89 @@ use postgres_types::ToSql;
 use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::Poll;
+use tokio::sync::oneshot;
 use tokio_postgres::{Client, RowStream};
 
 pub async fn query(
-    pools: &Pools,
-    sql: &str,
-    params: &[Value],
+    pools: Arc<Pools>,
+    sql: String,
+    params: Vec<Value>,
     limits: ReadLimits,
 ) -> Option<Result<Vec<Row>, ApiError>> {
-    if let Err(e) = statement::check(sql, Route::Read) {
+    if let Err(e) = statement::check(&sql, Route::Read) {
         return Some(Err(e));
     }
+    // The session's work runs in a task of its own on this worker: the answer is sent back as
+    // soon as the rows are in, and the task goes on to finish the reset (whose answer comes
+    // after the rows) before the session is reused. A caller that gives up early (its
+    // deadline) leaves the task to end the statement and reset the session.
+    let (tx, rx) = oneshot::channel();
+    actix_rt::spawn(read_task(pools, sql, params, limits, tx));
+    // A task that ended without answering had no session: the pooled path runs the read.
+    rx.await.ok().flatten()
+}
+
+type Answer = Option<Result<Vec<Row>, ApiError>>;
+
+async fn read_task(
+    pools: Arc<Pools>,
+    sql: String,
+    params: Vec<Value>,
+    limits: ReadLimits,
+    tx: oneshot::Sender<Answer>,
+) {
     // A read is idempotent: on a connection found closed (Postgres restarted since it was
     // opened) it is run once more, on a fresh one.
     for attempt in 1..=2 {
         let mut session = match pools.pg_session().await {
             Ok(Some(s)) => s,
-            Ok(None) => return None,
-            Err(e) => return Some(Err(e)),
+            Ok(None) => return,
+            Err(e) => {
+                let _ = tx.send(Some(Err(e)));
+                return;
+            }
         };
-        let (out, reset_ok) = {
-            let client = session.client.as_ref()?;
-            let (out, reset) = read_on(client, &pools.param_types, sql, params, limits).await;
-            let reset_ok = match (&out, reset) {
-                // The rest of the result is still on its way, or the connection is gone: the
-                // session is dropped (closing the connection), not reset.
-                (Ok((_, Some(_))), _) | (Err(Failure::Closed(_)), _) => false,
-                (_, Some(sent)) => sent.finish().await.is_ok(),
-                (_, None) => client.batch_execute(RESET).await.is_ok(),
+        let reset_ok = {
+            let Some(client) = session.client.as_ref() else {
+                return;
+            };
+            let (out, reset) = read_on(client, &pools.param_types, &sql, &params, limits).await;
+            // The rest of the result still on its way, or the connection gone: the session is
+            // dropped (closing the connection), not reset.
+            let abandoned = matches!(out, Ok((_, Some(_))) | Err(Failure::Closed(_)));
+            match out {
+                Err(Failure::Closed(e)) if attempt < 2 => {
+                    tracing::debug!(error = %e, "postgres connection was closed; retrying once");
+                    continue;
+                }
+                Ok((rows, None)) => {
+                    let _ = tx.send(Some(Ok(rows)));
+                }
+                Ok((_, Some(limit))) => {
+                    let _ = tx.send(Some(Err(ApiError::ResultTooLarge { limit })));
+                }
+                Err(f) => {
+                    let _ = tx.send(Some(Err(f.into_api())));
+                }
+            }
+            if abandoned {
+                return;
+            }
+            let reset_ok = match reset {
+                Some(sent) => sent.finish().await.is_ok(),
+                None => client.batch_execute(RESET).await.is_ok(),
             };
             if reset_ok {
                 // DISCARD ALL dropped the driver's cached type-lookup statements too.
                 client.clear_type_cache();
             }
-            (out, reset_ok)
+            reset_ok
         };
         session.reusable = reset_ok;
-        match out {
-            Ok((rows, None)) => return Some(Ok(rows)),
-            Ok((_, Some(limit))) => return Some(Err(ApiError::ResultTooLarge { limit })),
-            Err(Failure::Closed(e)) if attempt < 2 => {
-                tracing::debug!(error = %e, "postgres connection was closed; retrying once");
-            }
-            Err(f) => return Some(Err(f.into_api())),
-        }
+        return;
     }
-    None
 }
 
 /// The session's reset, as a future of the driver.

@@ -1,0 +1,126 @@
+//! One client at 0 RTT (no latency proxy): what each path adds to a single request. webdis GET
+//! vs Ferry's signed cache GET and `/v1/query` hit; a `/v1/query` miss (read-through: lookup,
+//! Postgres, write-back) vs the same point query on a persistent Postgres connection (simple
+//! protocol, as `pgbench -S` sends it). Same load generator for all.
+
+use super::{Measurement, Plan};
+use crate::ferry::Ferry;
+use crate::Ctx;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+const SQL: &str = "SELECT abalance FROM pgbench_accounts WHERE aid = $1";
+
+pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
+    let n = plan.samples;
+    let row =
+        |path: &str, samples: &[Duration]| Measurement::latency("one client", 0.0, path, samples);
+    let mut out = Vec::new();
+
+    let http = reqwest::Client::new();
+    let url = format!("http://{}/GET/ferry:k:bench:tp", ctx.webdis_addr);
+    out.push(row(
+        "webdis GET",
+        &timed(n, || async {
+            let r = http.get(&url).send().await.expect("webdis");
+            r.bytes().await.expect("webdis body");
+        })
+        .await,
+    ));
+
+    let ferry = Ferry::new(format!("http://{}", ctx.sidecar_addr), 1);
+    let get = json!({"op": "get", "key": "bench:tp"});
+    out.push(row(
+        "Ferry signed cache GET",
+        &timed(n, || async {
+            ferry.post("/v1/cache", &get).await.expect("get");
+        })
+        .await,
+    ));
+
+    let hit = json!({"sql": SQL, "params": [7], "cache": {"ttl_s": 600}});
+    ferry.post("/v1/query", &hit).await.expect("fill");
+    out.push(row(
+        "Ferry /v1/query hit",
+        &timed(n, || async {
+            let r = ferry.post("/v1/query", &hit).await.expect("hit");
+            assert_eq!(r["cache"], "hit");
+        })
+        .await,
+    ));
+
+    let aid = std::cell::Cell::new(1);
+    out.push(row(
+        "Ferry /v1/query without a cache policy (Postgres only)",
+        &timed(n, || {
+            let body = json!({"sql": SQL, "params": [aid.get()]});
+            aid.set(aid.get() % 50_000 + 1);
+            let ferry = &ferry;
+            async move {
+                ferry.post("/v1/query", &body).await.expect("query");
+            }
+        })
+        .await,
+    ));
+
+    // A key never read before each time: every request is a miss.
+    let next = std::cell::Cell::new(60_000);
+    out.push(row(
+        "Ferry /v1/query miss (lookup, Postgres, write-back)",
+        &timed(n, || {
+            let aid = next.get();
+            next.set(aid + 1);
+            let body = json!({"sql": SQL, "params": [aid], "cache": {"ttl_s": 600}});
+            let ferry = &ferry;
+            async move {
+                let r = ferry.post("/v1/query", &body).await.expect("miss");
+                assert_eq!(r["cache"], "miss");
+            }
+        })
+        .await,
+    ));
+
+    let conn = format!(
+        "host=127.0.0.1 port={} user=postgres password={} dbname=postgres",
+        ctx.pg_addr.port(),
+        ctx.pg_password
+    );
+    let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(connection);
+    let aid = std::cell::Cell::new(1);
+    out.push(row(
+        "Postgres direct (persistent connection, simple protocol)",
+        &timed(n, || {
+            let q = format!("{} ", SQL.replace("$1", &aid.get().to_string()));
+            aid.set(aid.get() % 100_000 + 1);
+            let client = &client;
+            async move {
+                client.simple_query(&q).await.expect("query");
+            }
+        })
+        .await,
+    ));
+    drop(client);
+    let _ = task.await;
+    out
+}
+
+/// `n` sequential runs of `f` (after a few unmeasured ones), each timed.
+async fn timed<F, Fut>(n: usize, f: F) -> Vec<Duration>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for _ in 0..5 {
+        f().await;
+    }
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        f().await;
+        samples.push(t.elapsed());
+    }
+    samples
+}
