@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark command: installs what it needs (webdis, wrk, redis-tools, postgresql), builds
+# The benchmark command: installs what it needs (webdis, wrk, redis-tools, postgresql, openssl), builds
 # the release sidecar and bench, and runs ferry-bench. Everything runs on private instances on
 # 127.0.0.1; nothing touches the machine's own Redis or Postgres.
 #
@@ -16,6 +16,7 @@ ensure_services
 command -v webdis >/dev/null || apt_install webdis
 command -v wrk >/dev/null || apt_install wrk
 command -v redis-benchmark >/dev/null || apt_install redis-tools
+command -v openssl >/dev/null || apt_install openssl   # the TLS baselines' throwaway CA
 cargo build -q --release -p ferry-sidecar -p ferry-bench
 
 step "ferry-bench $*"

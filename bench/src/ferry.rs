@@ -22,6 +22,18 @@ impl Ferry {
         Ferry { base, http }
     }
 
+    /// The same over HTTPS, trusting `root` (the edge -> sidecar path with TLS, kept alive).
+    pub fn https(base: String, max_idle: usize, root: reqwest::Certificate) -> Ferry {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(max_idle)
+            .tcp_nodelay(true)
+            .add_root_certificate(root)
+            .https_only(true)
+            .build()
+            .expect("HTTPS client");
+        Ferry { base, http }
+    }
+
     /// One signed POST; Ok(body) for 2xx, Err(description) otherwise.
     pub async fn post(&self, path: &str, body: &Value) -> Result<Value, String> {
         let bytes = serde_json::to_vec(body).map_err(|e| e.to_string())?;

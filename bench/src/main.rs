@@ -10,6 +10,7 @@ mod report;
 mod resp;
 mod scenarios;
 mod stats;
+mod tls;
 
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -55,6 +56,11 @@ pub struct Ctx {
     pub pg_password: String,
     pub pg_pid: u32,
     pub sidecar_addr: SocketAddr,
+    /// The same sidecar build serving HTTPS (certificate from `tls`).
+    pub https_sidecar_addr: SocketAddr,
+    /// Redis' TLS port (same server, same data as `redis_addr`).
+    pub redis_tls_addr: SocketAddr,
+    pub tls: tls::BenchTls,
     pub sidecar_pid: u32,
     pub limited_redis_addr: SocketAddr,
     pub limited_sidecar_addr: SocketAddr,
@@ -76,8 +82,8 @@ impl Ctx {
 
 fn steps(which: Which) -> u64 {
     match which {
-        Which::Redis => 6,
-        Which::Postgres => 9,
+        Which::Redis => 12,
+        Which::Postgres => 15,
         Which::Keys => 6,
         Which::Connections => 2,
         Which::Throughput => 8,
@@ -102,8 +108,24 @@ fn main() {
     let started = Instant::now();
 
     eprintln!("starting private Redis (password), Redis (maxclients 30), Postgres (SCRAM), the sidecar, webdis...");
-    let redis =
-        ferry_testkit::RedisServer::start_with_args(&["--requirepass", env::REDIS_PASSWORD]);
+    // One CA for the TLS baselines: Redis also listens with TLS, Postgres accepts TLS, and one
+    // more sidecar serves HTTPS.
+    let tls = tls::BenchTls::make();
+    let redis_tls_port = ferry_testkit::free_port().to_string();
+    let redis = ferry_testkit::RedisServer::start_with_args(&[
+        "--requirepass",
+        env::REDIS_PASSWORD,
+        "--tls-port",
+        &redis_tls_port,
+        "--tls-cert-file",
+        &tls.cert,
+        "--tls-key-file",
+        &tls.key,
+        "--tls-ca-cert-file",
+        &tls.ca,
+        "--tls-auth-clients",
+        "no",
+    ]);
     let limited = ferry_testkit::RedisServer::start_with_args(&[
         "--requirepass",
         env::REDIS_PASSWORD,
@@ -111,6 +133,7 @@ fn main() {
         "30",
     ]);
     let (pg, pg_url) = env::start_postgres();
+    pg.enable_ssl(&tls.cert, &tls.key);
     // As many Postgres connections as pgbench gets clients, for a like-for-like comparison.
     let pg_pool = std::env::var("FERRY_BENCH_PG_POOL").unwrap_or(plan.concurrency.to_string());
     let sidecar = env::start_sidecar(
@@ -125,6 +148,14 @@ fn main() {
         &redis.url(),
         &pg_url,
         &[("FERRY_AUTH_MAX_SKEW_S", &replay_skew_s.to_string())],
+    );
+    let https_sidecar = env::start_sidecar(
+        &redis.url(),
+        &pg_url,
+        &[
+            ("FERRY_SERVER_TLS_CERT_PATH", tls.cert.as_str()),
+            ("FERRY_SERVER_TLS_KEY_PATH", tls.key.as_str()),
+        ],
     );
     let webdis_dir =
         std::env::temp_dir().join(format!("ferry-bench-webdis-{}", std::process::id()));
@@ -143,6 +174,9 @@ fn main() {
         pg_password: env::PG_PASSWORD.into(),
         pg_pid: pg.postmaster_pid().unwrap_or(0),
         sidecar_addr: sidecar.addr,
+        https_sidecar_addr: https_sidecar.addr,
+        redis_tls_addr: ([127, 0, 0, 1], redis_tls_port.parse().unwrap_or(0)).into(),
+        tls,
         sidecar_pid: sidecar.pid(),
         limited_redis_addr: ([127, 0, 0, 1], limited.port).into(),
         limited_sidecar_addr: limited_sidecar.addr,

@@ -1,10 +1,12 @@
 //! Just enough of the Redis protocol for "a fresh connection per request": AUTH, GET, SET.
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
 
-pub struct Conn {
-    stream: BufReader<TcpStream>,
+pub struct Conn<S = TcpStream> {
+    stream: BufReader<S>,
 }
 
 impl Conn {
@@ -15,7 +17,25 @@ impl Conn {
             stream: BufReader::new(s),
         })
     }
+}
 
+impl Conn<TlsStream<TcpStream>> {
+    /// A fresh connection with the TLS handshake, as a hosted Redis (rediss://) requires.
+    pub async fn connect_tls(
+        addr: std::net::SocketAddr,
+        tls: &TlsConnector,
+    ) -> std::io::Result<Conn<TlsStream<TcpStream>>> {
+        let s = TcpStream::connect(addr).await?;
+        s.set_nodelay(true)?;
+        let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+        let s = tls.connect(name, s).await?;
+        Ok(Conn {
+            stream: BufReader::new(s),
+        })
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     /// Sends one command and reads its reply: Ok(bytes) for a value (empty for nil/status),
     /// Err(message) for a Redis error reply or a broken connection.
     pub async fn cmd(&mut self, parts: &[&[u8]]) -> Result<Vec<u8>, String> {
@@ -28,6 +48,11 @@ impl Conn {
         self.stream
             .get_mut()
             .write_all(&out)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.stream
+            .get_mut()
+            .flush()
             .await
             .map_err(|e| e.to_string())?;
         let mut line = String::new();

@@ -56,6 +56,19 @@ impl Report {
             })(),
         );
         push(
+            "redis @5 ms with TLS: Ferry over HTTPS mean <= 1/3 of direct TLS",
+            (|| {
+                let (d, f) = (
+                    self.avg("redis", 5.0, "direct TLS")?,
+                    self.avg("redis", 5.0, "Ferry over HTTPS")?,
+                );
+                Some((
+                    f * 3.0 <= d,
+                    format!("Ferry {f:.2} ms vs direct {d:.2} ms: {:.2}x", d / f),
+                ))
+            })(),
+        );
+        push(
             "redis @5 ms: Ferry p50 <= RTT + 0.5 ms",
             (|| {
                 let p = self.p50("redis", 5.0, "Ferry")?;
@@ -68,6 +81,19 @@ impl Report {
                 let (d, f) = (
                     self.avg("postgres", 5.0, "direct")?,
                     self.avg("postgres", 5.0, "Ferry uncached")?,
+                );
+                Some((
+                    f * 2.0 <= d,
+                    format!("Ferry {f:.2} ms vs direct {d:.2} ms: {:.2}x", d / f),
+                ))
+            })(),
+        );
+        push(
+            "postgres @5 ms with TLS: Ferry uncached over HTTPS mean <= 1/2 of direct TLS",
+            (|| {
+                let (d, f) = (
+                    self.avg("postgres", 5.0, "direct TLS")?,
+                    self.avg("postgres", 5.0, "Ferry uncached over HTTPS")?,
                 );
                 Some((
                     f * 2.0 <= d,

@@ -1,5 +1,7 @@
 //! Scenario 2: a point query. Direct = a fresh connection per request (connect, SCRAM auth,
-//! query) across the link; Ferry uncached (pooled Postgres) and Ferry cached (Redis hit).
+//! query) across the link; Ferry uncached (pooled Postgres) and Ferry cached (Redis hit). Then
+//! as hosted Postgres needs it: direct with TLS (sslmode=require, a handshake per connection),
+//! Ferry uncached over HTTPS kept alive.
 
 use super::{Measurement, Plan};
 use crate::ferry::Ferry;
@@ -54,6 +56,46 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
             uncached.push(t.elapsed());
             assert_eq!(r["cache"], "bypass");
         }
+        ctx.step(&format!(
+            "postgres: direct over TLS, fresh connection, RTT {rtt:?}"
+        ));
+        let tls_url = format!("{url} sslmode=require");
+        let mut direct_tls = Vec::with_capacity(plan.samples);
+        for _ in 0..plan.samples {
+            let aid: i32 = rand::thread_rng().gen_range(1..=100_000);
+            let t = Instant::now();
+            let (client, conn) = tokio_postgres::connect(&tls_url, ctx.tls.postgres())
+                .await
+                .expect("connect over TLS");
+            let task = tokio::spawn(conn);
+            client.query_one(SQL, &[&aid]).await.expect("query");
+            drop(client);
+            let _ = task.await;
+            direct_tls.push(t.elapsed());
+        }
+        ctx.step(&format!("postgres: Ferry uncached over HTTPS, RTT {rtt:?}"));
+        let to_https = LatencyProxy::start(ctx.https_sidecar_addr, *rtt)
+            .await
+            .expect("proxy");
+        let https = Ferry::https(
+            format!("https://{}", to_https.addr),
+            4,
+            ctx.tls.reqwest_root(),
+        );
+        https
+            .post("/v1/query", &json!({"sql": "SELECT 1"}))
+            .await
+            .expect("warm-up");
+        let mut uncached_https = Vec::with_capacity(plan.samples);
+        for _ in 0..plan.samples {
+            let aid: i32 = rand::thread_rng().gen_range(1..=100_000);
+            let t = Instant::now();
+            https
+                .post("/v1/query", &json!({"sql": SQL, "params": [aid]}))
+                .await
+                .expect("query");
+            uncached_https.push(t.elapsed());
+        }
         ctx.step(&format!("postgres: Ferry cached, RTT {rtt:?}"));
         let cached_req = json!({"sql": SQL, "params": [42], "cache": {"ttl_s": 600}});
         ferry.post("/v1/query", &cached_req).await.expect("fill");
@@ -82,6 +124,18 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
             ms,
             "Ferry cached (Redis hit)",
             &cached,
+        ));
+        out.push(Measurement::latency(
+            "postgres",
+            ms,
+            "direct TLS (connect+TLS+auth+query)",
+            &direct_tls,
+        ));
+        out.push(Measurement::latency(
+            "postgres",
+            ms,
+            "Ferry uncached over HTTPS (pooled, kept-alive)",
+            &uncached_https,
         ));
     }
     out

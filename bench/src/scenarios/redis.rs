@@ -1,6 +1,7 @@
 //! Scenario 1: a cached GET. Direct = what a per-request isolate does (connect, AUTH, GET,
 //! close) across the wide-area link; Ferry = kept-alive HTTP to the sidecar across the same
-//! link, the sidecar holding pooled Redis connections.
+//! link, the sidecar holding pooled Redis connections. Then both as hosted services need them:
+//! direct with a TLS handshake per connection (rediss://), Ferry over HTTPS kept alive.
 
 use super::{Measurement, Plan};
 use crate::ferry::Ferry;
@@ -51,6 +52,45 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
             direct.push(t.elapsed());
             assert_eq!(v.len(), 100);
         }
+        ctx.step(&format!(
+            "redis: direct over TLS, fresh connection, RTT {rtt:?}"
+        ));
+        let to_redis_tls = LatencyProxy::start(ctx.redis_tls_addr, *rtt)
+            .await
+            .expect("proxy");
+        let tls = ctx.tls.redis();
+        let mut direct_tls = Vec::with_capacity(plan.samples);
+        for _ in 0..plan.samples {
+            let t = Instant::now();
+            let mut c = resp::Conn::connect_tls(to_redis_tls.addr, &tls)
+                .await
+                .expect("connect over TLS");
+            c.cmd(&[b"AUTH", ctx.redis_password.as_bytes()])
+                .await
+                .expect("auth");
+            let v = c.cmd(&[b"GET", KEY.as_bytes()]).await.expect("get");
+            drop(c);
+            direct_tls.push(t.elapsed());
+            assert_eq!(v.len(), 100);
+        }
+        ctx.step(&format!("redis: Ferry over HTTPS, RTT {rtt:?}"));
+        let to_https = LatencyProxy::start(ctx.https_sidecar_addr, *rtt)
+            .await
+            .expect("proxy");
+        let https = Ferry::https(
+            format!("https://{}", to_https.addr),
+            4,
+            ctx.tls.reqwest_root(),
+        );
+        let get = json!({"op": "get", "key": KEY});
+        https.post("/v1/cache", &get).await.expect("warm-up");
+        let mut via_https = Vec::with_capacity(plan.samples);
+        for _ in 0..plan.samples {
+            let t = Instant::now();
+            let v = https.post("/v1/cache", &get).await.expect("ferry get");
+            via_https.push(t.elapsed());
+            assert_eq!(v["value"].as_str().map(str::len), Some(100));
+        }
         ctx.step(&format!("redis: Ferry, RTT {rtt:?}"));
         let ferry = Ferry::new(format!("http://{}", to_sidecar.addr), 4);
         let get = json!({"op": "get", "key": KEY});
@@ -74,6 +114,18 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
             ms,
             "Ferry (pooled, kept-alive)",
             &via,
+        ));
+        out.push(Measurement::latency(
+            "redis",
+            ms,
+            "direct TLS (connect+TLS+AUTH+GET)",
+            &direct_tls,
+        ));
+        out.push(Measurement::latency(
+            "redis",
+            ms,
+            "Ferry over HTTPS (pooled, kept-alive)",
+            &via_https,
         ));
     }
     out
