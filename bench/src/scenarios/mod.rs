@@ -38,6 +38,20 @@ impl Measurement {
     }
 }
 
+/// The edge -> sidecar path over HTTPS: a latency proxy in front of the HTTPS sidecar, and a
+/// signed client that trusts the bench's CA (keep the proxy alive while the client is used).
+pub async fn ferry_over_https(
+    ctx: &crate::Ctx,
+    rtt: Duration,
+) -> (crate::proxy::LatencyProxy, crate::ferry::Ferry) {
+    let proxy = crate::proxy::LatencyProxy::start(ctx.https_sidecar_addr, rtt)
+        .await
+        .expect("proxy");
+    let ferry =
+        crate::ferry::Ferry::https(format!("https://{}", proxy.addr), 4, ctx.tls.reqwest_root());
+    (proxy, ferry)
+}
+
 /// How much to measure.
 #[derive(Debug, Clone)]
 pub struct Plan {

@@ -74,14 +74,7 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
             direct_tls.push(t.elapsed());
         }
         ctx.step(&format!("postgres: Ferry uncached over HTTPS, RTT {rtt:?}"));
-        let to_https = LatencyProxy::start(ctx.https_sidecar_addr, *rtt)
-            .await
-            .expect("proxy");
-        let https = Ferry::https(
-            format!("https://{}", to_https.addr),
-            4,
-            ctx.tls.reqwest_root(),
-        );
+        let (_to_https, https) = super::ferry_over_https(ctx, *rtt).await;
         https
             .post("/v1/query", &json!({"sql": "SELECT 1"}))
             .await

@@ -74,14 +74,7 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
             assert_eq!(v.len(), 100);
         }
         ctx.step(&format!("redis: Ferry over HTTPS, RTT {rtt:?}"));
-        let to_https = LatencyProxy::start(ctx.https_sidecar_addr, *rtt)
-            .await
-            .expect("proxy");
-        let https = Ferry::https(
-            format!("https://{}", to_https.addr),
-            4,
-            ctx.tls.reqwest_root(),
-        );
+        let (_to_https, https) = super::ferry_over_https(ctx, *rtt).await;
         let get = json!({"op": "get", "key": KEY});
         https.post("/v1/cache", &get).await.expect("warm-up");
         let mut via_https = Vec::with_capacity(plan.samples);

@@ -215,23 +215,36 @@ fn is_upstream_failure(e: &ApiError) -> bool {
     )
 }
 
+/// A read on this worker's own Postgres session, within the in-flight limit and the request
+/// deadline (no thread hop); None when the worker has no session for it, and the caller takes
+/// the blocking pool.
+async fn on_event_loop(
+    state: &State,
+    sql: &str,
+    params: &[Value],
+    limits: ReadLimits,
+) -> Option<Result<Vec<Row>, ApiError>> {
+    let _slot = match state.blocking.admit() {
+        Ok(slot) => slot,
+        Err(e) => return Some(Err(e)),
+    };
+    let fast = db_async::query(state.pools.clone(), sql.into(), params.to_vec(), limits);
+    match tokio::time::timeout(state.blocking.timeout(), fast).await {
+        Err(_) => Some(Err(ApiError::Timeout {
+            what: "the request",
+        })),
+        Ok(answer) => answer,
+    }
+}
+
 async fn run_query(
     state: &State,
     sql: String,
     params: Vec<Value>,
     limits: ReadLimits,
 ) -> Result<Vec<Row>, ApiError> {
-    // On this worker's own Postgres session when it has one free: no thread hop.
-    let slot = state.blocking.admit()?;
-    let fast = db_async::query(state.pools.clone(), sql.clone(), params.clone(), limits);
-    match tokio::time::timeout(state.blocking.timeout(), fast).await {
-        Err(_) => {
-            return Err(ApiError::Timeout {
-                what: "the request",
-            })
-        }
-        Ok(Some(answer)) => return answer,
-        Ok(None) => drop(slot),
+    if let Some(answer) = on_event_loop(state, &sql, &params, limits).await {
+        return answer;
     }
     let s = state.clone();
     state
@@ -260,38 +273,27 @@ fn fill(
     );
     move || {
         Box::pin(async move {
-            let slot = s.blocking.admit()?;
-            let fast = db_async::query(s.pools.clone(), sql.clone(), params.clone(), limits);
-            match tokio::time::timeout(s.blocking.timeout(), fast).await {
-                Err(_) => {
-                    return Err(ApiError::Timeout {
-                        what: "the request",
-                    })
-                }
-                Ok(Some(rows)) => {
-                    let rows = rows?;
-                    let stored = match s
-                        .cache
-                        .store_async(&s.pools, &key, &observed, &rows, &entry)
-                        .await
-                    {
-                        Some(stored) => stored,
-                        None => {
-                            drop(slot);
-                            let (job, kept) = (s.clone(), rows.clone());
-                            s.blocking
-                                .run(move || {
-                                    Ok(job.cache.store(&job.pools, &key, &observed, &kept, &entry))
-                                })
-                                .await?
-                        }
-                    };
-                    return Ok(Fetched {
-                        rows,
-                        too_large: stored == Stored::TooLarge,
-                    });
-                }
-                Ok(None) => drop(slot),
+            if let Some(rows) = on_event_loop(&s, &sql, &params, limits).await {
+                let rows = rows?;
+                let stored = match s
+                    .cache
+                    .store_async(&s.pools, &key, &observed, &rows, &entry)
+                    .await
+                {
+                    Some(stored) => stored,
+                    None => {
+                        let (job, kept) = (s.clone(), rows.clone());
+                        s.blocking
+                            .run(move || {
+                                Ok(job.cache.store(&job.pools, &key, &observed, &kept, &entry))
+                            })
+                            .await?
+                    }
+                };
+                return Ok(Fetched {
+                    rows,
+                    too_large: stored == Stored::TooLarge,
+                });
             }
             let job = s.clone();
             s.blocking
