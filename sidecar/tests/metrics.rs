@@ -49,6 +49,18 @@ fn metrics_are_scraped_from_the_admin_listener() {
     ] {
         assert!(text.contains(needle), "missing {needle} in\n{text}");
     }
+    // Open Postgres connections count every one the sidecar holds (the r2d2 pool's and the
+    // workers' event-loop sessions), as Postgres itself sees them.
+    let open = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ferry_pool_connections{pool=\"postgres\",state=\"open\"} "))
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .expect("postgres open gauge");
+    assert_eq!(open, pg.sidecar_backends(), "{text}");
+    assert!(
+        open >= 2,
+        "the pool's connection and a worker's session: {open}"
+    );
     // The public port does not serve metrics.
     assert_eq!(c.get("/metrics").status, 404);
     sidecar.terminate();

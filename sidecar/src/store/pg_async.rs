@@ -34,6 +34,22 @@ pub struct AsyncPg {
     /// Shares of an `AsyncPg` that is gone are dropped, with their connections, on the next
     /// use of that thread.
     alive: Arc<()>,
+    counts: Arc<Counts>,
+}
+
+/// Connections open and idle over all the workers' shares, for `/metrics`.
+#[derive(Default)]
+struct Counts {
+    open: AtomicUsize,
+    idle: AtomicUsize,
+}
+
+impl Counts {
+    fn less(n: &AtomicUsize, by: usize) {
+        let _ = n.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+            Some(v.saturating_sub(by))
+        });
+    }
 }
 
 /// One worker's share: its idle connections, and how many sessions it has out.
@@ -65,6 +81,7 @@ pub struct AsyncSession {
     /// (an error, an abandoned result, a request timeout mid-query) is closed, never reused.
     pub reusable: bool,
     id: u64,
+    counts: Arc<Counts>,
     _not_send: std::marker::PhantomData<Rc<()>>,
 }
 
@@ -84,12 +101,21 @@ impl AsyncPg {
             workers,
             threads: AtomicUsize::new(0),
             alive: Arc::new(()),
+            counts: Arc::default(),
         }
     }
 
     /// The most connections these sessions can hold open.
     pub fn max(&self) -> usize {
         self.per_worker * self.workers
+    }
+
+    /// (open, idle) connections of all the workers' sessions.
+    pub fn state(&self) -> (usize, usize) {
+        (
+            self.counts.open.load(Ordering::Acquire),
+            self.counts.idle.load(Ordering::Acquire),
+        )
     }
 
     /// A session on this worker, or None when this thread has no share (sessions are off, or
@@ -127,6 +153,7 @@ impl AsyncPg {
             client: idle,
             reusable: false,
             id: self.id,
+            counts: self.counts.clone(),
             _not_send: std::marker::PhantomData,
         };
         if session.client.is_none() {
@@ -167,8 +194,16 @@ impl AsyncPg {
             }
             share.out += 1;
             // Connections closed while idle (Postgres restarted) are dropped on the way.
+            let before = share.idle.len();
             share.idle.retain(|c| !c.is_closed());
-            Take::Got(share.idle.pop())
+            let closed = before - share.idle.len();
+            Counts::less(&self.counts.open, closed);
+            Counts::less(&self.counts.idle, closed);
+            let idle = share.idle.pop();
+            if idle.is_some() {
+                Counts::less(&self.counts.idle, 1);
+            }
+            Take::Got(idle)
         })
     }
 
@@ -183,23 +218,32 @@ impl AsyncPg {
         actix_rt::spawn(async move {
             let _ = connection.await;
         });
+        self.counts.open.fetch_add(1, Ordering::AcqRel);
         Ok(client)
     }
 }
 
 impl Drop for AsyncSession {
     fn drop(&mut self) {
-        let client = self.client.take();
-        let keep = self.reusable;
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        let keep = self.reusable && !client.is_closed();
+        let mut client = Some(client);
         let _ = SHARES.try_with(|s| {
             let mut shares = s.borrow_mut();
             if let Some(share) = shares.iter_mut().find(|x| x.id == self.id) {
                 share.out = share.out.saturating_sub(1);
                 share.freed.notify_one();
-                if let Some(c) = client.filter(|c| keep && !c.is_closed()) {
-                    share.idle.push(c);
+                if keep {
+                    share.idle.extend(client.take());
+                    self.counts.idle.fetch_add(1, Ordering::AcqRel);
                 }
             }
         });
+        if client.is_some() {
+            // Closed here (dropping the client ends its connection task).
+            Counts::less(&self.counts.open, 1);
+        }
     }
 }

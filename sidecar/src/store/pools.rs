@@ -277,15 +277,18 @@ impl Pools {
         })
     }
 
-    /// (open, idle) connections of the Postgres pool.
+    /// (open, idle) Postgres connections: the r2d2 pool's and the workers' sessions.
     pub fn pg_state(&self) -> (u32, u32) {
-        self.pg
+        let (pooled_open, pooled_idle) = self
+            .pg
             .as_ref()
             .map(|p| {
                 let s = p.state();
                 (s.connections, s.idle_connections)
             })
-            .unwrap_or((0, 0))
+            .unwrap_or((0, 0));
+        let (open, idle) = self.pg_async.state();
+        (pooled_open + open as u32, pooled_idle + idle as u32)
     }
 
     pub fn sizes(&self) -> (u32, u32) {
