@@ -241,13 +241,20 @@ impl Pools {
                 s.idle_connections > 0 || s.connections < self.pg_pooled
             })
         };
-        self.pg_async
+        let start = Instant::now();
+        let got = self
+            .pg_async
             .session(
                 self.pg_connect_timeout,
                 self.pg_checkout_timeout,
                 pooled_has_room,
             )
-            .await
+            .await;
+        // Timed like a pooled checkout (waiting for a session of the worker's share included).
+        if matches!(got, Ok(Some(_))) {
+            crate::http::metrics::global().checkout("postgres", start.elapsed());
+        }
+        got
     }
 
     /// A Postgres connection. A timeout with every connection in use is overload (503
