@@ -83,6 +83,10 @@ pub struct CachePolicy {
     /// Tags to invalidate this entry by (`/v1/execute` `invalidate.tags`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
+    /// Tables the result depends on (`"items"`, `"shop.orders"`): where the sidecar watches
+    /// Postgres's change stream, any committed change to them drops this entry, whoever wrote.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tables: Vec<String>,
     #[serde(default, skip_serializing_if = "CacheMode::is_default")]
     pub mode: CacheMode,
 }
@@ -340,6 +344,23 @@ pub struct Readiness {
     pub pending_invalidations: u64,
     #[serde(default)]
     pub cache_bypassed: bool,
+    /// The change stream, when the sidecar watches one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<ChangesReadiness>,
+}
+
+/// `/readyz`'s view of change-stream invalidation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangesReadiness {
+    /// `caught_up` (cached reads served), `catching_up` (replaying what this sidecar missed:
+    /// reads bypass the cache), `lagging` (invalidations trail commits by more than
+    /// `changes.max_lag_ms`: reads bypass).
+    pub state: String,
+    /// This sidecar's part: `leader` (consumes the slot), `follower`, `starting`.
+    pub role: String,
+    /// Age of the stream's watermark, in milliseconds (absent before the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,6 +7,7 @@
 //! The modules, and the way imports run (routes → read → store; http and config at the side):
 //! - [`routes`]: one file per endpoint, each parse → plan → run → respond.
 //! - [`read`]: plans, the read-through engine, single-flight, keyed batches.
+//! - [`changes`]: change-stream invalidation (logical decoding), between state and read.
 //! - [`store`]: pools, Postgres sessions and statements, the Redis cache layout, readiness.
 //! - [`http`]: authentication and the replay store, JSON bodies, request ids, TLS, metrics,
 //!   errors → HTTP.
@@ -16,6 +17,7 @@
 // A panic is an outage here (a dead request, or on the edge a dead isolate).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod changes;
 pub mod config;
 pub mod http;
 pub mod read;

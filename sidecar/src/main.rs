@@ -28,6 +28,7 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    ferry_sidecar::http::tls::install_crypto_provider();
     let env: BTreeMap<String, String> = std::env::vars().collect();
     let loaded = Config::load(args.config.as_deref(), &env)
         .and_then(|c| ferry_sidecar::state::check(&c).map(|()| c));
@@ -38,6 +39,20 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // With [changes] on, a server or role that cannot stream stops the sidecar here, naming
+    // what is missing; an unreachable Postgres does not (reads bypass until the stream runs).
+    match ferry_sidecar::changes::check(&config) {
+        Ok(()) => {}
+        Err(ferry_sidecar::changes::SetupError::Connect(e)) => {
+            eprintln!(
+                "ferry-sidecar: warning: the change stream's prerequisites were not checked: {e}"
+            );
+        }
+        Err(e) => {
+            eprintln!("ferry-sidecar: {e}");
+            return ExitCode::from(2);
+        }
+    }
     if args.check_config {
         println!("config ok");
         match ferry_sidecar::store::postgres::role_warnings(&config) {

@@ -19,6 +19,8 @@ pub struct AppState {
     pub verifier: Verifier,
     pub blocking: Blocking,
     pub readiness: Arc<crate::store::readiness::Readiness>,
+    /// The change stream's status (its consumer runs on a thread of its own).
+    pub changes: Arc<crate::changes::Status>,
     /// The read engine's handles (the same pools, cache, flights and blocking rule).
     pub reads: crate::read::Reads,
 }
@@ -28,14 +30,20 @@ impl AppState {
     /// retry of deferred invalidations, which stops when the state is dropped.
     pub fn new(config: Config) -> Result<Arc<AppState>, ApiError> {
         error::set_retry_after_s(config.server.retry_after_s);
+        crate::http::tls::install_crypto_provider();
         let pools = Arc::new(Pools::new(&config)?);
         let timeout = config.request_timeout();
-        let cache = Arc::new(Cache::new(
+        let mut cache = Cache::new(
             &config.cache.key_prefix,
             timeout.as_secs(),
             config.cache.max_entry_bytes,
             config.limits.max_pending_invalidations,
-        ));
+        );
+        if config.changes.enabled {
+            cache = cache.watch_changes(config.changes.max_lag_ms);
+        }
+        let cache = Arc::new(cache);
+        let changes = crate::changes::start(&config, &cache, &pools);
         // During a rotation both the new and the previous secret are accepted.
         let secrets = [&config.auth.secret, &config.auth.previous_secret]
             .into_iter()
@@ -75,6 +83,7 @@ impl AppState {
             verifier,
             blocking,
             readiness,
+            changes,
             reads,
         }))
     }
@@ -135,6 +144,14 @@ impl AppState {
         {
             restart.push("cache.key_prefix/max_entry_bytes/invalidation_retry_ms".to_string());
         }
+        if new.changes != old.changes
+            || (old.changes.enabled && new.watched_tables() != old.watched_tables())
+        {
+            // The slot, the publication and the watched set are fixed while the stream runs;
+            // named queries and keyspaces that would change the set wait for the restart too.
+            restart.push("changes (and queries/keyspaces that change the watched tables)".into());
+            return restart;
+        }
         let mut merged = (*old).clone();
         merged.server.log_level = new.server.log_level.clone();
         merged.auth.allow_raw_sql = new.auth.allow_raw_sql;
@@ -165,6 +182,11 @@ pub fn check(config: &Config) -> Result<(), ConfigError> {
         .parse::<postgres::Config>()
         .map_err(|_| invalid("postgres.url", "not a valid postgres URL".into()))?;
     pg::pg_tls(&config.postgres).map_err(|e| invalid("postgres.tls_ca_path", e))?;
+    if !config.changes.url.is_empty() {
+        pg::pg_url(&config.changes.url)
+            .parse::<postgres::Config>()
+            .map_err(|_| invalid("changes.url", "not a valid postgres URL".into()))?;
+    }
     for (name, q) in &config.queries {
         if let Some(r) = statement::classify(&q.sql, statement::Route::Write) {
             let key = format!("queries.{name}.sql");

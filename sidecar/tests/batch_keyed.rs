@@ -15,6 +15,7 @@ fn counted(c: &mut ferry_sidecar::Config) {
             key_column: "id".into(),
             ttl_s: 300,
             tags: vec!["items".into()],
+            table: None,
         },
     );
 }

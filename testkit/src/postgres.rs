@@ -10,6 +10,8 @@ pub struct PgServer {
     pub port: u16,
     dir: tempfile::TempDir,
     running: bool,
+    /// Extra server options (`-c name=value`), kept across restarts.
+    extra: String,
 }
 
 fn is_root() -> bool {
@@ -110,6 +112,15 @@ fn template() -> &'static PathBuf {
 
 impl PgServer {
     pub fn start() -> PgServer {
+        PgServer::start_with("")
+    }
+
+    /// A server that can stream its changes (`wal_level = logical`), for change-stream tests.
+    pub fn start_logical() -> PgServer {
+        PgServer::start_with("-c wal_level=logical -c max_replication_slots=8 -c max_wal_senders=8")
+    }
+
+    fn start_with(extra: &str) -> PgServer {
         let dir = tempfile::tempdir().expect("tempdir for postgres");
         let mut c = Command::new("cp");
         c.arg("-a").arg(template()).arg(dir.path().join("data"));
@@ -119,6 +130,7 @@ impl PgServer {
             port: free_port(),
             dir,
             running: false,
+            extra: extra.to_string(),
         };
         pg.start_again();
         pg
@@ -143,9 +155,10 @@ impl PgServer {
     pub fn start_again(&mut self) {
         let opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
-             -c full_page_writes=off -c max_connections=100",
+             -c full_page_writes=off -c max_connections=100 {}",
             self.port,
-            self.dir.path().display()
+            self.dir.path().display(),
+            self.extra
         );
         let mut c = pg_command("pg_ctl");
         c.arg("-D")

@@ -137,6 +137,14 @@ fn apply_env(table: &mut toml::Table, env: &BTreeMap<String, String>) -> Result<
                     key: format!("{section}.{key}"),
                     message: format!("expected true or false, got {raw:?}"),
                 })?,
+            // Lists (changes.tables) as comma-separated values.
+            toml::Value::Array(_) => toml::Value::Array(
+                raw.split(',')
+                    .map(str::trim)
+                    .filter(|v| !v.is_empty())
+                    .map(|v| toml::Value::String(v.to_string()))
+                    .collect(),
+            ),
             _ => toml::Value::String(raw),
         };
         let section_table = table

@@ -9,11 +9,13 @@
 //! rules each key must keep. `secret.rs`: secrets that never print. `limits.rs`: the request
 //! bounds every handler checks with.
 
+mod changes;
 mod limits;
 mod load;
 mod secret;
 mod validate;
 
+pub use changes::{table_name, ChangesConfig};
 pub use limits::{Limits, ReadLimits, MAX_TAGS};
 pub use load::ConfigError;
 pub use secret::{Redacted, RedactedUrl};
@@ -30,6 +32,7 @@ pub struct Config {
     pub postgres: PostgresConfig,
     pub cache: CacheConfig,
     pub limits: LimitsConfig,
+    pub changes: ChangesConfig,
     /// Named statements: `[queries.NAME]`. Callers send `"query": "NAME"` instead of SQL.
     pub queries: BTreeMap<String, NamedQuery>,
     /// Keyspaces for keyed batch reads: `[keyspaces.NAME]`.
@@ -53,6 +56,10 @@ pub struct NamedQuery {
     /// Tags its cached results carry.
     #[serde(default)]
     pub tags: Vec<String>,
+    /// Tables its results depend on: with `[changes]` on, any committed change to one of
+    /// them (from any writer) drops its cached results.
+    #[serde(default)]
+    pub tables: Vec<String>,
 }
 
 /// Rows addressed by one key column, read many at a time.
@@ -68,6 +75,11 @@ pub struct Keyspace {
     /// Tags every row of the keyspace carries (invalidate them all by tag).
     #[serde(default)]
     pub tags: Vec<String>,
+    /// The table the rows come from: with `[changes]` on, a change to row 7 drops the entry
+    /// `<keyspace>:7` (its `key_column` must be in the table's replica identity, e.g. the
+    /// primary key, or every change drops the whole keyspace).
+    #[serde(default)]
+    pub table: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

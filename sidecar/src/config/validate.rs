@@ -107,6 +107,6 @@ impl Config {
                 );
             }
         }
-        Ok(())
+        self.validate_changes()
     }
 }

@@ -20,14 +20,14 @@ const BUCKETS: [f64; 12] = [
 ];
 
 #[derive(Default)]
-struct Histogram {
+pub struct Histogram {
     counts: [u64; BUCKETS.len()],
     total: u64,
     sum: f64,
 }
 
 impl Histogram {
-    fn observe(&mut self, secs: f64) {
+    pub fn observe(&mut self, secs: f64) {
         for (i, le) in BUCKETS.iter().enumerate() {
             if secs <= *le {
                 self.counts[i] += 1;
@@ -37,7 +37,7 @@ impl Histogram {
         self.sum += secs;
     }
 
-    fn render(&self, out: &mut String, name: &str, labels: &str) {
+    pub fn render(&self, out: &mut String, name: &str, labels: &str) {
         let sep = if labels.is_empty() { "" } else { "," };
         for (i, le) in BUCKETS.iter().enumerate() {
             let _ = writeln!(

@@ -3,9 +3,9 @@
 //! write-backs. Runs as one blocking job.
 
 use crate::config::Keyspace;
-use crate::config::{Config, ReadLimits};
+use crate::config::{table_name, Config, ReadLimits};
 use crate::http::error::ApiError;
-use crate::store::cache::{Cache, EntryPolicy, Lookup, Observed, Probe, Stored};
+use crate::store::cache::{table_reset_tag, Cache, EntryPolicy, Lookup, Observed, Probe, Stored};
 use crate::store::db;
 use crate::store::pools::Pools;
 use ferry_shared::api::{KeyedRequest, KeyedResponse, KeyedResult, KeyedStatus, Row};
@@ -32,7 +32,7 @@ pub struct KeyedPlan {
 
 /// Checks the request before any I/O (one config snapshot).
 pub fn plan(config: &Config, req: KeyedRequest) -> Result<KeyedPlan, ApiError> {
-    let ks = config
+    let mut ks = config
         .keyspaces
         .get(&req.keyspace)
         .cloned()
@@ -42,6 +42,10 @@ pub fn plan(config: &Config, req: KeyedRequest) -> Result<KeyedPlan, ApiError> {
                 format!("no configured keyspace named {:?}", req.keyspace),
             )
         })?;
+    // Rows of a watched table carry its reset tag: TRUNCATE or DDL drops them all.
+    if let Some(t) = ks.table.as_deref().and_then(table_name) {
+        ks.tags.push(table_reset_tag(&t));
+    }
     let limits = config.limits();
     limits.batch("ids", req.ids.len(), "ids")?;
     let texts = req

@@ -1,9 +1,9 @@
 //! From a request to what will run: the statement (raw or named), its parameters and the
 //! resolved cache policy. All validation of reads happens here, before any I/O.
 
-use crate::config::{Config, NamedQuery, ReadLimits};
+use crate::config::{table_name, Config, NamedQuery, ReadLimits, MAX_TAGS};
 use crate::http::error::ApiError;
-use crate::store::cache::{Cache, EntryPolicy, HASH_KEY_PREFIX};
+use crate::store::cache::{table_tag, Cache, EntryPolicy, HASH_KEY_PREFIX};
 use ferry_shared::api::{CacheMode, QueryRequest};
 use serde_json::Value;
 
@@ -98,6 +98,9 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
     tags.sort();
     tags.dedup();
     limits.tags(&f("tags"), &tags)?;
+    // The tables' tags are Ferry's own, added after the callers' tags were checked.
+    let tables = tables(config, &defaults.tables, &asked.tables, &f("tables"))?;
+    tags.extend(tables.iter().map(|t| table_tag(t)));
     if let Some(k) = &asked.key {
         limits.key(&f("key"), k)?;
         if k.starts_with(HASH_KEY_PREFIX) {
@@ -125,6 +128,41 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
             mode: asked.mode,
         }),
     })
+}
+
+/// The tables a read depends on, normalized: the named query's (checked at load) and the
+/// request's. With the change stream on, a request may only name tables it watches: an entry
+/// depending on an unwatched table would never be invalidated by its writes.
+fn tables(
+    config: &Config,
+    named: &[String],
+    asked: &[String],
+    field: &str,
+) -> Result<Vec<String>, ApiError> {
+    if asked.len() > MAX_TAGS {
+        return Err(ApiError::invalid(
+            field,
+            format!("at most {MAX_TAGS} tables"),
+        ));
+    }
+    let watched = (config.changes.enabled && !asked.is_empty()).then(|| config.watched_tables());
+    let mut out: Vec<String> = named.iter().filter_map(|t| table_name(t)).collect();
+    for (i, raw) in asked.iter().enumerate() {
+        let field = format!("{field}[{i}]");
+        let t = table_name(raw).ok_or_else(|| {
+            ApiError::invalid(&field, "not a table name (schema.table or table, unquoted)")
+        })?;
+        if watched.as_ref().is_some_and(|w| !w.contains(&t)) {
+            return Err(ApiError::invalid(
+                &field,
+                format!("{t} is not watched by the change stream (add it to changes.tables)"),
+            ));
+        }
+        out.push(t);
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
 }
 
 impl CachePlan {

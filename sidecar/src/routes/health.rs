@@ -3,7 +3,7 @@
 
 use super::State;
 use actix_web::HttpResponse;
-use ferry_shared::api::{DependencyState, Readiness};
+use ferry_shared::api::{ChangesReadiness, DependencyState, Readiness};
 
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
@@ -26,7 +26,8 @@ pub async fn readyz(state: State) -> HttpResponse {
         redis: up(redis),
         postgres: up(postgres),
         pending_invalidations: pending as u64,
-        cache_bypassed: pending > 0,
+        cache_bypassed: pending > 0 || !state.cache.freshness().serves(),
+        changes: changes(&state),
     };
     if body.ready {
         HttpResponse::Ok().json(body)
@@ -35,6 +36,19 @@ pub async fn readyz(state: State) -> HttpResponse {
             .insert_header((actix_web::http::header::RETRY_AFTER, "1"))
             .json(body)
     }
+}
+
+fn changes(state: &State) -> Option<ChangesReadiness> {
+    let role = state.changes.role();
+    if role == crate::changes::Role::Off {
+        return None;
+    }
+    let (stream, lag_ms) = state.cache.freshness().state();
+    Some(ChangesReadiness {
+        state: stream.as_str().into(),
+        role: role.as_str().into(),
+        lag_ms,
+    })
 }
 
 /// `GET /metrics` on the admin listener.
@@ -54,6 +68,7 @@ pub async fn metrics(state: State) -> HttpResponse {
          # TYPE ferry_cache_bypassed gauge\nferry_cache_bypassed {}\n",
         u8::from(pending > 0)
     ));
+    state.changes.render(&state.cache, &mut text);
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(text)

@@ -73,6 +73,7 @@ pub fn pg_tls(c: &crate::config::PostgresConfig) -> Result<MakeRustlsConnect, St
                 .map_err(|e| format!("postgres.tls_ca_path {}: {e}", c.tls_ca_path))?;
         }
     }
+    crate::http::tls::install_crypto_provider();
     let tls = rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_no_client_auth();

@@ -57,6 +57,35 @@ impl Cache {
         pipe.query::<()>(&mut *conn).map_err(|e| e.to_string())
     }
 
+    /// Invalidates for the change stream, which keeps what failed itself (its position in the
+    /// slot is not confirmed until this succeeds): tags and the epoch first, then the keys, a
+    /// MULTI per `FLUSH_CHUNK`, all in one pipeline write per chunk. Err: nothing is known to
+    /// be applied; the caller retries the whole set (applying twice is harmless).
+    pub fn invalidate_changes(
+        &self,
+        pools: &Pools,
+        keys: &[String],
+        tags: &[String],
+        everything: bool,
+    ) -> Result<(), String> {
+        let first = Chunk {
+            keys: Vec::new(),
+            tags: tags.iter().map(|t| (t.clone(), 0)).collect(),
+            everything: everything.then_some(0),
+        };
+        if !first.is_empty() {
+            self.try_invalidate(pools, &first)?;
+        }
+        for part in keys.chunks(FLUSH_CHUNK) {
+            let chunk = Chunk {
+                keys: part.iter().map(|k| (k.clone(), 0)).collect(),
+                ..Default::default()
+            };
+            self.try_invalidate(pools, &chunk)?;
+        }
+        Ok(())
+    }
+
     /// Applies pending invalidations, a chunk at a time; called periodically in the background.
     pub fn flush_pending(&self, pools: &Pools) {
         loop {

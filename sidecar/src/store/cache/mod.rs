@@ -7,6 +7,8 @@
 //!   its place. Without a caller's key the entry is `q:sha256:<hash of statement and params>`.
 //! - `v:<key>`: the key's version, a random token replaced by every invalidation of the key.
 //! - `t:<tag>`: a tag's version, a random token replaced by every invalidation of the tag.
+//! - `tbl:<schema.table>` / `tblr:<schema.table>`: the versions of the tags derived from a
+//!   table (`table_tag`, `table_reset_tag`), moved by the change stream (`changes/`).
 //! - `epoch`: the cache-wide version every entry carries (moved when invalidations that waited
 //!   for Redis overflowed their bound: everything is invalid at once).
 //! - `k:<key>`: plain cache command keys (see `commands.rs`), a namespace of their own.
@@ -28,12 +30,14 @@
 //! value through this sidecar.
 
 mod entry;
+mod freshness;
 mod invalidate;
 mod lookup;
 mod pending;
 mod write;
 
 pub use entry::Lookup;
+pub use freshness::{Freshness, StreamState};
 
 use crate::store::pools::Pools;
 use entry::{classify, Entry};
@@ -50,6 +54,22 @@ pub const HASH_KEY_PREFIX: &str = "sha256:";
 /// The implicit tag every entry carries: the cache-wide epoch (not a name callers can send:
 /// tags may not contain control characters).
 const EPOCH_TAG: &str = "\u{0}epoch";
+
+/// Marks the tags Ferry derives from table names (never a caller's tag: no control characters).
+const TABLE_TAG: &str = "\u{0}table:";
+const TABLE_RESET_TAG: &str = "\u{0}table-reset:";
+
+/// The tag of entries that depend on a whole table (`cache.tables`): moved by every committed
+/// change to the table, whoever made it (see `changes/`).
+pub fn table_tag(table: &str) -> String {
+    format!("{TABLE_TAG}{table}")
+}
+
+/// The tag every row of a keyspace on `table` carries: moved only when the table changes as a
+/// whole (TRUNCATE, DDL, a change whose row key is unknown); single rows move their own key.
+pub fn table_reset_tag(table: &str) -> String {
+    format!("{TABLE_RESET_TAG}{table}")
+}
 
 /// Pending invalidations applied per MULTI, so a long outage's backlog never makes one
 /// transaction too large to finish within Redis' timeouts.
@@ -100,6 +120,8 @@ pub struct Cache {
     max_entry_bytes: usize,
     /// Keys and tags whose invalidation could not reach Redis yet.
     pending: Mutex<Pending>,
+    /// The change stream's gate (off unless `[changes]` is on).
+    freshness: Freshness,
 }
 
 pub fn now_ms() -> u64 {
@@ -126,6 +148,7 @@ impl Cache {
             version_ttl_s: (request_timeout_s * 10).max(3600),
             max_entry_bytes,
             pending: Mutex::new(Pending::new(max_pending)),
+            freshness: Freshness::default(),
         }
     }
 
@@ -164,6 +187,10 @@ impl Cache {
     fn tag_key(&self, tag: &str) -> String {
         if tag == EPOCH_TAG {
             format!("{}epoch", self.prefix)
+        } else if let Some(t) = tag.strip_prefix(TABLE_TAG) {
+            format!("{}tbl:{t}", self.prefix)
+        } else if let Some(t) = tag.strip_prefix(TABLE_RESET_TAG) {
+            format!("{}tblr:{t}", self.prefix)
         } else {
             format!("{}t:{tag}", self.prefix)
         }
@@ -178,9 +205,10 @@ impl Cache {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether reads may use Redis right now.
+    /// Whether reads may use Redis right now: it is up, no invalidation waits for it, and
+    /// the change stream (when on) has caught up within its bound.
     pub fn usable(&self, pools: &Pools) -> bool {
-        pools.redis_available() && self.pending().is_empty()
+        pools.redis_available() && self.pending().is_empty() && self.freshness.serves()
     }
 }
 

@@ -1,0 +1,244 @@
+//! The control session: the prerequisites, the leader lock, the publication, the slot, and the
+//! watched tables' definitions (DDL is not in the stream). Its own Postgres connection, outside
+//! the pool: the session-level advisory lock must outlive every request, and the pool's reset
+//! (`DISCARD ALL`) would release it.
+
+use crate::config::{ChangesConfig, Config};
+use crate::store::postgres::{pg_async_config, pg_tls};
+use std::collections::BTreeMap;
+use tokio_postgres::Client;
+
+/// The advisory lock only one sidecar holds: the one that consumes the slot. Derived from the
+/// slot's name, so two deployments with their own slots on one database do not contend.
+fn lock_key(c: &ChangesConfig) -> i64 {
+    use sha2::{Digest, Sha256};
+    let h = Sha256::digest(format!("ferry.changes.{}", c.slot).as_bytes());
+    i64::from_be_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]])
+}
+
+/// A missing prerequisite, named so an operator can fix it (see RELIABILITY.md's setup).
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("cannot connect to postgres: {0}")]
+    Connect(String),
+    #[error("changes.enabled needs wal_level = logical on the server (it is {0}); set it in postgresql.conf (or the managed service's logical replication flag) and restart Postgres")]
+    WalLevel(String),
+    #[error("changes.enabled needs a role with REPLICATION (or the managed service's replication role, e.g. rds_replication); {0:?} has neither: ALTER ROLE {0} REPLICATION")]
+    NotReplication(String),
+    #[error("changes: watched table {0} does not exist (declared in [queries]/[keyspaces]/changes.tables)")]
+    NoTable(String),
+    #[error("changes: {0}")]
+    Postgres(String),
+}
+
+fn pg(e: tokio_postgres::Error) -> SetupError {
+    // The server's own message (a missing privilege, say) tells the operator what to fix.
+    SetupError::Postgres(
+        e.as_db_error()
+            .map(|d| d.message().to_string())
+            .unwrap_or_else(|| e.to_string()),
+    )
+}
+
+/// Opens the control session (writes allowed: it creates the slot and emits the stream's
+/// marks; no statement timeout: creating a slot waits for running transactions).
+pub async fn connect(config: &Config) -> Result<Client, SetupError> {
+    let mut pg_config = pg_async_config(config).map_err(|e| SetupError::Connect(e.to_string()))?;
+    pg_config.application_name("ferry-changes");
+    pg_config.options("-c default_transaction_read_only=off -c statement_timeout=0");
+    let tls = pg_tls(&config.postgres).map_err(SetupError::Connect)?;
+    let (client, conn) = pg_config
+        .connect(tls)
+        .await
+        .map_err(|e| SetupError::Connect(e.to_string()))?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "change stream control session closed");
+        }
+    });
+    Ok(client)
+}
+
+/// What `changes.enabled` needs from the server and the role, checked at startup so a missing
+/// one stops the sidecar with its name rather than leaving reads to bypass forever.
+pub async fn check(client: &Client, watched: &[String]) -> Result<(), SetupError> {
+    let level: String = client
+        .query_one("SHOW wal_level", &[])
+        .await
+        .map_err(pg)?
+        .get(0);
+    if level != "logical" {
+        return Err(SetupError::WalLevel(level));
+    }
+    // RDS grants replication through membership in rds_replication, not the attribute.
+    let row = client
+        .query_one(
+            "SELECT current_user::text, rolreplication OR rolsuper OR EXISTS ( \
+               SELECT 1 FROM pg_roles r WHERE r.rolname = 'rds_replication' \
+               AND pg_has_role(current_user, r.oid, 'member')) \
+             FROM pg_roles WHERE rolname = current_user",
+            &[],
+        )
+        .await
+        .map_err(pg)?;
+    if !row.get::<_, bool>(1) {
+        return Err(SetupError::NotReplication(row.get(0)));
+    }
+    for t in watched {
+        let exists: bool = client
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[t])
+            .await
+            .map_err(pg)?
+            .get(0);
+        if !exists {
+            return Err(SetupError::NoTable(t.clone()));
+        }
+    }
+    Ok(())
+}
+
+/// Takes the leader lock if it is free (never waits).
+pub async fn try_lead(client: &Client, c: &ChangesConfig) -> Result<bool, SetupError> {
+    Ok(client
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&lock_key(c)])
+        .await
+        .map_err(pg)?
+        .get(0))
+}
+
+/// Makes sure the publication covers the watched tables and the slot exists and is usable.
+/// Returns true when the slot is new (created now, or re-created after Postgres invalidated
+/// it): what changed before it is unknown, so everything cached must go.
+pub async fn prepare(
+    client: &Client,
+    c: &ChangesConfig,
+    watched: &[String],
+) -> Result<bool, SetupError> {
+    // Names are checked identifiers (config validation), safe to splice into DDL.
+    let exists = client
+        .query_opt(
+            "SELECT 1 FROM pg_publication WHERE pubname = $1",
+            &[&c.publication],
+        )
+        .await
+        .map_err(pg)?
+        .is_some();
+    if !exists {
+        let ddl = format!(
+            "CREATE PUBLICATION {} FOR TABLE {}",
+            c.publication,
+            watched.join(", ")
+        );
+        client.batch_execute(&ddl).await.map_err(pg)?;
+        tracing::info!(publication = %c.publication, tables = ?watched, "created the publication");
+    } else {
+        let rows = client
+            .query(
+                "SELECT schemaname || '.' || tablename FROM pg_publication_tables \
+                 WHERE pubname = $1",
+                &[&c.publication],
+            )
+            .await
+            .map_err(pg)?;
+        let present: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let missing: Vec<&String> = watched.iter().filter(|t| !present.contains(t)).collect();
+        if !missing.is_empty() {
+            let ddl = format!(
+                "ALTER PUBLICATION {} ADD TABLE {}",
+                c.publication,
+                missing
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            client.batch_execute(&ddl).await.map_err(pg)?;
+            tracing::info!(publication = %c.publication, tables = ?missing, "added tables to the publication");
+        }
+    }
+    let slot = client
+        .query_opt(
+            "SELECT plugin::text, coalesce(wal_status, '') FROM pg_replication_slots \
+             WHERE slot_name = $1",
+            &[&c.slot],
+        )
+        .await
+        .map_err(pg)?;
+    match slot {
+        Some(row) if row.get::<_, String>(1) != "lost" => {
+            let plugin: String = row.get(0);
+            if plugin != "pgoutput" {
+                return Err(SetupError::Postgres(format!(
+                    "slot {} uses the {plugin} plugin, not pgoutput: drop it or set changes.slot",
+                    c.slot
+                )));
+            }
+            Ok(false)
+        }
+        lost => {
+            if lost.is_some() {
+                tracing::warn!(slot = %c.slot, "the slot was invalidated (max_slot_wal_keep_size): everything cached is dropped and the slot made anew");
+                client
+                    .execute("SELECT pg_drop_replication_slot($1)", &[&c.slot])
+                    .await
+                    .map_err(pg)?;
+            }
+            client
+                .execute(
+                    "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+                    &[&c.slot],
+                )
+                .await
+                .map_err(pg)?;
+            tracing::info!(slot = %c.slot, "created the replication slot");
+            Ok(true)
+        }
+    }
+}
+
+/// Each watched table's definition, hashed (its columns and types, and its storage, which
+/// TRUNCATE and table rewrites replace); None for a table that no longer exists.
+pub async fn definitions(
+    client: &Client,
+    watched: &[String],
+) -> Result<BTreeMap<String, Option<String>>, SetupError> {
+    let rows = client
+        .query(
+            "SELECT t, (SELECT md5(c.relfilenode::text || ':' || string_agg( \
+                 a.attname || ' ' || a.atttypid || ' ' || a.atttypmod, ',' ORDER BY a.attnum)) \
+               FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid \
+                 AND a.attnum > 0 AND NOT a.attisdropped \
+               WHERE c.oid = to_regclass(t) GROUP BY c.relfilenode) \
+             FROM unnest($1::text[]) AS t",
+            &[&watched],
+        )
+        .await
+        .map_err(pg)?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Writes a mark into the WAL (not transactional: it is decoded where it is written, after
+/// every commit before it).
+pub async fn mark(client: &Client, mark_ms: u64) -> Result<(), SetupError> {
+    client
+        .execute(
+            "SELECT pg_logical_emit_message(false, 'ferry.mark', $1)",
+            &[&mark_ms.to_string()],
+        )
+        .await
+        .map_err(pg)?;
+    Ok(())
+}
+
+/// Bytes of WAL the slot holds back (what it costs the database's disk).
+pub async fn slot_lag_bytes(client: &Client, c: &ChangesConfig) -> Result<Option<i64>, SetupError> {
+    Ok(client
+        .query_opt(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::int8 \
+             FROM pg_replication_slots WHERE slot_name = $1",
+            &[&c.slot],
+        )
+        .await
+        .map_err(pg)?
+        .and_then(|r| r.get(0)))
+}

@@ -1,0 +1,200 @@
+//! How far the change stream's invalidations have caught up with commits, and the gate that
+//! makes reads bypass the cache while they lag.
+//!
+//! The consuming sidecar marks the stream every `changes.heartbeat_ms`: it notes the time T,
+//! then writes a message into the WAL. Everything committed before T sits in the WAL ahead of
+//! that message, so once the message comes out of the stream and every change ahead of it is
+//! invalidated in Redis, the cache is fresh for every commit before T. T (the watermark) goes
+//! to Redis, where every sidecar reads it. A sidecar serves cached reads only while the
+//! watermark is younger than `changes.max_lag_ms` and newer than its own start: so a read that
+//! starts more than `max_lag_ms` after a commit never sees the rows from before it, a consumer
+//! that stopped (dead, Redis down, slot lost) turns every sidecar's reads into bypass within
+//! `max_lag_ms`, and a sidecar that was down serves nothing cached until the stream has
+//! replayed what it missed. Clocks: the sidecars' clocks must agree (NTP), as signing needs.
+
+use super::Cache;
+use crate::store::pools::Pools;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Where the watermark lives in Redis, under the key prefix.
+const WATERMARK_KEY: &str = "changes:fresh";
+/// The watched tables' definitions the consumer last saw (a hash: table → digest).
+const DEFINITIONS_KEY: &str = "changes:definitions";
+
+/// Sets the watermark only forward (a late write from a consumer that lost its lease cannot
+/// move it back).
+const SET_MAX: &str = r"
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) > cur then redis.call('SET', KEYS[1], ARGV[1]) end
+return 1";
+
+#[derive(Debug, Default)]
+pub struct Freshness {
+    /// None: the change stream is off and the gate always opens.
+    watch: Option<Watch>,
+}
+
+#[derive(Debug)]
+struct Watch {
+    started_ms: u64,
+    max_lag_ms: u64,
+    watermark_ms: AtomicU64,
+}
+
+/// What /readyz and /metrics say about the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamState {
+    Off,
+    /// No watermark newer than this sidecar's start yet: replaying what it missed.
+    CatchingUp,
+    /// The watermark is older than `max_lag_ms`.
+    Lagging,
+    CaughtUp,
+}
+
+impl StreamState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamState::Off => "off",
+            StreamState::CatchingUp => "catching_up",
+            StreamState::Lagging => "lagging",
+            StreamState::CaughtUp => "caught_up",
+        }
+    }
+}
+
+impl Freshness {
+    pub fn watching(max_lag_ms: u64) -> Freshness {
+        Freshness {
+            watch: Some(Watch {
+                started_ms: super::now_ms(),
+                max_lag_ms,
+                watermark_ms: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The stream's state, and how old the watermark is in milliseconds.
+    pub fn state(&self) -> (StreamState, Option<u64>) {
+        let Some(w) = &self.watch else {
+            return (StreamState::Off, None);
+        };
+        let mark = w.watermark_ms.load(Ordering::Acquire);
+        if mark == 0 {
+            return (StreamState::CatchingUp, None);
+        }
+        let age = super::now_ms().saturating_sub(mark);
+        let state = if mark < w.started_ms {
+            StreamState::CatchingUp
+        } else if age > w.max_lag_ms {
+            StreamState::Lagging
+        } else {
+            StreamState::CaughtUp
+        };
+        (state, Some(age))
+    }
+
+    /// Whether cached rows may be served: the stream is off, or caught up within the bound.
+    pub fn serves(&self) -> bool {
+        matches!(self.state().0, StreamState::Off | StreamState::CaughtUp)
+    }
+
+    fn advance(&self, mark_ms: u64) {
+        if let Some(w) = &self.watch {
+            w.watermark_ms.fetch_max(mark_ms, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Cache {
+    /// Turns the freshness gate on (the change stream is enabled).
+    pub fn watch_changes(mut self, max_lag_ms: u64) -> Cache {
+        self.freshness = Freshness::watching(max_lag_ms);
+        self
+    }
+
+    pub fn freshness(&self) -> &Freshness {
+        &self.freshness
+    }
+
+    /// The consumer's mark: every commit before `mark_ms` is invalidated. Shared through Redis.
+    pub fn publish_watermark(&self, pools: &Pools, mark_ms: u64) -> Result<(), String> {
+        let mut conn = pools.redis_conn().map_err(|e| e.to_string())?;
+        redis::Script::new(SET_MAX)
+            .key(format!("{}{WATERMARK_KEY}", self.prefix))
+            .arg(mark_ms)
+            .invoke::<i64>(&mut *conn)
+            .map_err(|e| e.to_string())?;
+        self.freshness.advance(mark_ms);
+        Ok(())
+    }
+
+    /// Reads the shared watermark (every sidecar, consumer or not, polls it).
+    pub fn refresh_watermark(&self, pools: &Pools) -> Result<(), String> {
+        let mut conn = pools.redis_conn().map_err(|e| e.to_string())?;
+        let mark: Option<u64> = redis::cmd("GET")
+            .arg(format!("{}{WATERMARK_KEY}", self.prefix))
+            .query(&mut *conn)
+            .map_err(|e| e.to_string())?;
+        if let Some(m) = mark {
+            self.freshness.advance(m);
+        }
+        Ok(())
+    }
+}
+
+impl Cache {
+    /// The watched tables' definitions as the last consumer saw them (a new consumer compares,
+    /// so DDL while no sidecar consumed still drops what depends on the table).
+    pub fn stored_definitions(
+        &self,
+        pools: &Pools,
+    ) -> Result<std::collections::BTreeMap<String, String>, String> {
+        let mut conn = pools.redis_conn().map_err(|e| e.to_string())?;
+        redis::cmd("HGETALL")
+            .arg(format!("{}{DEFINITIONS_KEY}", self.prefix))
+            .query(&mut *conn)
+            .map_err(|e| e.to_string())
+    }
+
+    pub fn store_definitions(
+        &self,
+        pools: &Pools,
+        defs: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        if defs.is_empty() {
+            return Ok(());
+        }
+        let mut conn = pools.redis_conn().map_err(|e| e.to_string())?;
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(format!("{}{DEFINITIONS_KEY}", self.prefix));
+        for (t, d) in defs {
+            cmd.arg(t).arg(d);
+        }
+        cmd.query::<i64>(&mut *conn).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gate_opens_only_for_a_recent_mark_newer_than_the_start() {
+        assert!(Freshness::default().serves());
+        let f = Freshness::watching(1_000);
+        assert_eq!(f.state().0, StreamState::CatchingUp);
+        f.advance(super::super::now_ms() - 60_000);
+        assert_eq!(f.state().0, StreamState::CatchingUp, "older than the start");
+        let start = f.watch.as_ref().map(|w| w.started_ms).unwrap_or(0);
+        f.advance(start);
+        assert!(f.serves());
+        let lagging = Freshness::watching(1);
+        let start = lagging.watch.as_ref().map(|w| w.started_ms).unwrap_or(0);
+        lagging.advance(start);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert_eq!(lagging.state().0, StreamState::Lagging);
+        assert!(!lagging.serves());
+    }
+}

@@ -1,0 +1,283 @@
+//! The writer that bypasses Ferry: psql, a migration, another service. With `[changes]` on, a
+//! read that starts more than `changes.max_lag_ms` after a commit never returns the rows from
+//! before it, whoever committed. Against the binary, a private Postgres with
+//! `wal_level = logical`, and private Redis; Postgres's rows judge what is fresh.
+use ferry_testkit::{client::Answer, wait_until, PgServer, RedisServer, SidecarProcess};
+use serde_json::{json, Value};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
+/// The bound under test (and the mark interval): short, so the tests wait little.
+const MAX_LAG: Duration = Duration::from_millis(400);
+
+pub fn logical_pg() -> PgServer {
+    let pg = PgServer::start_logical();
+    pg.setup_demo_schema();
+    pg.client()
+        .batch_execute(
+            "CREATE TABLE orders (id int PRIMARY KEY, item_id int NOT NULL, qty int NOT NULL);
+             INSERT INTO orders VALUES (1, 1, 5);",
+        )
+        .expect("orders");
+    pg
+}
+
+pub fn start(redis: &RedisServer, pg: &PgServer) -> SidecarProcess {
+    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/ferry.toml");
+    let env = [
+        ("FERRY_CONFIG", sample),
+        ("FERRY_CHANGES_ENABLED", "true"),
+        ("FERRY_CHANGES_TABLES", "orders"),
+        ("FERRY_CHANGES_MAX_LAG_MS", "400"),
+        ("FERRY_CHANGES_HEARTBEAT_MS", "50"),
+    ];
+    let s = SidecarProcess::start(BIN, &redis.url(), &pg.url(), &env, Stdio::null());
+    wait_caught_up(&s);
+    s
+}
+
+fn changes(s: &SidecarProcess) -> Value {
+    s.client.get("/readyz").body["changes"].clone()
+}
+
+pub fn wait_caught_up(s: &SidecarProcess) {
+    wait_until(
+        "the change stream to catch up",
+        Duration::from_secs(30),
+        || changes(s)["state"] == "caught_up",
+    );
+}
+
+fn read(s: &SidecarProcess, sql: &str, params: Value, tables: &[&str]) -> Answer {
+    let a = s.client.query(json!({
+        "sql": sql, "params": params,
+        "cache": {"ttl_s": 600, "tables": tables},
+    }));
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    a
+}
+
+fn name_of(s: &SidecarProcess, id: i32) -> (String, String) {
+    let a = read(
+        s,
+        "SELECT name FROM items WHERE id = $1",
+        json!([id]),
+        &["items"],
+    );
+    (
+        a.body["rows"][0]["name"]
+            .as_str()
+            .unwrap_or("<none>")
+            .to_string(),
+        a.body["cache"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+/// Waits out the bound from `committed`: any read from then on must be fresh.
+fn after_bound(committed: Instant) {
+    let until = committed + MAX_LAG + Duration::from_millis(20);
+    std::thread::sleep(until.saturating_duration_since(Instant::now()));
+}
+
+/// Reads `id` until it is a cache hit again (the stream does not just switch caching off).
+fn until_hit(s: &SidecarProcess, id: i32, expect: &str) {
+    wait_until("a hit with the fresh row", Duration::from_secs(10), || {
+        let (name, cache) = name_of(s, id);
+        assert_eq!(name, expect, "a read after the bound returned another row");
+        cache == "hit"
+    });
+}
+
+#[test]
+fn update_insert_and_delete_from_psql_are_seen_by_the_next_read() {
+    let (redis, pg) = (RedisServer::start(), logical_pg());
+    let s = start(&redis, &pg);
+    let mut psql = pg.client();
+    until_hit(&s, 1, "item 1");
+
+    psql.execute("UPDATE items SET name = 'from psql' WHERE id = 1", &[])
+        .expect("update");
+    after_bound(Instant::now());
+    assert_eq!(name_of(&s, 1).0, "from psql", "UPDATE");
+    until_hit(&s, 1, "from psql");
+
+    let count = |s: &SidecarProcess| {
+        read(
+            s,
+            "SELECT count(*)::int AS n FROM items",
+            json!([]),
+            &["items"],
+        )
+        .body["rows"][0]["n"]
+            .as_i64()
+    };
+    assert_eq!(count(&s), Some(1000));
+    psql.execute(
+        "INSERT INTO items (id, name, price) VALUES (5000, 'new', 1)",
+        &[],
+    )
+    .expect("insert");
+    after_bound(Instant::now());
+    assert_eq!(count(&s), Some(1001), "INSERT");
+
+    psql.execute("DELETE FROM items WHERE id = 5000", &[])
+        .expect("delete");
+    after_bound(Instant::now());
+    assert_eq!(count(&s), Some(1000), "DELETE");
+
+    // Keyed rows: row 2's entry (items:2) goes, row 3's stays cached.
+    let keyed = |s: &SidecarProcess| {
+        let body = json!({"keyspace": "items", "ids": [2, 3]});
+        let a = s.client.block_on(s.client.post("/v1/batch/keyed", &body));
+        assert_eq!(a.status, 200, "{:?}", a.body);
+        a.body["results"].clone()
+    };
+    keyed(&s);
+    let warm = keyed(&s);
+    assert_eq!(warm[0]["status"], "hit");
+    psql.execute("UPDATE items SET name = 'two' WHERE id = 2", &[])
+        .expect("update 2");
+    after_bound(Instant::now());
+    let after = keyed(&s);
+    assert_eq!(after[0]["row"]["name"], "two", "the changed row");
+    assert_eq!(after[0]["status"], "miss");
+    assert_eq!(
+        after[1]["status"], "hit",
+        "an unchanged row keeps its entry"
+    );
+}
+
+#[test]
+fn transactions_count_once_committed_and_rollbacks_not_at_all() {
+    let (redis, pg) = (RedisServer::start(), logical_pg());
+    let s = start(&redis, &pg);
+    let mut psql = pg.client();
+    let qty = |s: &SidecarProcess| {
+        read(
+            s,
+            "SELECT qty FROM orders WHERE id = 1",
+            json!([]),
+            &["orders"],
+        )
+        .body["rows"][0]["qty"]
+            .as_i64()
+    };
+    until_hit(&s, 1, "item 1");
+    assert_eq!(qty(&s), Some(5));
+    assert_eq!(qty(&s), Some(5));
+
+    // One transaction over two tables: both reads see it.
+    let mut tx = psql.transaction().expect("begin");
+    tx.execute("UPDATE items SET name = 'both' WHERE id = 1", &[])
+        .expect("items");
+    tx.execute("UPDATE orders SET qty = 6 WHERE id = 1", &[])
+        .expect("orders");
+    tx.commit().expect("commit");
+    after_bound(Instant::now());
+    assert_eq!(name_of(&s, 1).0, "both");
+    assert_eq!(qty(&s), Some(6));
+    until_hit(&s, 1, "both");
+
+    // A rolled-back transaction invalidates nothing: the entry stays a hit.
+    let mut tx = psql.transaction().expect("begin");
+    tx.execute("UPDATE items SET name = 'never' WHERE id = 1", &[])
+        .expect("items");
+    tx.rollback().expect("rollback");
+    after_bound(Instant::now());
+    assert_eq!(name_of(&s, 1), ("both".to_string(), "hit".to_string()));
+}
+
+#[test]
+fn truncate_and_alter_drop_the_tables_entries() {
+    let (redis, pg) = (RedisServer::start(), logical_pg());
+    let s = start(&redis, &pg);
+    let mut psql = pg.client();
+    let orders = |s: &SidecarProcess| {
+        read(
+            s,
+            "SELECT * FROM orders ORDER BY id",
+            json!([]),
+            &["orders"],
+        )
+        .body["rows"]
+            .clone()
+    };
+    assert_eq!(orders(&s), json!([{"id": 1, "item_id": 1, "qty": 5}]));
+    psql.batch_execute("TRUNCATE orders").expect("truncate");
+    after_bound(Instant::now());
+    assert_eq!(orders(&s), json!([]), "TRUNCATE");
+
+    psql.batch_execute("INSERT INTO orders VALUES (2, 1, 1)")
+        .expect("insert");
+    after_bound(Instant::now());
+    assert_eq!(orders(&s), json!([{"id": 2, "item_id": 1, "qty": 1}]));
+    // DDL is not in the stream: the consumer watches the tables' definitions.
+    psql.batch_execute("ALTER TABLE orders ADD COLUMN note text DEFAULT 'n'")
+        .expect("alter");
+    after_bound(Instant::now());
+    assert_eq!(
+        orders(&s),
+        json!([{"id": 2, "item_id": 1, "qty": 1, "note": "n"}]),
+        "ALTER"
+    );
+}
+
+#[test]
+fn a_read_after_a_commit_never_returns_the_rows_before_it() {
+    let (redis, pg) = (RedisServer::start(), logical_pg());
+    let s = start(&redis, &pg);
+    // A writer bumps row 1's price; readers read it through the cache. Every read must see at
+    // least the value committed MAX_LAG before it started.
+    let commits: std::sync::Mutex<Vec<(Instant, i64)>> = std::sync::Mutex::new(Vec::new());
+    let reads: std::sync::Mutex<Vec<(Instant, i64, String)>> = std::sync::Mutex::new(Vec::new());
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let mut psql = pg.client();
+            for n in 1..=300i64 {
+                psql.execute("UPDATE items SET price = $1::int8 WHERE id = 1", &[&n])
+                    .expect("update");
+                commits.lock().unwrap().push((Instant::now(), n));
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        for _ in 0..4 {
+            scope.spawn(|| {
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    let started = Instant::now();
+                    let a = read(
+                        &s,
+                        "SELECT price::int8 AS p FROM items WHERE id = 1",
+                        json!([]),
+                        &["items"],
+                    );
+                    let p = a.body["rows"][0]["p"].as_i64().unwrap_or(-1);
+                    let cache = a.body["cache"].as_str().unwrap_or_default().to_string();
+                    reads.lock().unwrap().push((started, p, cache));
+                }
+            });
+        }
+    });
+    let commits = commits.into_inner().unwrap();
+    let reads = reads.into_inner().unwrap();
+    let mut stale = 0;
+    for (started, seen, _) in &reads {
+        let must = commits
+            .iter()
+            .filter(|(at, _)| *at + MAX_LAG < *started)
+            .map(|(_, n)| *n)
+            .max()
+            .unwrap_or(0);
+        if *seen < must {
+            stale += 1;
+        }
+    }
+    let hits = reads.iter().filter(|r| r.2 == "hit").count();
+    assert_eq!(stale, 0, "stale reads past the bound, of {}", reads.len());
+    assert!(
+        hits > 0,
+        "no read was served from the cache: the test proves nothing"
+    );
+}
