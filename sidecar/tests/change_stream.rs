@@ -2,92 +2,12 @@
 //! read that starts more than `changes.max_lag_ms` after a commit never returns the rows from
 //! before it, whoever committed. Against the binary, a private Postgres with
 //! `wal_level = logical`, and private Redis; Postgres's rows judge what is fresh.
-use ferry_testkit::{client::Answer, wait_until, PgServer, RedisServer, SidecarProcess};
-use serde_json::{json, Value};
-use std::process::Stdio;
+use ferry_testkit::{RedisServer, SidecarProcess};
+use serde_json::json;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
-/// The bound under test (and the mark interval): short, so the tests wait little.
-const MAX_LAG: Duration = Duration::from_millis(400);
-
-pub fn logical_pg() -> PgServer {
-    let pg = PgServer::start_logical();
-    pg.setup_demo_schema();
-    pg.client()
-        .batch_execute(
-            "CREATE TABLE orders (id int PRIMARY KEY, item_id int NOT NULL, qty int NOT NULL);
-             INSERT INTO orders VALUES (1, 1, 5);",
-        )
-        .expect("orders");
-    pg
-}
-
-pub fn start(redis: &RedisServer, pg: &PgServer) -> SidecarProcess {
-    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/ferry.toml");
-    let env = [
-        ("FERRY_CONFIG", sample),
-        ("FERRY_CHANGES_ENABLED", "true"),
-        ("FERRY_CHANGES_TABLES", "orders"),
-        ("FERRY_CHANGES_MAX_LAG_MS", "400"),
-        ("FERRY_CHANGES_HEARTBEAT_MS", "50"),
-    ];
-    let s = SidecarProcess::start(BIN, &redis.url(), &pg.url(), &env, Stdio::null());
-    wait_caught_up(&s);
-    s
-}
-
-fn changes(s: &SidecarProcess) -> Value {
-    s.client.get("/readyz").body["changes"].clone()
-}
-
-pub fn wait_caught_up(s: &SidecarProcess) {
-    wait_until(
-        "the change stream to catch up",
-        Duration::from_secs(30),
-        || changes(s)["state"] == "caught_up",
-    );
-}
-
-fn read(s: &SidecarProcess, sql: &str, params: Value, tables: &[&str]) -> Answer {
-    let a = s.client.query(json!({
-        "sql": sql, "params": params,
-        "cache": {"ttl_s": 600, "tables": tables},
-    }));
-    assert_eq!(a.status, 200, "{:?}", a.body);
-    a
-}
-
-fn name_of(s: &SidecarProcess, id: i32) -> (String, String) {
-    let a = read(
-        s,
-        "SELECT name FROM items WHERE id = $1",
-        json!([id]),
-        &["items"],
-    );
-    (
-        a.body["rows"][0]["name"]
-            .as_str()
-            .unwrap_or("<none>")
-            .to_string(),
-        a.body["cache"].as_str().unwrap_or_default().to_string(),
-    )
-}
-
-/// Waits out the bound from `committed`: any read from then on must be fresh.
-fn after_bound(committed: Instant) {
-    let until = committed + MAX_LAG + Duration::from_millis(20);
-    std::thread::sleep(until.saturating_duration_since(Instant::now()));
-}
-
-/// Reads `id` until it is a cache hit again (the stream does not just switch caching off).
-fn until_hit(s: &SidecarProcess, id: i32, expect: &str) {
-    wait_until("a hit with the fresh row", Duration::from_secs(10), || {
-        let (name, cache) = name_of(s, id);
-        assert_eq!(name, expect, "a read after the bound returned another row");
-        cache == "hit"
-    });
-}
+mod change_stream_common;
+use change_stream_common::*;
 
 #[test]
 fn update_insert_and_delete_from_psql_are_seen_by_the_next_read() {

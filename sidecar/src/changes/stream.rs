@@ -218,9 +218,14 @@ impl Consumer<'_> {
         if changed {
             self.flush(None).await?;
             let defs = self.definitions.clone();
-            self.ctx
+            // Not fatal: a consumer that finds older ones invalidates the tables again.
+            if let Err(e) = self
+                .ctx
                 .redis(move |cache, pools| cache.store_definitions(pools, &defs))
-                .await?;
+                .await
+            {
+                tracing::debug!(error = %e, "change stream: the definitions were not stored");
+            }
         }
         Ok(())
     }
@@ -256,9 +261,14 @@ impl Consumer<'_> {
             .status
             .observe_lag(self.commits_ms.drain(..).map(|c| (now - c).max(0) as u64));
         if let Some(m) = mark {
-            self.ctx
+            // Not fatal: the next mark publishes a later one (meanwhile reads bypass).
+            if let Err(e) = self
+                .ctx
                 .redis(move |cache, pools| cache.publish_watermark(pools, m))
-                .await?;
+                .await
+            {
+                tracing::debug!(error = %e, "change stream: the watermark was not published");
+            }
         }
         Ok(())
     }

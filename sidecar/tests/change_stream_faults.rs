@@ -1,0 +1,178 @@
+//! The change stream under faults, on the binary: the consuming sidecar SIGKILLed during writes,
+//! Redis stopped during writes, two sidecars with the leader killed, and a server or role that
+//! cannot stream. Fresh reads judged by Postgres's rows; the slot's holder by pg_stat_replication.
+use ferry_testkit::{wait_until, RedisServer};
+use std::time::{Duration, Instant};
+
+mod change_stream_common;
+use change_stream_common::*;
+
+fn kill(s: &mut ferry_testkit::SidecarProcess) {
+    let _ = s.child.kill();
+    let _ = s.child.wait();
+}
+
+#[test]
+fn a_sidecar_killed_during_writes_replays_before_it_serves_the_cache() {
+    let (redis, pg) = (RedisServer::start(), logical_pg());
+    let mut s = start(&redis, &pg);
+    until_hit(&s, 1, "item 1");
+    kill(&mut s);
+    // Written while no sidecar consumed the slot: only the slot remembers it.
+    pg.client()
+        .execute("UPDATE items SET name = 'while down' WHERE id = 1", &[])
+        .expect("update");
+    let s = spawn(&redis, &pg);
+    // The very first read after the restart: the entry in Redis is the old row.
+    let (name, cache) = name_of(&s, 1);
+    assert_eq!(name, "while down", "served the pre-write row ({cache})");
+    wait_caught_up(&s);
+    until_hit(&s, 1, "while down");
+}
+
+#[test]
+fn redis_stopped_during_writes_loses_no_invalidation() {
+    let (redis, pg) = (RedisServer::start(), logical_pg());
+    let s = start(&redis, &pg);
+    until_hit(&s, 1, "item 1");
+    redis.pause();
+    let mut psql = pg.client();
+    psql.execute("UPDATE items SET name = 'redis was down' WHERE id = 1", &[])
+        .expect("update");
+    let written: String = psql
+        .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+        .expect("lsn")
+        .get(0);
+    // Whether the slot's confirmed position has passed the write (Postgres's view).
+    let mut confirmed = || -> bool {
+        psql.query_one(
+            "SELECT confirmed_flush_lsn >= $1::text::pg_lsn FROM pg_replication_slots \
+             WHERE slot_name = 'ferry'",
+            &[&written],
+        )
+        .expect("slot")
+        .get(0)
+    };
+    // Longer than the bound and the stream's 1 s status interval: it cannot confirm or mark
+    // anything meanwhile.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        !confirmed(),
+        "confirmed a change whose invalidation Redis never took"
+    );
+    let during = name_of(&s, 1);
+    assert_eq!(during.0, "redis was down", "read while Redis is stopped");
+    redis.resume();
+    // The first read once Redis answers again: the old entry is still in it.
+    let (name, cache) = name_of(&s, 1);
+    assert_eq!(name, "redis was down", "served the pre-write row ({cache})");
+    until_hit(&s, 1, "redis was down");
+    wait_until(
+        "the slot to be confirmed",
+        Duration::from_secs(10),
+        &mut confirmed,
+    );
+}
+
+fn stream_holder(pg: &ferry_testkit::PgServer) -> Option<i32> {
+    pg.client()
+        .query_opt(
+            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'ferry' AND active",
+            &[],
+        )
+        .expect("slots")
+        .map(|r| r.get(0))
+}
+
+#[test]
+fn two_sidecars_one_consumer_and_the_survivor_takes_over() {
+    let (redis, pg) = (RedisServer::start(), logical_pg());
+    let a = start(&redis, &pg);
+    let b = start(&redis, &pg);
+    let role = |s: &ferry_testkit::SidecarProcess| changes(s)["role"].as_str().map(String::from);
+    wait_until(
+        "one leader and one follower",
+        Duration::from_secs(10),
+        || {
+            let mut roles = [role(&a), role(&b)];
+            roles.sort();
+            roles == [Some("follower".into()), Some("leader".into())]
+        },
+    );
+    let (mut leader, survivor) = if role(&a).as_deref() == Some("leader") {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let before = stream_holder(&pg).expect("the slot is held");
+    until_hit(&survivor, 1, "item 1");
+    // A write through the follower's view: invalidations from the leader reach every sidecar.
+    pg.client()
+        .execute(
+            "UPDATE items SET name = 'seen everywhere' WHERE id = 1",
+            &[],
+        )
+        .expect("update");
+    after_bound(Instant::now());
+    assert_eq!(name_of(&survivor, 1).0, "seen everywhere");
+
+    kill(&mut leader);
+    pg.client()
+        .execute(
+            "UPDATE items SET name = 'after the leader died' WHERE id = 1",
+            &[],
+        )
+        .expect("update");
+    after_bound(Instant::now());
+    assert_eq!(
+        name_of(&survivor, 1).0,
+        "after the leader died",
+        "no leader: reads must bypass, not serve the old entry"
+    );
+    wait_until("the survivor to lead", Duration::from_secs(15), || {
+        role(&survivor).as_deref() == Some("leader")
+    });
+    let after = stream_holder(&pg).expect("the slot is held again");
+    assert_ne!(before, after, "another backend holds the slot");
+    until_hit(&survivor, 1, "after the leader died");
+    let slots: i64 = pg
+        .client()
+        .query_one("SELECT count(*) FROM pg_replication_slots", &[])
+        .expect("slots")
+        .get(0);
+    assert_eq!(slots, 1, "one slot, whoever consumes it");
+}
+
+/// A server or role that cannot stream stops the binary at startup, naming what is missing.
+#[test]
+fn missing_prerequisites_are_named_at_startup() {
+    let redis = RedisServer::start();
+    let plain = ferry_testkit::PgServer::start();
+    plain.setup_demo_schema();
+    let logical = logical_pg();
+    logical
+        .client()
+        .batch_execute("CREATE ROLE no_repl LOGIN; GRANT SELECT ON items TO no_repl;")
+        .expect("role");
+    let no_repl = logical.url().replace("postgres@", "no_repl@");
+    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/ferry.toml");
+    for (url, changes_url, expect) in [
+        (plain.url(), String::new(), "wal_level = logical"),
+        (logical.url(), no_repl, "REPLICATION"),
+    ] {
+        let out = std::process::Command::new(BIN)
+            .env_clear()
+            .env("FERRY_CONFIG", sample)
+            .env("FERRY_SECRET", "a-test-secret-of-enough-length")
+            .env("FERRY_REDIS_URL", redis.url())
+            .env("FERRY_DATABASE_URL", &url)
+            .env("FERRY_CHANGES_ENABLED", "true")
+            .env("FERRY_CHANGES_URL", &changes_url)
+            .env("FERRY_LISTEN", "127.0.0.1:0")
+            .output()
+            .expect("run the binary");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(expect), "{expect}: {err}");
+    }
+}
