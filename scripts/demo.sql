@@ -25,3 +25,17 @@ END $$;
 REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 GRANT USAGE ON SCHEMA public TO ferry_app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON items TO ferry_app;
+
+-- Change-stream invalidation (deploy/ferry.toml [changes]): the stream reads a logical
+-- replication slot as its own role, ferry_changes, with REPLICATION and SELECT on the watched
+-- tables and nothing else. REPLICATION stays off ferry_app, which runs requests' SQL: a role
+-- with it could make its own slot and read every table's changes. The publication is made
+-- here because creating one needs ownership of its tables.
+DO $$ BEGIN
+  CREATE ROLE ferry_changes LOGIN REPLICATION NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+GRANT USAGE ON SCHEMA public TO ferry_changes;
+GRANT SELECT ON items TO ferry_changes;
+DROP PUBLICATION IF EXISTS ferry;
+CREATE PUBLICATION ferry FOR TABLE items;

@@ -72,11 +72,12 @@ if [ ! -f "$RUN/pg/PG_VERSION" ]; then
 fi
 [ "$(id -u)" = 0 ] && chown postgres: "$RUN"
 as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg" -l "$RUN/postgres.log" -w \
-  -o "-p $PG_PORT -k $RUN -c listen_addresses=127.0.0.1" start >/dev/null
+  -o "-p $PG_PORT -k $RUN -c listen_addresses=127.0.0.1 -c wal_level=logical" start >/dev/null
 PGOPTIONS="-c client_min_messages=warning" psql -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -f scripts/demo.sql
 
 step "4/5 sidecar on 127.0.0.1:$SIDECAR_PORT (config: deploy/ferry.toml, with its named queries)"
-# As the least-privilege role ferry_app (scripts/demo.sql). Raw SQL is on here, and only here,
+# As the least-privilege role ferry_app (scripts/demo.sql); the change stream as ferry_changes
+# (REPLICATION, SELECT on items), so writes from psql reach the cache too. Raw SQL is on here, and only here,
 # so the examples printed below can send their own SELECTs; deploy/ferry.toml keeps it off.
 port_free "$SIDECAR_PORT" || die "port $SIDECAR_PORT is taken (set FERRY_DEV_SIDECAR_PORT)"
 FERRY_CONFIG=$FERRY_ROOT/deploy/ferry.toml \
@@ -84,6 +85,8 @@ FERRY_LISTEN=127.0.0.1:$SIDECAR_PORT \
 FERRY_REDIS_URL=redis://127.0.0.1:$REDIS_PORT \
 FERRY_DATABASE_URL=postgres://ferry_app@127.0.0.1:$PG_PORT/postgres \
 FERRY_AUTH_ALLOW_RAW_SQL=true \
+FERRY_CHANGES_ENABLED=true \
+FERRY_CHANGES_URL=postgres://ferry_changes@127.0.0.1:$PG_PORT/postgres \
 FERRY_SECRET=$SECRET \
 FERRY_LOG=${FERRY_LOG:-info} \
   "$CARGO_TARGET_DIR/$PROFILE/ferry-sidecar" > "$RUN/sidecar.log" 2>&1 &
@@ -112,6 +115,14 @@ Ferry is running (logs in .run/). Through the edge (the real Workers runtime):
   curl -s http://127.0.0.1:$EDGE_PORT/items/1            # fresh after the write
   curl -s -X PUT -H "\$KEY" http://127.0.0.1:$EDGE_PORT/cache/greeting -d '{"value":"hello","ttl_s":60}'
   curl -s -H "\$KEY" http://127.0.0.1:$EDGE_PORT/cache/greeting
+
+A write that bypasses Ferry (psql) reaches the edge fresh: the sidecar reads Postgres's change
+stream and drops the entries that depend on the row, within changes.max_lag_ms (1 s) at most:
+
+  curl -s http://127.0.0.1:$EDGE_PORT/items/2            # run it twice: a hit
+  psql -h 127.0.0.1 -p $PG_PORT -U postgres -c "UPDATE items SET name = 'changed in psql' WHERE id = 2"
+  curl -s http://127.0.0.1:$EDGE_PORT/items/2            # the new name, read from Postgres
+  curl -s http://127.0.0.1:$SIDECAR_PORT/readyz | grep -o '"changes":{[^}]*}'   # caught_up, leader
 
 The sidecar directly (signed requests):
 

@@ -16,7 +16,9 @@ pub fn logical_pg() -> PgServer {
     pg.client()
         .batch_execute(
             "CREATE TABLE orders (id int PRIMARY KEY, item_id int NOT NULL, qty int NOT NULL);
-             INSERT INTO orders VALUES (1, 1, 5);",
+             INSERT INTO orders VALUES (1, 1, 5);
+             GRANT SELECT ON orders TO ferry_changes;
+             ALTER PUBLICATION ferry ADD TABLE orders;",
         )
         .expect("orders");
     pg
@@ -31,8 +33,11 @@ pub fn start(redis: &RedisServer, pg: &PgServer) -> SidecarProcess {
 /// The binary with `[changes]` on, ready (it may still be catching up).
 pub fn spawn(redis: &RedisServer, pg: &PgServer) -> SidecarProcess {
     let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/ferry.toml");
+    // The stream as the least-privilege role scripts/demo.sql makes (REPLICATION, SELECT).
+    let stream_url = pg.url().replace("postgres@", "ferry_changes@");
     let env = [
         ("FERRY_CONFIG", sample),
+        ("FERRY_CHANGES_URL", stream_url.as_str()),
         ("FERRY_CHANGES_ENABLED", "true"),
         ("FERRY_CHANGES_TABLES", "orders"),
         ("FERRY_CHANGES_MAX_LAG_MS", "400"),
