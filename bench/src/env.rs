@@ -125,7 +125,8 @@ pub fn start_webdis(redis: &RedisServer, dir: &std::path::Path) -> Proc {
 
 /// Postgres with a password for TCP clients, the demo schema and pgbench's tables.
 pub fn start_postgres() -> (PgServer, String) {
-    let pg = PgServer::start();
+    // wal_level = logical: the staleness scenario's sidecar reads the change stream.
+    let pg = PgServer::start_logical();
     pg.setup_demo_schema();
     let url = pg.require_password(PG_PASSWORD);
     let out = Command::new(pgbench())

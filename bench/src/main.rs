@@ -46,6 +46,8 @@ enum Which {
     Throughput,
     /// The replay store at full signed load for three clock windows: 0 refusals, RSS flat.
     Replay,
+    /// Staleness after a write that bypasses Ferry: change-stream invalidation vs TTLs only.
+    Staleness,
 }
 
 /// What the scenarios need: addresses, passwords, progress.
@@ -70,6 +72,9 @@ pub struct Ctx {
     pub replay_sidecar_addr: SocketAddr,
     pub replay_sidecar_pid: u32,
     pub replay_skew_s: u64,
+    /// A sidecar with change-stream invalidation on, and one with TTLs only (its own prefix).
+    pub changes_sidecar_addr: SocketAddr,
+    pub ttl_sidecar_addr: SocketAddr,
     pub progress: ProgressBar,
 }
 
@@ -88,6 +93,7 @@ fn steps(which: Which) -> u64 {
         Which::Connections => 2,
         Which::Throughput => 8,
         Which::Replay => 1,
+        Which::Staleness => 2,
     }
 }
 
@@ -102,6 +108,7 @@ fn main() {
             Which::Connections,
             Which::Throughput,
             Which::Replay,
+            Which::Staleness,
         ],
     };
     let plan = Plan::new(args.quick);
@@ -157,6 +164,13 @@ fn main() {
             ("FERRY_SERVER_TLS_KEY_PATH", tls.key.as_str()),
         ],
     );
+    let changes_sidecar =
+        env::start_sidecar(&redis.url(), &pg_url, &[("FERRY_CHANGES_ENABLED", "true")]);
+    let ttl_sidecar = env::start_sidecar(
+        &redis.url(),
+        &pg_url,
+        &[("FERRY_CACHE_KEY_PREFIX", "ttl-only:")],
+    );
     let webdis_dir =
         std::env::temp_dir().join(format!("ferry-bench-webdis-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&webdis_dir);
@@ -185,6 +199,8 @@ fn main() {
         replay_sidecar_addr: replay_sidecar.addr,
         replay_sidecar_pid: replay_sidecar.pid(),
         replay_skew_s,
+        changes_sidecar_addr: changes_sidecar.addr,
+        ttl_sidecar_addr: ttl_sidecar.addr,
         progress,
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -226,6 +242,14 @@ fn main() {
                     scenarios::watch("throughput", pid, scenarios::throughput::run(&ctx, &plan))
                         .await
                 }
+                Which::Staleness => {
+                    scenarios::watch(
+                        "staleness",
+                        changes_sidecar.pid(),
+                        scenarios::staleness::run(&ctx, &plan),
+                    )
+                    .await
+                }
                 Which::Replay => {
                     let rpid = replay_sidecar.pid();
                     let (m, r) =
@@ -260,6 +284,8 @@ fn main() {
         sidecar,
         limited_sidecar,
         replay_sidecar,
+        changes_sidecar,
+        ttl_sidecar,
         pg,
         redis,
         limited,
@@ -267,7 +293,7 @@ fn main() {
     let _ = std::fs::remove_dir_all(&webdis_dir);
 }
 
-/// Files: <stamp>.md/.json, and latest.md / latest.json / latency.svg.
+/// Files: <stamp>.md/.json, and latest.md / latest.json / latency.svg / staleness.svg.
 fn write(out: &std::path::Path, report: &report::Report, md: &str) -> Result<(), String> {
     std::fs::create_dir_all(out).map_err(|e| e.to_string())?;
     let stamp = chrono::Local::now().format("%Y-%m-%d-%H%M").to_string();
@@ -278,6 +304,7 @@ fn write(out: &std::path::Path, report: &report::Report, md: &str) -> Result<(),
         std::fs::write(out.join(format!("{name}.json")), &json).map_err(|e| e.to_string())?;
     }
     report.chart(&out.join(format!("latency{suffix}.svg")))?;
+    report.staleness_chart(&out.join(format!("staleness{suffix}.svg")))?;
     eprintln!("results written to {}", out.display());
     Ok(())
 }

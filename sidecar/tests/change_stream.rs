@@ -195,9 +195,89 @@ fn a_read_after_a_commit_never_returns_the_rows_before_it() {
         }
     }
     let hits = reads.iter().filter(|r| r.2 == "hit").count();
+    // How old each read's row was: from the commit that replaced it to the read's start.
+    let mut ages: Vec<Duration> = reads
+        .iter()
+        .filter_map(|(started, seen, _)| {
+            let next = commits.iter().find(|(_, n)| *n == seen + 1)?;
+            started.checked_duration_since(next.0)
+        })
+        .collect();
+    ages.sort();
+    println!(
+        "FIGURES stream: {} reads ({hits} hits) around {} commits: {stale} stale past {} ms; \
+         {} reads older than a commit, p99 {:?}, max {:?}",
+        reads.len(),
+        commits.len(),
+        MAX_LAG.as_millis(),
+        ages.len(),
+        ages.get(ages.len().saturating_sub(1) * 99 / 100),
+        ages.last()
+    );
     assert_eq!(stale, 0, "stale reads past the bound, of {}", reads.len());
     assert!(
         hits > 0,
         "no read was served from the cache: the test proves nothing"
     );
+}
+
+/// Calls of one Redis command so far (INFO commandstats).
+fn redis_calls(redis: &RedisServer, cmd: &str) -> u64 {
+    let info: String = ::redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut redis.conn())
+        .expect("info");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_burst_of_changes_costs_redis_work_per_distinct_row_not_per_change() {
+    let (redis, pg) = (RedisServer::start(), logical_pg());
+    let s = start(&redis, &pg);
+    let (sets, execs) = (redis_calls(&redis, "set"), redis_calls(&redis, "exec"));
+    // 10,000 row changes in one transaction, over 10 rows.
+    let committed = Instant::now();
+    pg.client()
+        .batch_execute(
+            "DO $$ BEGIN FOR i IN 1..10000 LOOP \
+               UPDATE items SET price = price + 1 WHERE id = i % 10 + 1; \
+             END LOOP; END $$",
+        )
+        .expect("burst");
+    after_bound(committed);
+    let admin = ferry_testkit::Client::new(&format!("http://127.0.0.1:{}", s.admin_port), "x");
+    let metrics = admin.block_on(async {
+        reqwest::get(format!("{}/metrics", admin.base))
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text")
+    });
+    let changes: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("ferry_changes_total "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let (sets, execs) = (
+        redis_calls(&redis, "set") - sets,
+        redis_calls(&redis, "exec") - execs,
+    );
+    println!("FIGURES burst: {changes} row changes -> {sets} SET and {execs} EXEC in Redis");
+    assert!(changes >= 10_000, "the stream saw {changes} changes");
+    // 10 row keys and one table tag, plus the marks' own work: nowhere near 10,000.
+    assert!(sets <= 40, "{sets} SETs for 10 distinct rows");
+    assert!(execs <= 20, "{execs} transactions for one burst");
+    // And the rows are fresh.
+    let price = read(
+        &s,
+        "SELECT price FROM items WHERE id = 1",
+        json!([]),
+        &["items"],
+    );
+    assert_eq!(price.body["rows"][0]["price"], "1001.25");
 }

@@ -22,11 +22,16 @@ fn a_sidecar_killed_during_writes_replays_before_it_serves_the_cache() {
     pg.client()
         .execute("UPDATE items SET name = 'while down' WHERE id = 1", &[])
         .expect("update");
+    let restarted = Instant::now();
     let s = spawn(&redis, &pg);
     // The very first read after the restart: the entry in Redis is the old row.
     let (name, cache) = name_of(&s, 1);
     assert_eq!(name, "while down", "served the pre-write row ({cache})");
     wait_caught_up(&s);
+    println!(
+        "FIGURES restart: first read {cache} (fresh); caught up {:?} after the restart",
+        restarted.elapsed()
+    );
     until_hit(&s, 1, "while down");
 }
 
@@ -117,6 +122,7 @@ fn two_sidecars_one_consumer_and_the_survivor_takes_over() {
     assert_eq!(name_of(&survivor, 1).0, "seen everywhere");
 
     kill(&mut leader);
+    let killed = Instant::now();
     pg.client()
         .execute(
             "UPDATE items SET name = 'after the leader died' WHERE id = 1",
@@ -132,6 +138,10 @@ fn two_sidecars_one_consumer_and_the_survivor_takes_over() {
     wait_until("the survivor to lead", Duration::from_secs(15), || {
         role(&survivor).as_deref() == Some("leader")
     });
+    println!(
+        "FIGURES takeover: the survivor leads {:?} after the SIGKILL",
+        killed.elapsed()
+    );
     let after = stream_holder(&pg).expect("the slot is held again");
     assert_ne!(before, after, "another backend holds the slot");
     until_hit(&survivor, 1, "after the leader died");

@@ -116,8 +116,13 @@ impl PgServer {
     }
 
     /// A server that can stream its changes (`wal_level = logical`), for change-stream tests.
+    /// Commits are flushed as on a production server (`synchronous_commit = on`): a WAL sender
+    /// only streams flushed WAL, and with it off the WAL writer would add up to 200 ms.
     pub fn start_logical() -> PgServer {
-        PgServer::start_with("-c wal_level=logical -c max_replication_slots=8 -c max_wal_senders=8")
+        PgServer::start_with(
+            "-c wal_level=logical -c max_replication_slots=8 -c max_wal_senders=8 \
+             -c synchronous_commit=on",
+        )
     }
 
     fn start_with(extra: &str) -> PgServer {

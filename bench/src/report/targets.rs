@@ -246,6 +246,27 @@ impl Report {
                 ))
             })(),
         );
+        push(
+            "staleness: change stream, commit -> first fresh read p99 <= 50 ms at ~1,000 writes/s",
+            (|| {
+                let m = self.find("staleness", 0.0, crate::scenarios::staleness::CHANGES)?;
+                let l = m.latency.as_ref()?;
+                let ttl = self.find("staleness", 0.0, crate::scenarios::staleness::TTL_ONLY)?;
+                Some((
+                    l.p99_ms <= 50.0 && m.figures["fresh_within_window"] == m.figures["rounds"],
+                    format!(
+                        "p50 {:.1} / p99 {:.1} / max {:.1} ms at {} writes/s; stale reads {}% \
+                         (TTL only: {}%)",
+                        l.p50_ms,
+                        l.p99_ms,
+                        l.max_ms,
+                        m.figures["background_writes_per_s"],
+                        m.figures["stale_share_pct"],
+                        ttl.figures["stale_share_pct"]
+                    ),
+                ))
+            })(),
+        );
         t
     }
 }

@@ -45,7 +45,11 @@ fn pg(e: tokio_postgres::Error) -> SetupError {
 pub async fn connect(config: &Config) -> Result<Client, SetupError> {
     let mut pg_config = pg_async_config(config).map_err(|e| SetupError::Connect(e.to_string()))?;
     pg_config.application_name("ferry-changes");
-    pg_config.options("-c default_transaction_read_only=off -c statement_timeout=0");
+    // synchronous_commit=local: a mark is flushed as it commits, so the WAL sender (which
+    // streams only flushed WAL) sends it at once, whatever the server's default.
+    pg_config.options(
+        "-c default_transaction_read_only=off -c statement_timeout=0 -c synchronous_commit=local",
+    );
     let tls = pg_tls(&config.postgres).map_err(SetupError::Connect)?;
     let (client, conn) = pg_config
         .connect(tls)
@@ -217,12 +221,13 @@ pub async fn definitions(
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
-/// Writes a mark into the WAL (not transactional: it is decoded where it is written, after
-/// every commit before it).
+/// Writes a mark into the WAL. Transactional: it is decoded at its commit, after every commit
+/// before it, and its commit flushes the WAL (a non-transactional message waits for the next
+/// flush: up to `wal_writer_delay` on an idle server before Postgres 17).
 pub async fn mark(client: &Client, mark_ms: u64) -> Result<(), SetupError> {
     client
         .execute(
-            "SELECT pg_logical_emit_message(false, 'ferry.mark', $1)",
+            "SELECT pg_logical_emit_message(true, 'ferry.mark', $1)",
             &[&mark_ms.to_string()],
         )
         .await
