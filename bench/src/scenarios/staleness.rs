@@ -97,8 +97,9 @@ async fn watch_until(
 ) -> Seen {
     let mut seen = Seen::default();
     while committed.elapsed() < window {
-        let at = committed.elapsed();
         let (name, _) = read(f, id).await;
+        // When the answer arrived: "commit to first fresh read" counts the read itself.
+        let at = committed.elapsed();
         let stale = name != fresh;
         seen.reads += 1;
         seen.stale += u64::from(stale);
