@@ -2,6 +2,7 @@
 //! Redis stopped during writes, two sidecars with the leader killed, and a server or role that
 //! cannot stream. Fresh reads judged by Postgres's rows; the slot's holder by pg_stat_replication.
 use ferry_testkit::{wait_until, RedisServer};
+use serde_json::json;
 use std::time::{Duration, Instant};
 
 mod change_stream_common;
@@ -185,4 +186,53 @@ fn missing_prerequisites_are_named_at_startup() {
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(err.contains(expect), "{expect}: {err}");
     }
+}
+
+#[test]
+fn a_lost_slot_is_made_anew_and_everything_cached_is_dropped() {
+    let (redis, pg) = (RedisServer::start(), logical_pg());
+    let mut s = start(&redis, &pg);
+    // An entry that names no table: only a cache-wide epoch move can drop it.
+    let untracked = |s: &ferry_testkit::SidecarProcess| {
+        let a = read(s, "SELECT name FROM items WHERE id = $1", json!([3]), &[]);
+        a.body["cache"].as_str().unwrap_or_default().to_string()
+    };
+    wait_until("an untracked entry cached", Duration::from_secs(10), || {
+        untracked(&s) == "hit"
+    });
+    kill(&mut s);
+    // While nobody reads the slot, more WAL than max_slot_wal_keep_size: Postgres gives it up.
+    let mut psql = pg.client();
+    for sql in [
+        "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'",
+        "SELECT pg_reload_conf()",
+        "CREATE TABLE filler (id int, pad text)",
+    ] {
+        psql.batch_execute(sql).expect("bound the slot");
+    }
+    let status = |psql: &mut postgres::Client| -> String {
+        psql.query_one(
+            "SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = 'ferry'",
+            &[],
+        )
+        .expect("slot")
+        .get(0)
+    };
+    wait_until("the slot to be lost", Duration::from_secs(60), || {
+        for sql in [
+            "INSERT INTO filler SELECT g, repeat('x', 500) FROM generate_series(1, 2000) g",
+            "SELECT pg_switch_wal()",
+            "CHECKPOINT",
+        ] {
+            psql.batch_execute(sql).expect("wal");
+        }
+        status(&mut psql) == "lost"
+    });
+    let s = start(&redis, &pg);
+    assert_eq!(
+        untracked(&s),
+        "miss",
+        "an entry cached before the slot was lost"
+    );
+    assert_ne!(status(&mut psql), "lost", "a fresh slot");
 }
