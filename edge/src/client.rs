@@ -81,7 +81,8 @@ mod wasm {
     use super::*;
     use ferry_shared::api::{
         paths, CacheCommand, CacheReply, ExecuteRequest, ExecuteResponse, KeyedRequest,
-        KeyedResponse, QueryRequest, QueryResponse, Readiness,
+        KeyedResponse, QueryRequest, QueryResponse, Readiness, TransactionRequest,
+        TransactionResponse,
     };
     use futures_util::future::{select, Either};
     use std::time::Duration;
@@ -181,6 +182,15 @@ mod wasm {
 
         pub async fn execute(&self, e: &ExecuteRequest) -> Result<ExecuteResponse, EdgeError> {
             self.call("POST", paths::EXECUTE, Some(e)).await
+        }
+
+        /// Statements in one transaction (all commit or none); the failing statement's index
+        /// comes back in the error (`EdgeError::Sidecar`'s body, `statement`).
+        pub async fn transaction(
+            &self,
+            t: &TransactionRequest,
+        ) -> Result<TransactionResponse, EdgeError> {
+            self.call("POST", paths::TRANSACTION, Some(t)).await
         }
 
         pub async fn cache(&self, c: &CacheCommand) -> Result<CacheReply, EdgeError> {

@@ -112,6 +112,7 @@ impl EdgeError {
                 message,
                 pg_code: None,
                 field,
+                statement: None,
             },
         }
     }

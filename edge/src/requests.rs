@@ -128,7 +128,7 @@ pub fn item_upsert(id: i32, body: &[u8]) -> Result<ExecuteRequest, EdgeError> {
         params: vec![json!(id), json!(name), json!(price)],
         invalidate: Some(Invalidate {
             keys: vec![item_key(id)],
-            tags: vec![],
+            ..Default::default()
         }),
         ..Default::default()
     })

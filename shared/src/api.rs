@@ -7,6 +7,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub use crate::transaction::{
+    Isolation, StatementResult, TransactionRequest, TransactionResponse, TransactionStatement,
+};
+
 /// The header that carries a request's id from the edge through the sidecar and back.
 pub const REQUEST_ID_HEADER: &str = "x-ferry-request-id";
 
@@ -26,6 +30,7 @@ pub mod paths {
     pub const CACHE: &str = "/v1/cache";
     pub const BATCH: &str = "/v1/batch";
     pub const BATCH_KEYED: &str = "/v1/batch/keyed";
+    pub const TRANSACTION: &str = "/v1/transaction";
     pub const HEALTHZ: &str = "/healthz";
     pub const READYZ: &str = "/readyz";
 }
@@ -179,6 +184,10 @@ pub struct Invalidate {
     /// Tags: every entry read with one of these tags is invalidated.
     #[serde(default)]
     pub tags: Vec<String>,
+    /// Tables: every entry that depends on one (`cache.tables`), and the keyspace rows read
+    /// from it, at once (without waiting for the change stream).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tables: Vec<String>,
 }
 
 /// What happened to the invalidation a write asked for.

@@ -152,6 +152,10 @@ pub struct ErrorDetail {
     /// The JSON path of the offending request field, when one is to blame (e.g. `"cache.ttl_s"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// In a transaction: the index of the statement that failed (everything was rolled back;
+    /// the number of statements when the COMMIT itself failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statement: Option<usize>,
 }
 
 impl ErrorBody {
@@ -162,6 +166,7 @@ impl ErrorBody {
                 message: message.into(),
                 pg_code: None,
                 field: None,
+                statement: None,
             },
         }
     }

@@ -14,5 +14,6 @@
 pub mod api;
 pub mod error;
 pub mod sign;
+pub mod transaction;
 
 pub use error::{ErrorBody, ErrorCode};

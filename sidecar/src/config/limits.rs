@@ -22,6 +22,7 @@ pub struct Limits {
     pub max_batch: usize,
     pub max_invalidate_keys: usize,
     pub max_batch_bytes: usize,
+    pub max_transaction_statements: usize,
     pub read: ReadLimits,
 }
 
@@ -33,6 +34,7 @@ impl Limits {
             max_batch: c.cache.max_batch,
             max_invalidate_keys: c.limits.max_invalidate_keys,
             max_batch_bytes: c.limits.max_batch_bytes,
+            max_transaction_statements: c.limits.max_transaction_statements,
             read: ReadLimits {
                 max_rows: c.limits.max_read_rows,
                 max_bytes: c.limits.max_read_bytes,
@@ -110,6 +112,18 @@ impl Limits {
             return Err(ApiError::invalid(
                 field,
                 format!("must be between {min} and {max} seconds"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// How many statements one transaction holds: 1 to `limits.max_transaction_statements`.
+    pub fn transaction_statements(&self, field: &str, n: usize) -> Result<(), ApiError> {
+        let max = self.max_transaction_statements;
+        if n == 0 || n > max {
+            return Err(ApiError::invalid(
+                field,
+                format!("give 1 to {max} statements"),
             ));
         }
         Ok(())

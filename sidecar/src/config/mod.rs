@@ -207,6 +207,8 @@ pub struct LimitsConfig {
     pub max_batch_bytes: usize,
     /// Most keys one write may invalidate by name (`invalidate.keys`).
     pub max_invalidate_keys: usize,
+    /// Most statements in one /v1/transaction (they hold one pooled connection throughout).
+    pub max_transaction_statements: usize,
     /// Most keys and tags kept for a later invalidation while Redis is unreachable. Past it
     /// the whole cache is invalidated at once when Redis is back (nothing is dropped).
     pub max_pending_invalidations: usize,
@@ -219,6 +221,7 @@ impl Default for LimitsConfig {
             max_read_bytes: 4 * 1024 * 1024,
             max_batch_bytes: 16 * 1024 * 1024,
             max_invalidate_keys: 1_000,
+            max_transaction_statements: 100,
             max_pending_invalidations: 100_000,
         }
     }

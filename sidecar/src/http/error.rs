@@ -72,6 +72,9 @@ pub enum ApiError {
     Upstream { internal: String },
     #[error("internal error: {internal}")]
     Internal { internal: String },
+    /// A statement of a transaction failed, and everything was rolled back.
+    #[error("statement {index}: {source}")]
+    InStatement { index: usize, source: Box<ApiError> },
 }
 
 impl ApiError {
@@ -95,8 +98,17 @@ impl ApiError {
         }
     }
 
+    /// This error, as the failure of statement `index` of a transaction.
+    pub fn in_statement(self, index: usize) -> ApiError {
+        ApiError::InStatement {
+            index,
+            source: Box::new(self),
+        }
+    }
+
     pub fn code(&self) -> ErrorCode {
         match self {
+            ApiError::InStatement { source, .. } => source.code(),
             ApiError::BadRequest { .. } => ErrorCode::BadRequest,
             ApiError::InvalidValue { .. } => ErrorCode::InvalidValue,
             ApiError::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
@@ -124,13 +136,25 @@ impl ApiError {
 
     /// The body sent to the client: only what is safe to show.
     pub fn body(&self) -> ErrorBody {
+        if let ApiError::InStatement { index, source } = self {
+            let mut body = source.body();
+            body.error.statement = Some(*index);
+            body.error.message = format!("statement {index}: {}", body.error.message);
+            body.error.field = Some(match body.error.field.take() {
+                Some(f) => format!("statements[{index}].{f}"),
+                None => format!("statements[{index}]"),
+            });
+            return body;
+        }
         let mut detail = ErrorDetail {
             code: self.code(),
             message: String::new(),
             pg_code: None,
             field: None,
+            statement: None,
         };
         detail.message = match self {
+            ApiError::InStatement { .. } => String::new(),
             ApiError::BadRequest { message, field } => {
                 detail.field = field.clone();
                 message.clone()

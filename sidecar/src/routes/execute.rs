@@ -16,10 +16,7 @@ pub async fn execute(
     // Plan: one config snapshot, every check before any I/O.
     let config = state.config();
     let (sql, _) = plan::statement(&config, e.sql, e.query, "")?;
-    let inv = e.invalidate.unwrap_or_default();
-    let limits = config.limits();
-    limits.invalidate_keys("invalidate.keys", &inv.keys)?;
-    limits.tags("invalidate.tags", &inv.tags)?;
+    let (keys, tags) = plan::invalidation(&config, e.invalidate)?;
     let s = state.clone();
     let params = e.params;
     let resp = state
@@ -28,8 +25,8 @@ pub async fn execute(
             let rows_affected = db::execute(&s.pools, &sql, &params)?;
             // Only after the commit: invalidating first would let a read refill the old value.
             // Flights first, so no later read joins a query that began before the write.
-            s.flights.forget(&inv.keys, &inv.tags);
-            let invalidation = s.cache.invalidate(&s.pools, &inv.keys, &inv.tags);
+            s.flights.forget(&keys, &tags);
+            let invalidation = s.cache.invalidate(&s.pools, &keys, &tags);
             Ok(ExecuteResponse {
                 rows_affected,
                 invalidation,

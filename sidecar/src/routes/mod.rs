@@ -6,6 +6,7 @@ pub mod cache;
 pub mod execute;
 pub mod health;
 pub mod query;
+pub mod transaction;
 
 use crate::http::error::ApiError;
 use crate::state::AppState;
@@ -34,6 +35,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource(paths::EXECUTE)
             .route(web::post().to(execute::execute))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource(paths::TRANSACTION)
+            .route(web::post().to(transaction::transaction))
             .default_service(web::to(method_not_allowed)),
     )
     .service(

@@ -28,7 +28,7 @@ pub(super) const RESET: &str = "DISCARD ALL";
 
 /// Runs `work` on a pooled session, then resets the session for the next request. A session
 /// whose reset fails (or that `work` poisoned) is closed instead of pooled.
-fn with_session<T>(
+pub(super) fn with_session<T>(
     pools: &Pools,
     work: impl FnOnce(&mut PgSession) -> Result<T, Failure>,
 ) -> Result<T, Failure> {
@@ -119,8 +119,8 @@ fn query_on(
     params: &[Value],
     limits: ReadLimits,
 ) -> Result<Vec<Row>, Failure> {
-    let (rows, too_large) = run(session, types, sql, params, check_columns, |rows| {
-        read_rows(rows, limits)
+    let (rows, too_large) = run(session, types, sql, params, check_columns, |mut rows| {
+        read_rows(&mut rows, limits)
     })?;
     if let Some(limit) = too_large {
         // The rest of the result is still on its way: close the connection rather than
@@ -183,11 +183,27 @@ fn run<T>(
     take(conn.query_raw(&stmt, refs(&bound))?)
 }
 
+/// A statement described, then run (two round trips), without remembered types: inside a
+/// transaction the fast path cannot fall back, since a failed statement aborts the transaction.
+pub(super) fn run_prepared<T>(
+    session: &mut PgSession,
+    sql: &str,
+    params: &[Value],
+    check: impl Fn(&Statement) -> Result<(), Failure>,
+    take: impl FnOnce(RowIter<'_>) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    let conn = &mut session.client;
+    let stmt = conn.prepare(sql)?;
+    check(&stmt)?;
+    let bound = bind(stmt.params(), params).map_err(Failure::Api)?;
+    take(conn.query_raw(&stmt, refs(&bound))?)
+}
+
 /// Decodes rows as they arrive (the driver reads the socket only as fast as they are taken),
 /// so an oversized result is stopped before it is buffered: then the limit it passed is
 /// returned beside the rows so far.
-fn read_rows(
-    mut rows: RowIter<'_>,
+pub(super) fn read_rows(
+    rows: &mut RowIter<'_>,
     limits: ReadLimits,
 ) -> Result<(Vec<Row>, Option<String>), Failure> {
     let mut budget = RowBudget::new(limits);

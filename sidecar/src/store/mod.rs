@@ -20,3 +20,4 @@ pub mod postgres;
 pub mod readiness;
 pub mod redis;
 pub mod statement;
+pub mod transaction;

@@ -1,0 +1,70 @@
+//! `/v1/transaction`'s wire types (re-exported from `api`).
+
+use crate::api::{Invalidate, InvalidationStatus, Row};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `POST /v1/transaction`: statements run in one transaction, all committed or none; the
+/// invalidations are applied after the commit.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransactionRequest {
+    pub statements: Vec<TransactionStatement>,
+    #[serde(default)]
+    pub isolation: Isolation,
+    /// READ ONLY: a statement that writes fails (and everything rolls back).
+    #[serde(default)]
+    pub read_only: bool,
+    /// DEFERRABLE (Postgres heeds it for read-only serializable transactions only).
+    #[serde(default)]
+    pub deferrable: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalidate: Option<Invalidate>,
+}
+
+/// One statement of a transaction: exactly one of `sql` and `query`, as for `/v1/execute`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransactionStatement {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sql: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    #[serde(default)]
+    pub params: Vec<Value>,
+}
+
+impl TransactionStatement {
+    pub fn sql(sql: impl Into<String>, params: Vec<Value>) -> Self {
+        TransactionStatement {
+            sql: Some(sql.into()),
+            query: None,
+            params,
+        }
+    }
+}
+
+/// A transaction's isolation level.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    #[default]
+    ReadCommitted,
+    RepeatableRead,
+    Serializable,
+}
+
+/// The answer to a committed transaction: one result per statement, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TransactionResponse {
+    pub results: Vec<StatementResult>,
+    pub invalidation: InvalidationStatus,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatementResult {
+    pub rows_affected: u64,
+    /// Rows the statement returned (a SELECT, or RETURNING).
+    #[serde(default)]
+    pub rows: Vec<Row>,
+}

@@ -1,0 +1,105 @@
+//! Several statements in one transaction on one pooled session (`/v1/transaction`): all commit
+//! or none does, and the session goes back to the pool exactly as fresh as after any request.
+
+use super::db::{check_columns, read_rows, run_prepared, with_session, Failure};
+use crate::config::ReadLimits;
+use crate::http::error::ApiError;
+use crate::store::pools::Pools;
+use crate::store::statement::{self, Route};
+use ferry_shared::api::{Isolation, StatementResult};
+use serde_json::Value;
+
+/// A transaction ready to run: statements checked, options resolved.
+#[derive(Debug, Clone)]
+pub struct TxPlan {
+    pub statements: Vec<(String, Vec<Value>)>,
+    pub isolation: Isolation,
+    pub read_only: bool,
+    pub deferrable: bool,
+    /// Bounds for each statement's returned rows.
+    pub limits: ReadLimits,
+}
+
+impl TxPlan {
+    /// The statement that opens the transaction (options are enums: nothing from the caller is
+    /// spliced in).
+    fn begin(&self) -> String {
+        let isolation = match self.isolation {
+            Isolation::ReadCommitted => "READ COMMITTED",
+            Isolation::RepeatableRead => "REPEATABLE READ",
+            Isolation::Serializable => "SERIALIZABLE",
+        };
+        format!(
+            "BEGIN ISOLATION LEVEL {isolation}, {}, {}",
+            if self.read_only {
+                "READ ONLY"
+            } else {
+                "READ WRITE"
+            },
+            if self.deferrable {
+                "DEFERRABLE"
+            } else {
+                "NOT DEFERRABLE"
+            }
+        )
+    }
+}
+
+/// Refuses, before anything runs, a statement that would control the transaction or outlive
+/// it (the same classes `/v1/execute` refuses), naming its index.
+pub fn check(statements: &[(String, Vec<Value>)]) -> Result<(), ApiError> {
+    for (i, (sql, _)) in statements.iter().enumerate() {
+        statement::check(sql, Route::Write).map_err(|e| e.in_statement(i))?;
+    }
+    Ok(())
+}
+
+/// Runs the transaction; committed when this returns Ok. On any failure (a statement, or the
+/// COMMIT itself, e.g. a serialization failure) everything is rolled back and the error names
+/// the statement (the COMMIT counts as the one after the last). Never retried.
+pub fn run(pools: &Pools, plan: &TxPlan) -> Result<Vec<StatementResult>, ApiError> {
+    check(&plan.statements)?;
+    with_session(pools, |s| {
+        s.client.batch_execute(&plan.begin())?;
+        let mut out = Vec::with_capacity(plan.statements.len());
+        for (i, (sql, params)) in plan.statements.iter().enumerate() {
+            let ran = run_prepared(s, sql, params, check_columns, |mut rows| {
+                let (kept, too_large) = read_rows(&mut rows, plan.limits)?;
+                Ok((kept, too_large, rows.rows_affected()))
+            });
+            match ran {
+                Ok((rows, None, affected)) => out.push(StatementResult {
+                    rows_affected: affected.unwrap_or(0),
+                    rows,
+                }),
+                Ok((_, Some(limit), _)) => {
+                    // The rest of that result is still on its way: close the session.
+                    s.poisoned = true;
+                    return Err(Failure::Api(
+                        ApiError::ResultTooLarge { limit }.in_statement(i),
+                    ));
+                }
+                Err(f) => {
+                    rollback(s);
+                    return Err(Failure::Api(f.into_api().in_statement(i)));
+                }
+            }
+        }
+        if let Err(e) = s.client.batch_execute("COMMIT") {
+            rollback(s);
+            let index = plan.statements.len();
+            return Err(Failure::Api(
+                Failure::from(e).into_api().in_statement(index),
+            ));
+        }
+        Ok(out)
+    })
+    .map_err(Failure::into_api)
+}
+
+/// Ends a failed transaction so the session can be reset; a session that cannot is closed.
+fn rollback(s: &mut crate::store::postgres::PgSession) {
+    if s.client.is_closed() || s.client.batch_execute("ROLLBACK").is_err() {
+        s.poisoned = true;
+    }
+}
