@@ -128,6 +128,24 @@ edge_build_env() {
   fi
 }
 
+# ---- the real clients the protocol tests drive, unchanged (test.sh), pinned ----
+UPSTASH_REDIS_JS_VERSION=1.39.0   # npm @upstash/redis
+CLIENTS_DIR=$FERRY_TOOLS/clients-upstash-$UPSTASH_REDIS_JS_VERSION
+
+ensure_clients() {
+  if [ ! -f "$CLIENTS_DIR/node_modules/@upstash/redis/package.json" ]; then
+    command -v npm >/dev/null || apt_install nodejs npm
+    echo "installing the protocol clients (@upstash/redis $UPSTASH_REDIS_JS_VERSION) into $CLIENTS_DIR"
+    mkdir -p "$CLIENTS_DIR"
+    echo '{"name":"ferry-protocol-clients","private":true}' > "$CLIENTS_DIR/package.json"
+    (cd "$CLIENTS_DIR" && npm install --no-audit --no-fund --loglevel=error \
+      "@upstash/redis@$UPSTASH_REDIS_JS_VERSION")
+  fi
+  export FERRY_CLIENTS_DIR=$CLIENTS_DIR
+  FERRY_NODE=$(command -v node || echo "$NPM_BIN/node")
+  export FERRY_NODE
+}
+
 # ---- profiling (scripts/flamegraph.sh only; not needed by dev.sh or test.sh) ----
 INFERNO_VERSION=0.12.8       # inferno-collapse-perf and inferno-flamegraph, from crates.io
 

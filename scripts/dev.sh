@@ -52,6 +52,7 @@ cargo build -q -p ferry-sidecar "${PROFILE_FLAG[@]}"
 bash scripts/build-edge.sh
 [ -f "$RUN/secret" ] || openssl rand -hex 32 > "$RUN/secret"
 [ -f "$RUN/api-key" ] || openssl rand -hex 24 > "$RUN/api-key"
+[ -f "$RUN/upstash-token" ] || openssl rand -hex 32 > "$RUN/upstash-token"
 SECRET=$(cat "$RUN/secret")
 # wrangler dev reads the Worker's secrets from .dev.vars (git-ignored): the edge-sidecar secret,
 # and the API key that writes and the cache routes need (anonymous callers may only read).
@@ -86,6 +87,8 @@ FERRY_REDIS_URL=redis://127.0.0.1:$REDIS_PORT \
 FERRY_DATABASE_URL=postgres://ferry_app@127.0.0.1:$PG_PORT/postgres \
 FERRY_AUTH_ALLOW_RAW_SQL=true \
 FERRY_CHANGES_ENABLED=true \
+FERRY_UPSTASH_ENABLED=true \
+FERRY_UPSTASH_TOKEN=$(cat "$RUN/upstash-token") \
 FERRY_CHANGES_URL=postgres://ferry_changes@127.0.0.1:$PG_PORT/postgres \
 FERRY_SECRET=$SECRET \
 FERRY_LOG=${FERRY_LOG:-info} \
@@ -131,6 +134,13 @@ The sidecar directly (signed requests):
   scripts/ferry-curl.sh POST /v1/execute '{"sql":"BEGIN"}'      # 400: sessions are never left open
   scripts/ferry-curl.sh POST /v1/query '{"sql":"DELETE FROM items"}' # 400: reads cannot write
   curl -s http://127.0.0.1:$SIDECAR_PORT/readyz    # from a background snapshot, never the pools
+
+Existing @upstash/redis (or upstash-redis) code, unchanged, pointed at the sidecar:
+
+  export UPSTASH_REDIS_REST_URL=http://127.0.0.1:$SIDECAR_PORT UPSTASH_REDIS_REST_TOKEN=\$(cat .run/upstash-token)
+  curl -s \$UPSTASH_REDIS_REST_URL -H "authorization: Bearer \$UPSTASH_REDIS_REST_TOKEN" -d '["SET","hello","world"]'
+  curl -s \$UPSTASH_REDIS_REST_URL/pipeline -H "authorization: Bearer \$UPSTASH_REDIS_REST_TOKEN" -d '[["GET","hello"],["INCR","visits"]]'
+  curl -s \$UPSTASH_REDIS_REST_URL -H "authorization: Bearer \$UPSTASH_REDIS_REST_TOKEN" -d '["FLUSHALL"]'   # refused
 
 Ctrl-C stops everything started here.
 MSG

@@ -10,10 +10,11 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$FERRY_ROOT"
 
-step "1/9 packages and tools (redis-server, postgresql, wasm toolchain, worker-build, wrangler)"
+step "1/9 packages and tools (redis-server, postgresql, wasm toolchain, worker-build, wrangler, protocol clients)"
 ensure_services
 ensure_wasm_toolchain
 ensure_edge_tools
+ensure_clients
 echo "redis $(redis-server --version | awk '{print $3}'); $("$(pg_bindir)/postgres" --version); wasm via $WASM_MODE"
 
 step "2/9 cargo fmt --check"

@@ -8,6 +8,7 @@
 //! - [`routes`]: one file per endpoint, each parse → plan → run → respond.
 //! - [`read`]: plans, the read-through engine, single-flight, keyed batches.
 //! - [`changes`]: change-stream invalidation (logical decoding), between state and read.
+//! - [`upstash`]: Upstash's Redis REST protocol: the command policy and reply shapes.
 //! - [`store`]: pools, Postgres sessions and statements, the Redis cache layout, readiness.
 //! - [`http`]: authentication and the replay store, JSON bodies, request ids, TLS, metrics,
 //!   errors → HTTP.
@@ -24,6 +25,7 @@ pub mod read;
 pub mod routes;
 pub mod state;
 pub mod store;
+pub mod upstash;
 
 pub use config::Config;
 pub use routes::configure;

@@ -21,6 +21,8 @@ pub struct AppState {
     pub readiness: Arc<crate::store::readiness::Readiness>,
     /// The change stream's status (its consumer runs on a thread of its own).
     pub changes: Arc<crate::changes::Status>,
+    /// Redis's command table for the Upstash protocol, read on first use.
+    upstash: std::sync::OnceLock<Arc<crate::upstash::Commands>>,
     /// The read engine's handles (the same pools, cache, flights and blocking rule).
     pub reads: crate::read::Reads,
 }
@@ -84,6 +86,7 @@ impl AppState {
             blocking,
             readiness,
             changes,
+            upstash: std::sync::OnceLock::new(),
             reads,
         }))
     }
@@ -107,6 +110,28 @@ fn spawn_invalidation_retry(cache: Weak<Cache>, pools: Weak<Pools>, every: Durat
 }
 
 impl AppState {
+    /// Redis's command table (`COMMAND`), fetched once on a pooled connection.
+    pub async fn upstash_commands(&self) -> Result<Arc<crate::upstash::Commands>, String> {
+        if let Some(c) = self.upstash.get() {
+            return Ok(c.clone());
+        }
+        let pools = self.pools.clone();
+        let reply = self
+            .blocking
+            .run(move || {
+                let mut conn = pools.redis_conn()?;
+                redis::cmd("COMMAND")
+                    .query::<redis::Value>(&mut *conn)
+                    .map_err(|e| ApiError::CacheUnavailable {
+                        internal: e.to_string(),
+                    })
+            })
+            .await
+            .map_err(|_| "ERR redis is unavailable".to_string())?;
+        let commands = Arc::new(crate::upstash::Commands::from_reply(&reply));
+        Ok(self.upstash.get_or_init(|| commands).clone())
+    }
+
     /// The configuration in force (a snapshot: a reload does not change it under a request).
     pub fn config(&self) -> Arc<Config> {
         self.config

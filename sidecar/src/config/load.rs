@@ -1,5 +1,6 @@
 //! Loading: the TOML file (every key optional), then `FERRY_SECTION_KEY` overrides and the
-//! four short aliases, then secrets from files, then validation.
+//! four short aliases, then secrets from files (and the Upstash tokens from
+//! `FERRY_UPSTASH_TOKEN` / `FERRY_UPSTASH_READ_ONLY_TOKEN`), then validation.
 
 use super::{Config, Redacted};
 use serde::Deserialize;
@@ -60,6 +61,19 @@ impl Config {
                 message: e.to_string(),
             })?;
         config.resolve_files()?;
+        // One token each without a file (containers, the dev command): namespace "default:".
+        for (var, read_only) in [
+            ("FERRY_UPSTASH_TOKEN", false),
+            ("FERRY_UPSTASH_READ_ONLY_TOKEN", true),
+        ] {
+            if let Some(token) = env.get(var) {
+                config.upstash.tokens.push(super::UpstashToken {
+                    token: Redacted(token.clone()),
+                    prefix: "default:".into(),
+                    read_only,
+                });
+            }
+        }
         config.validate()?;
         Ok(config)
     }

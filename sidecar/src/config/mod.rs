@@ -13,12 +13,14 @@ mod changes;
 mod limits;
 mod load;
 mod secret;
+mod upstash;
 mod validate;
 
 pub use changes::{table_name, ChangesConfig};
 pub use limits::{Limits, ReadLimits, MAX_TAGS};
 pub use load::ConfigError;
 pub use secret::{Redacted, RedactedUrl};
+pub use upstash::{UpstashConfig, UpstashToken};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -33,6 +35,7 @@ pub struct Config {
     pub cache: CacheConfig,
     pub limits: LimitsConfig,
     pub changes: ChangesConfig,
+    pub upstash: UpstashConfig,
     /// Named statements: `[queries.NAME]`. Callers send `"query": "NAME"` instead of SQL.
     pub queries: BTreeMap<String, NamedQuery>,
     /// Keyspaces for keyed batch reads: `[keyspaces.NAME]`.

@@ -107,6 +107,7 @@ impl Config {
                 );
             }
         }
-        self.validate_changes()
+        self.validate_changes()?;
+        self.validate_upstash()
     }
 }

@@ -94,7 +94,12 @@ impl Verifier {
         Ok(body)
     }
 
-    async fn read_body(&self, req: &HttpRequest, payload: web::Payload) -> Result<Bytes, ApiError> {
+    /// The body, within `server.body_limit_bytes` and the body deadline.
+    pub async fn read_body(
+        &self,
+        req: &HttpRequest,
+        payload: web::Payload,
+    ) -> Result<Bytes, ApiError> {
         let too_large = ApiError::PayloadTooLarge {
             limit: self.body_limit,
         };

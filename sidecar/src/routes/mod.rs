@@ -7,6 +7,7 @@ pub mod execute;
 pub mod health;
 pub mod query;
 pub mod transaction;
+pub mod upstash;
 
 use crate::http::error::ApiError;
 use crate::state::AppState;
@@ -57,7 +58,15 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(web::post().to(cache::cache))
             .default_service(web::to(method_not_allowed)),
     )
+    // Upstash-compatible Redis REST (404 unless [upstash] is on).
+    .service(web::resource("/").route(web::post().to(upstash::single)))
+    .service(web::resource("/pipeline").route(web::post().to(upstash::pipeline)))
+    .service(web::resource("/multi-exec").route(web::post().to(upstash::multi_exec)))
     .default_service(web::to(not_found));
+}
+
+pub fn not_found_response() -> HttpResponse {
+    ApiError::NotFound.error_response()
 }
 
 async fn not_found() -> HttpResponse {

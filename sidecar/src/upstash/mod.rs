@@ -1,0 +1,257 @@
+//! Upstash's Redis REST protocol (what `@upstash/redis` and `upstash-redis` speak): a command
+//! is a JSON array (`["SET", "k", "v"]`), the answer `{"result": ...}` or `{"error": "..."}`.
+//!
+//! Which commands run, and where their keys are, comes from Redis's own command table
+//! (`COMMAND`, read once): a command runs only if it names its keys at fixed positions (so
+//! every key can be put under the token's namespace) and is not in a refused category
+//! (administration, dangerous, blocking, pub/sub, scripting); PING, ECHO and TIME need no key.
+//! Read-only tokens are refused every command Redis flags as a write.
+
+mod encode;
+
+pub use encode::to_json;
+
+use crate::config::UpstashToken;
+use std::collections::HashMap;
+
+/// Categories (Redis ACL categories) whose commands are refused: they reach beyond one
+/// caller's keys (@admin, @dangerous: FLUSHALL, CONFIG, DEBUG, KEYS, SHUTDOWN, MONITOR...),
+/// hold a connection (@blocking, @pubsub), or could touch any key from inside (@scripting:
+/// EVAL names its keys, but a script can reach others).
+/// @transaction and @connection: the connection is shared by every caller (WATCH, MULTI,
+/// SELECT, CLIENT would change it for all).
+const REFUSED: [&str; 7] = [
+    "@admin",
+    "@dangerous",
+    "@blocking",
+    "@pubsub",
+    "@scripting",
+    "@connection",
+    "@transaction",
+];
+/// Commands without keys that cannot reach anyone's data.
+const KEYLESS: [&str; 3] = ["ping", "echo", "time"];
+
+/// One command as Redis describes it.
+#[derive(Debug, Clone)]
+struct Spec {
+    /// 1-based positions: first key, last key (negative: from the end), step. 0: no keys.
+    first: i64,
+    last: i64,
+    step: i64,
+    write: bool,
+    refused: Option<String>,
+}
+
+/// Redis's command table, as far as this protocol needs it.
+#[derive(Debug, Default)]
+pub struct Commands {
+    specs: HashMap<String, Spec>,
+}
+
+/// Why a command was refused, in Upstash's words (sent as `{"error": ...}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused(pub String);
+
+impl Commands {
+    /// From the reply to `COMMAND` (RESP2: one array per command).
+    pub fn from_reply(reply: &redis::Value) -> Commands {
+        let mut specs = HashMap::new();
+        let redis::Value::Array(all) = reply else {
+            return Commands { specs };
+        };
+        for c in all {
+            let redis::Value::Array(f) = c else { continue };
+            let text = |v: &redis::Value| match v {
+                redis::Value::SimpleString(s) => s.to_ascii_lowercase(),
+                redis::Value::BulkString(b) => String::from_utf8_lossy(b).to_ascii_lowercase(),
+                _ => String::new(),
+            };
+            let int = |v: Option<&redis::Value>| match v {
+                Some(redis::Value::Int(i)) => *i,
+                _ => 0,
+            };
+            let list = |v: Option<&redis::Value>| match v {
+                Some(redis::Value::Array(a)) => a.iter().map(text).collect::<Vec<_>>(),
+                Some(redis::Value::Set(a)) => a.iter().map(text).collect::<Vec<_>>(),
+                _ => Vec::new(),
+            };
+            let Some(name) = f.first().map(text) else {
+                continue;
+            };
+            let flags = list(f.get(2));
+            let categories = list(f.get(6));
+            let refused = categories
+                .iter()
+                .find(|c| REFUSED.contains(&c.as_str()))
+                .map(|c| format!("ERR Command is not allowed: {name} ({c})"))
+                .or_else(|| {
+                    flags
+                        .iter()
+                        .any(|f| f == "movablekeys")
+                        .then(|| format!("ERR Command is not allowed: {name} (its keys move)"))
+                });
+            specs.insert(
+                name,
+                Spec {
+                    first: int(f.get(3)),
+                    last: int(f.get(4)),
+                    step: int(f.get(5)),
+                    write: flags.iter().any(|f| f == "write"),
+                    refused,
+                },
+            );
+        }
+        Commands { specs }
+    }
+
+    /// Checks one command for `token` and puts its keys under `namespace` (the cache prefix
+    /// and the token's prefix). Returns the arguments to send.
+    pub fn prepare(
+        &self,
+        args: Vec<Vec<u8>>,
+        token: &UpstashToken,
+        namespace: &str,
+    ) -> Result<Vec<Vec<u8>>, Refused> {
+        let Some(name) = args
+            .first()
+            .map(|n| String::from_utf8_lossy(n).to_ascii_lowercase())
+        else {
+            return Err(Refused("ERR empty command".into()));
+        };
+        if KEYLESS.contains(&name.as_str()) {
+            return Ok(args);
+        }
+        let Some(spec) = self.specs.get(&name) else {
+            return Err(Refused(format!("ERR Command is not available: '{name}'")));
+        };
+        if let Some(why) = &spec.refused {
+            return Err(Refused(why.clone()));
+        }
+        if spec.first == 0 {
+            return Err(Refused(format!(
+                "ERR Command is not allowed: {name} (it names no key of its own)"
+            )));
+        }
+        if token.read_only && spec.write {
+            return Err(Refused(format!(
+                "NOPERM this token is read-only and cannot run '{name}'"
+            )));
+        }
+        let mut args = args;
+        {
+            let n = args.len() as i64;
+            let last = if spec.last < 0 {
+                n + spec.last
+            } else {
+                spec.last
+            };
+            let step = spec.step.max(1);
+            let mut i = spec.first;
+            while i <= last && i < n {
+                let key = &mut args[i as usize];
+                let mut prefixed = namespace.as_bytes().to_vec();
+                prefixed.extend_from_slice(key);
+                *key = prefixed;
+                i += step;
+            }
+        }
+        Ok(args)
+    }
+}
+
+/// A JSON array of strings and numbers as command arguments.
+pub fn arguments(v: &serde_json::Value) -> Result<Vec<Vec<u8>>, Refused> {
+    let serde_json::Value::Array(items) = v else {
+        return Err(Refused("ERR a command is a JSON array".into()));
+    };
+    if items.is_empty() {
+        return Err(Refused("ERR empty command".into()));
+    }
+    items
+        .iter()
+        .map(|a| match a {
+            serde_json::Value::String(s) => Ok(s.as_bytes().to_vec()),
+            serde_json::Value::Number(n) => Ok(n.to_string().into_bytes()),
+            serde_json::Value::Bool(b) => Ok(b.to_string().into_bytes()),
+            _ => Err(Refused(
+                "ERR command arguments are strings or numbers".into(),
+            )),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::Value as V;
+
+    fn cmd(name: &str, flags: &[&str], first: i64, last: i64, step: i64, cats: &[&str]) -> V {
+        let s = |x: &str| V::SimpleString(x.into());
+        V::Array(vec![
+            V::BulkString(name.as_bytes().to_vec()),
+            V::Int(-2),
+            V::Array(flags.iter().map(|f| s(f)).collect()),
+            V::Int(first),
+            V::Int(last),
+            V::Int(step),
+            V::Array(cats.iter().map(|c| s(c)).collect()),
+        ])
+    }
+
+    fn table() -> Commands {
+        Commands::from_reply(&V::Array(vec![
+            cmd("get", &["readonly"], 1, 1, 1, &["@read"]),
+            cmd("mset", &["write"], 1, -1, 2, &["@write"]),
+            cmd("flushall", &["write"], 0, 0, 0, &["@write", "@dangerous"]),
+            cmd("dbsize", &["readonly"], 0, 0, 0, &["@keyspace"]),
+            cmd("eval", &["movablekeys"], 0, 0, 0, &["@scripting"]),
+            cmd("ping", &[], 0, 0, 0, &["@fast", "@connection"]),
+        ]))
+    }
+
+    fn token(read_only: bool) -> UpstashToken {
+        UpstashToken {
+            token: "t".repeat(32).into(),
+            prefix: "a:".into(),
+            read_only,
+        }
+    }
+
+    fn args(a: &[&str]) -> Vec<Vec<u8>> {
+        a.iter().map(|s| s.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn keys_go_under_the_namespace_and_values_do_not() {
+        let t = table();
+        let out = t
+            .prepare(
+                args(&["MSET", "k1", "v1", "k2", "v2"]),
+                &token(false),
+                "f:u:a:",
+            )
+            .expect("allowed");
+        assert_eq!(out, args(&["MSET", "f:u:a:k1", "v1", "f:u:a:k2", "v2"]));
+        assert_eq!(
+            t.prepare(args(&["GET", "k"]), &token(true), "p:")
+                .expect("read"),
+            args(&["GET", "p:k"])
+        );
+    }
+
+    #[test]
+    fn dangerous_keyless_scripted_unknown_and_writes_on_read_only_are_refused() {
+        let t = table();
+        for (a, ro) in [
+            (&["FLUSHALL"][..], false),
+            (&["DBSIZE"][..], false),
+            (&["EVAL", "return 1", "0"][..], false),
+            (&["NOPE"][..], false),
+            (&["MSET", "k", "v"][..], true),
+        ] {
+            assert!(t.prepare(args(a), &token(ro), "p:").is_err(), "{a:?}");
+        }
+        assert!(t.prepare(args(&["PING"]), &token(true), "p:").is_ok());
+    }
+}

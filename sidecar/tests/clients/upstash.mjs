@@ -1,0 +1,94 @@
+// Drives the sidecar's Upstash-compatible endpoints with the real @upstash/redis client,
+// unchanged, with its defaults (base64 responses, read-your-writes sync token, auto
+// retries). Env: URL, TOKEN (read-write), RO_TOKEN (read-only, same namespace), OTHER_TOKEN
+// (another namespace). Prints one line per check; exits 1 on the first failure.
+import { Redis } from "@upstash/redis";
+
+const url = process.env.URL;
+const redis = new Redis({ url, token: process.env.TOKEN, retry: false });
+const ro = new Redis({ url, token: process.env.RO_TOKEN, retry: false });
+const other = new Redis({ url, token: process.env.OTHER_TOKEN, retry: false });
+const bad = new Redis({ url, token: "not-a-token-of-ours-not-a-token-of-ours", retry: false });
+
+let failed = false;
+async function check(name, fn, expected) {
+  try {
+    const got = await fn();
+    const ok = JSON.stringify(got) === JSON.stringify(expected);
+    console.log(`${ok ? "ok" : "FAIL"} ${name}: ${JSON.stringify(got)}${ok ? "" : ` (expected ${JSON.stringify(expected)})`}`);
+    if (!ok) failed = true;
+  } catch (e) {
+    console.log(`FAIL ${name}: threw ${e}`);
+    failed = true;
+  }
+}
+async function throws(name, fn, pattern) {
+  try {
+    const got = await fn();
+    console.log(`FAIL ${name}: no error, got ${JSON.stringify(got)}`);
+    failed = true;
+  } catch (e) {
+    const ok = pattern.test(String(e));
+    console.log(`${ok ? "ok" : "FAIL"} ${name}: ${e}`);
+    if (!ok) failed = true;
+  }
+}
+
+// strings, unicode, binary-looking values, expiry
+await check("set", () => redis.set("greeting", "héllo wörld ✓"), "OK");
+await check("get", () => redis.get("greeting"), "héllo wörld ✓");
+await check("set ex + ttl", async () => { await redis.set("temp", "x", { ex: 100 }); return (await redis.ttl("temp")) > 90; }, true);
+await check("missing key", () => redis.get("nope"), null);
+await check("mset/mget", async () => { await redis.mset({ a: "1", b: "two" }); return redis.mget("a", "b", "nope"); }, [1, "two", null]);
+// numbers
+await check("incr", () => redis.incr("counter"), 1);
+await check("incrby", () => redis.incrby("counter", 41), 42);
+await check("incrbyfloat", () => redis.incrbyfloat("float", 1.5), 1.5);
+// JSON values (the client serializes objects and parses them back)
+await check("json value", async () => { await redis.set("obj", { n: 1, list: [1, 2], s: "x" }); return redis.get("obj"); }, { n: 1, list: [1, 2], s: "x" });
+// hashes
+await check("hset", () => redis.hset("h", { f1: "v1", f2: 2 }), 2);
+await check("hgetall", () => redis.hgetall("h"), { f1: "v1", f2: 2 });
+await check("hget", () => redis.hget("h", "f1"), "v1");
+// lists
+await check("rpush", () => redis.rpush("l", "x", "y", "z"), 3);
+await check("lrange", () => redis.lrange("l", 0, -1), ["x", "y", "z"]);
+await check("lpop", () => redis.lpop("l"), "x");
+// sets
+await check("sadd", () => redis.sadd("s", "m1", "m2"), 2);
+await check("smembers", async () => (await redis.smembers("s")).sort(), ["m1", "m2"]);
+await check("sismember", () => redis.sismember("s", "m2"), 1);
+// sorted sets
+await check("zadd", () => redis.zadd("z", { score: 2, member: "b" }, { score: 1, member: "a" }), 2);
+await check("zrange withscores", () => redis.zrange("z", 0, -1, { withScores: true }), ["a", 1, "b", 2]);
+await check("zscore", () => redis.zscore("z", "b"), 2);
+// pipeline (one request, answered in order, not atomic)
+await check("pipeline", async () => {
+  const p = redis.pipeline();
+  p.set("p1", "v");
+  p.get("p1");
+  p.incr("pn");
+  return p.exec();
+}, ["OK", "v", 1]);
+// multi (atomic)
+await check("multi", async () => {
+  const m = redis.multi();
+  m.set("t1", "a");
+  m.append("t1", "b");
+  m.get("t1");
+  return m.exec();
+}, ["OK", 2, "ab"]);
+// errors come back as errors
+await throws("wrong type", () => redis.incr("greeting"), /ERR value is not an integer/);
+await throws("flushall refused", () => redis.flushall(), /not allowed/i);
+await throws("keys refused", () => redis.keys("*"), /not allowed/i);
+await throws("eval refused", () => redis.eval("return 1", [], []), /not allowed/i);
+// tokens: a read-only token reads and cannot write; another namespace sees nothing; a wrong
+// token is unauthorized
+await check("read-only reads", () => ro.get("greeting"), "héllo wörld ✓");
+await throws("read-only cannot write", () => ro.set("greeting", "x"), /NOPERM/);
+await check("another namespace", () => other.get("greeting"), null);
+await check("another namespace writes its own", async () => { await other.set("greeting", "mine"); return [await other.get("greeting"), await redis.get("greeting")]; }, ["mine", "héllo wörld ✓"]);
+await throws("bad token", () => bad.get("greeting"), /Unauthorized/);
+
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,173 @@
+//! The Upstash-compatible Redis REST endpoints, driven by the real `@upstash/redis` npm client
+//! (installed by scripts/test.sh into FERRY_CLIENTS_DIR), unchanged, against the binary and a
+//! private Redis. Redis's own keys judge the namespaces.
+use ferry_testkit::{PgServer, RedisServer, SidecarProcess};
+use serde_json::json;
+use std::process::{Command, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
+const TOKEN: &str = "rw-token-0123456789abcdef0123456789abcdef";
+const RO_TOKEN: &str = "ro-token-0123456789abcdef0123456789abcdef";
+const OTHER_TOKEN: &str = "other-token-0123456789abcdef0123456789abcd";
+
+fn clients_dir() -> String {
+    std::env::var("FERRY_CLIENTS_DIR").unwrap_or_else(|_| {
+        panic!(
+            "FERRY_CLIENTS_DIR is not set: run scripts/test.sh, which installs the real \
+             protocol clients (or `source scripts/common.sh && ensure_clients`)"
+        )
+    })
+}
+
+#[test]
+fn the_real_upstash_client_works_unchanged() {
+    let clients = clients_dir();
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("ferry.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[upstash]\nenabled = true\n\
+             [[upstash.tokens]]\ntoken = \"{TOKEN}\"\nprefix = \"app:\"\n\
+             [[upstash.tokens]]\ntoken = \"{RO_TOKEN}\"\nprefix = \"app:\"\nread_only = true\n\
+             [[upstash.tokens]]\ntoken = \"{OTHER_TOKEN}\"\nprefix = \"other:\"\n"
+        ),
+    )
+    .expect("config");
+    let config = config.display().to_string();
+    let s = SidecarProcess::start(
+        BIN,
+        &redis.url(),
+        &pg.url(),
+        &[("FERRY_CONFIG", config.as_str())],
+        Stdio::null(),
+    );
+    // The script next to the installed client, so its import resolves there.
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/upstash.mjs"),
+        dir.path().join("upstash.mjs"),
+    )
+    .expect("script");
+    std::os::unix::fs::symlink(
+        format!("{clients}/node_modules"),
+        dir.path().join("node_modules"),
+    )
+    .expect("link the client");
+    let node = std::env::var("FERRY_NODE").unwrap_or_else(|_| "node".into());
+    let out = Command::new(node)
+        .arg(dir.path().join("upstash.mjs"))
+        .env("URL", format!("http://127.0.0.1:{}", s.port))
+        .env("TOKEN", TOKEN)
+        .env("RO_TOKEN", RO_TOKEN)
+        .env("OTHER_TOKEN", OTHER_TOKEN)
+        .output()
+        .expect("run node");
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the client's checks failed:\n{text}");
+    assert!(text.lines().count() >= 30, "too few checks ran:\n{text}");
+
+    // What the client cannot send: refused commands, shapes and statuses, over plain HTTP.
+    let post = |path: &str, body: serde_json::Value, token: Option<&str>, b64: bool| {
+        let url = format!("http://127.0.0.1:{}{path}", s.port);
+        s.client.block_on(async move {
+            let mut r = reqwest::Client::new().post(url).json(&body);
+            if let Some(t) = token {
+                r = r.bearer_auth(t);
+            }
+            if b64 {
+                r = r.header("Upstash-Encoding", "base64");
+            }
+            let resp = r.send().await.expect("send");
+            let status = resp.status().as_u16();
+            let sync = resp.headers().contains_key("upstash-sync-token");
+            (
+                status,
+                resp.json::<serde_json::Value>().await.expect("json"),
+                sync,
+            )
+        })
+    };
+    for refused in [
+        json!(["BLPOP", "l", "1"]),
+        json!(["MONITOR"]),
+        json!(["SUBSCRIBE", "c"]),
+        json!(["CONFIG", "GET", "*"]),
+        json!(["SHUTDOWN"]),
+        json!(["DEBUG", "SLEEP", "0"]),
+        json!(["FLUSHDB"]),
+        json!(["SELECT", "1"]),
+        json!(["WATCH", "a"]),
+        json!(["SCAN", "0"]),
+    ] {
+        let (status, body, _) = post("/", refused.clone(), Some(TOKEN), false);
+        assert_eq!(status, 400, "{refused}: {body}");
+        let e = body["error"].as_str().unwrap_or_default();
+        assert!(e.contains("not allowed"), "{refused}: {body}");
+    }
+    let (status, body, _) = post("/", json!(["GET", "greeting"]), None, false);
+    assert_eq!((status, body), (401, json!({"error": "Unauthorized"})));
+    let (status, body, sync) = post(
+        "/pipeline",
+        json!([["SET", "p", "v"], ["FLUSHALL"], ["GET", "p"], ["INCR", "p"]]),
+        Some(TOKEN),
+        false,
+    );
+    assert_eq!(status, 200);
+    assert!(sync, "the sync token round-trips");
+    assert_eq!(body[0], json!({"result": "OK"}));
+    assert!(body[1]["error"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("not allowed"));
+    assert_eq!(body[2], json!({"result": "v"}));
+    assert_eq!(
+        body[3],
+        json!({"error": "ERR value is not an integer or out of range"})
+    );
+    let (status, _, _) = post(
+        "/multi-exec",
+        json!([["SET", "m", "1"], ["KEYS", "*"]]),
+        Some(TOKEN),
+        false,
+    );
+    assert_eq!(
+        status, 400,
+        "a refused command refuses the whole transaction"
+    );
+    let (_, body, _) = post("/", json!(["GET", "m"]), Some(TOKEN), false);
+    assert_eq!(body, json!({"result": null}), "nothing of it ran");
+    post(
+        "/",
+        json!(["RPUSH", "nested", "a", "b"]),
+        Some(TOKEN),
+        false,
+    );
+    let (_, body, _) = post("/", json!(["LRANGE", "nested", 0, -1]), Some(TOKEN), true);
+    assert_eq!(
+        body,
+        json!({"result": ["YQ==", "Yg=="]}),
+        "base64 inside arrays"
+    );
+
+    // Redis's view: every key the clients wrote sits in its token's namespace.
+    let keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut redis.conn())
+        .expect("keys");
+    assert!(
+        keys.contains(&"ferry:u:app:greeting".to_string()),
+        "{keys:?}"
+    );
+    assert!(
+        keys.contains(&"ferry:u:other:greeting".to_string()),
+        "{keys:?}"
+    );
+    let stray: Vec<&String> = keys
+        .iter()
+        .filter(|k| !k.starts_with("ferry:u:app:") && !k.starts_with("ferry:u:other:"))
+        .collect();
+    assert!(stray.is_empty(), "keys outside the namespaces: {stray:?}");
+}
