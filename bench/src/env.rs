@@ -51,6 +51,9 @@ impl Drop for Proc {
 }
 
 /// Starts the release sidecar binary against these stores.
+/// The bench sidecars' Upstash token (namespace "default:").
+pub const UPSTASH_TOKEN: &str = "bench-upstash-token-0123456789abcdef0123";
+
 pub fn start_sidecar(redis_url: &str, pg_url: &str, extra: &[(&str, &str)]) -> Proc {
     let bin = std::env::var("FERRY_SIDECAR_BIN")
         .map(PathBuf::from)
@@ -73,6 +76,8 @@ pub fn start_sidecar(redis_url: &str, pg_url: &str, extra: &[(&str, &str)]) -> P
         .env("FERRY_SERVER_MAX_IN_FLIGHT", "4096")
         .env("FERRY_SERVER_ADMIN_LISTEN", "")
         .env("FERRY_CONFIG", repo_root().join("deploy/ferry.toml"))
+        .env("FERRY_UPSTASH_ENABLED", "true")
+        .env("FERRY_UPSTASH_TOKEN", UPSTASH_TOKEN)
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     for (k, v) in extra {

@@ -91,7 +91,7 @@ fn steps(which: Which) -> u64 {
         Which::Postgres => 15,
         Which::Keys => 6,
         Which::Connections => 2,
-        Which::Throughput => 8,
+        Which::Throughput => 9,
         Which::Replay => 1,
         Which::Staleness => 2,
     }

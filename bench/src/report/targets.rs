@@ -247,6 +247,15 @@ impl Report {
             })(),
         );
         push(
+            "Upstash-compatible GET >= webdis requests/s",
+            (|| {
+                let u = self.find("throughput", 0.0, "cache GET: Ferry (Upstash")?;
+                let w = self.find("throughput", 0.0, "cache GET: webdis")?;
+                let (u, w) = (u.figures["rps"].as_f64()?, w.figures["rps"].as_f64()?);
+                Some((u >= w, format!("{u:.0} vs webdis {w:.0}: {:.2}x", u / w)))
+            })(),
+        );
+        push(
             "staleness: change stream, commit -> first fresh read p99 <= 50 ms at ~1,000 writes/s",
             (|| {
                 let m = self.find("staleness", 0.0, crate::scenarios::staleness::CHANGES)?;

@@ -48,6 +48,35 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
     let rps = on_server(ctx.sidecar_pid, floor).await;
     out.push(row("floor: Ferry GET /healthz (HTTP only)", rps, c));
 
+    // The same GET through the Upstash-compatible endpoint (a bearer token, no signature).
+    let upstash = format!("http://{}/", ctx.sidecar_addr);
+    let token = crate::env::UPSTASH_TOKEN;
+    let http = reqwest::Client::new();
+    http.post(&upstash)
+        .bearer_auth(token)
+        .json(&json!(["SET", "tp", "v".repeat(100)]))
+        .send()
+        .await
+        .expect("upstash set");
+    let run = load(c, d, move || {
+        let (http, url) = (http.clone(), upstash.clone());
+        async move {
+            match http
+                .post(&url)
+                .bearer_auth(token)
+                .header("content-type", "application/json")
+                .body(r#"["GET","tp"]"#)
+                .send()
+                .await
+            {
+                Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                Err(_) => false,
+            }
+        }
+    });
+    let rps = on_server(ctx.sidecar_pid, run).await;
+    out.push(row("cache GET: Ferry (Upstash REST, bearer token)", rps, c));
+
     ctx.step("throughput: webdis GET");
     let url = format!("http://{}/GET/ferry:k:bench:tp", ctx.webdis_addr);
     let rps = on_server(ctx.webdis_pid, get_load(c, d, url)).await;
