@@ -226,44 +226,78 @@ impl Report {
             .flat_map(|(_, p)| p.iter().map(|(_, y)| *y))
             .fold(1.0f64, f64::max)
             * 1.1;
-        let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| e.to_string())?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                "Mean latency per request vs round-trip time",
-                ("sans-serif", 22),
-            )
-            .margin(16)
-            .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0f64..5.5f64, 0f64..max_y)
-            .map_err(|e| e.to_string())?;
+        line_chart(
+            path,
+            &Axes {
+                caption: "Mean latency per request vs round-trip time",
+                x_desc: "round-trip time edge <-> data centre (ms)",
+                y_desc: "mean latency (ms)",
+                x: 0.0..5.5,
+                y: 0.0..max_y,
+                height: 560,
+                legend: SeriesLabelPosition::UpperLeft,
+                dots: true,
+            },
+            &series,
+        )
+    }
+}
+
+/// How one chart is laid out.
+pub(crate) struct Axes {
+    pub caption: &'static str,
+    pub x_desc: &'static str,
+    pub y_desc: &'static str,
+    pub x: std::ops::Range<f64>,
+    pub y: std::ops::Range<f64>,
+    pub height: u32,
+    pub legend: SeriesLabelPosition,
+    /// Mark each point, not only the line.
+    pub dots: bool,
+}
+
+/// Named series as lines on an SVG: both charts of the report.
+pub(crate) fn line_chart(
+    path: &Path,
+    axes: &Axes,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<(), String> {
+    let root = SVGBackend::new(path, (900, axes.height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(axes.caption, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(40)
+        .y_label_area_size(56)
+        .build_cartesian_2d(axes.x.clone(), axes.y.clone())
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc(axes.x_desc)
+        .y_desc(axes.y_desc)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
         chart
-            .configure_mesh()
-            .x_desc("round-trip time edge <-> data centre (ms)")
-            .y_desc("mean latency (ms)")
-            .draw()
-            .map_err(|e| e.to_string())?;
-        for (i, (name, pts)) in series.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
-                .map_err(|e| e.to_string())?
-                .label(name.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                });
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(name.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
+        if axes.dots {
             chart
                 .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
                 .map_err(|e| e.to_string())?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| e.to_string())?;
-        root.present().map_err(|e| e.to_string())
     }
+    chart
+        .configure_series_labels()
+        .position(axes.legend.clone())
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
 }

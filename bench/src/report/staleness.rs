@@ -2,7 +2,7 @@
 
 use super::Report;
 use crate::scenarios::staleness::{CHANGES, TTL_ONLY};
-use plotters::prelude::*;
+use plotters::prelude::SeriesLabelPosition;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -54,7 +54,7 @@ impl Report {
 
     /// The share of stale reads against the time since the commit, per configuration.
     pub fn staleness_chart(&self, path: &Path) -> Result<(), String> {
-        let series: Vec<(&str, Vec<(f64, f64)>)> = [CHANGES, TTL_ONLY]
+        let series: Vec<(String, Vec<(f64, f64)>)> = [CHANGES, TTL_ONLY]
             .into_iter()
             .filter_map(|name| {
                 let m = self
@@ -66,7 +66,7 @@ impl Report {
                     .iter()
                     .filter_map(|p| Some((p[0].as_f64()?, p[1].as_f64()?)))
                     .collect();
-                Some((name, pts))
+                Some((name.to_string(), pts))
             })
             .collect();
         let Some(max_x) = series
@@ -76,41 +76,19 @@ impl Report {
         else {
             return Ok(());
         };
-        let root = SVGBackend::new(path, (900, 460)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| e.to_string())?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                "Stale reads after a write that bypasses Ferry",
-                ("sans-serif", 22),
-            )
-            .margin(16)
-            .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0f64..(max_x + 10.0), 0f64..105f64)
-            .map_err(|e| e.to_string())?;
-        chart
-            .configure_mesh()
-            .x_desc("ms after the commit")
-            .y_desc("reads returning the old row (%)")
-            .draw()
-            .map_err(|e| e.to_string())?;
-        for (i, (name, pts)) in series.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
-                .map_err(|e| e.to_string())?
-                .label(name.to_string())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                });
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::MiddleRight)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| e.to_string())?;
-        root.present().map_err(|e| e.to_string())
+        super::line_chart(
+            path,
+            &super::Axes {
+                caption: "Stale reads after a write that bypasses Ferry",
+                x_desc: "ms after the commit",
+                y_desc: "reads returning the old row (%)",
+                x: 0.0..(max_x + 10.0),
+                y: 0.0..105.0,
+                height: 460,
+                legend: SeriesLabelPosition::MiddleRight,
+                dots: false,
+            },
+            &series,
+        )
     }
 }

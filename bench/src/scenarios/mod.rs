@@ -53,6 +53,24 @@ pub async fn ferry_over_https(
     (proxy, ferry)
 }
 
+/// The bench's Postgres as a client with its password reaches it (SCRAM over TCP).
+pub fn pg_conninfo(ctx: &crate::Ctx) -> String {
+    format!(
+        "host=127.0.0.1 port={} user=postgres password={} dbname=postgres",
+        ctx.pg_addr.port(),
+        ctx.pg_password
+    )
+}
+
+/// A persistent connection to it; its connection task runs until the client is dropped.
+pub async fn pg_client(ctx: &crate::Ctx) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(&pg_conninfo(ctx), tokio_postgres::NoTls)
+        .await
+        .expect("connect to postgres");
+    tokio::spawn(connection);
+    client
+}
+
 /// How much to measure.
 #[derive(Debug, Clone)]
 pub struct Plan {

@@ -80,15 +80,7 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
         .await,
     ));
 
-    let conn = format!(
-        "host=127.0.0.1 port={} user=postgres password={} dbname=postgres",
-        ctx.pg_addr.port(),
-        ctx.pg_password
-    );
-    let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    let task = tokio::spawn(connection);
+    let client = super::pg_client(ctx).await;
     let aid = std::cell::Cell::new(1);
     out.push(row(
         "Postgres direct (persistent connection, simple protocol)",
@@ -103,7 +95,6 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
         .await,
     ));
     drop(client);
-    let _ = task.await;
     out
 }
 

@@ -23,19 +23,6 @@ const POLL: Duration = Duration::from_millis(2);
 pub const CHANGES: &str = "Ferry, change stream";
 pub const TTL_ONLY: &str = "Ferry, TTL only (max_age 60 s, SWR 15 s)";
 
-async fn pg(ctx: &Ctx) -> tokio_postgres::Client {
-    let conn = format!(
-        "host=127.0.0.1 port={} user=postgres password={} dbname=postgres",
-        ctx.pg_addr.port(),
-        ctx.pg_password
-    );
-    let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls)
-        .await
-        .expect("connect to postgres");
-    tokio::spawn(connection);
-    client
-}
-
 /// The row's name through one sidecar, and the cache status. The entry is named as the
 /// `items` keyspace names row `id` (`items:<id>`), so the stream drops it when that row changes
 /// and the background writes to other rows leave it alone (a read declaring the whole table
@@ -119,11 +106,7 @@ fn background_writer(ctx: &Ctx, stop: Arc<AtomicBool>) -> tokio::task::JoinHandl
     let mut tasks = Vec::new();
     for c in 0..conns {
         let (stop, done) = (stop.clone(), done.clone());
-        let conn = format!(
-            "host=127.0.0.1 port={} user=postgres password={} dbname=postgres",
-            ctx.pg_addr.port(),
-            ctx.pg_password
-        );
+        let conn = super::pg_conninfo(ctx);
         tasks.push(tokio::spawn(async move {
             let Ok((client, connection)) =
                 tokio_postgres::connect(&conn, tokio_postgres::NoTls).await
@@ -186,7 +169,7 @@ fn buckets(points: &[(f64, bool)], window: Duration) -> Vec<Value> {
 pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
     let changes = Ferry::new(format!("http://{}", ctx.changes_sidecar_addr), 4);
     let ttl = Ferry::new(format!("http://{}", ctx.ttl_sidecar_addr), 4);
-    let writer = pg(ctx).await;
+    let writer = super::pg_client(ctx).await;
     let rounds = if plan.samples > 100 { 40 } else { 5 };
     // The stream's first session makes the slot and replays: wait until reads may use the cache.
     let ready = format!("http://{}/readyz", ctx.changes_sidecar_addr);
