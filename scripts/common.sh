@@ -130,7 +130,9 @@ edge_build_env() {
 
 # ---- the real clients the protocol tests drive, unchanged (test.sh), pinned ----
 UPSTASH_REDIS_JS_VERSION=1.39.0   # npm @upstash/redis
+UPSTASH_REDIS_PY_VERSION=1.8.0    # PyPI upstash-redis
 CLIENTS_DIR=$FERRY_TOOLS/clients-upstash-$UPSTASH_REDIS_JS_VERSION
+PY_CLIENTS_DIR=$FERRY_TOOLS/clients-py-upstash-$UPSTASH_REDIS_PY_VERSION
 
 ensure_clients() {
   if [ ! -f "$CLIENTS_DIR/node_modules/@upstash/redis/package.json" ]; then
@@ -141,7 +143,13 @@ ensure_clients() {
     (cd "$CLIENTS_DIR" && npm install --no-audit --no-fund --loglevel=error \
       "@upstash/redis@$UPSTASH_REDIS_JS_VERSION")
   fi
-  export FERRY_CLIENTS_DIR=$CLIENTS_DIR
+  if [ ! -d "$PY_CLIENTS_DIR/upstash_redis" ]; then
+    command -v pip3 >/dev/null || apt_install python3-pip
+    echo "installing the protocol clients (upstash-redis $UPSTASH_REDIS_PY_VERSION) into $PY_CLIENTS_DIR"
+    python3 -m pip install --quiet --disable-pip-version-check --target "$PY_CLIENTS_DIR" \
+      "upstash-redis==$UPSTASH_REDIS_PY_VERSION"
+  fi
+  export FERRY_CLIENTS_DIR=$CLIENTS_DIR FERRY_PY_CLIENTS_DIR=$PY_CLIENTS_DIR
   FERRY_NODE=$(command -v node || echo "$NPM_BIN/node")
   export FERRY_NODE
 }

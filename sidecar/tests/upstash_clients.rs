@@ -1,6 +1,7 @@
-//! The Upstash-compatible Redis REST endpoints, driven by the real `@upstash/redis` npm client
-//! (installed by scripts/test.sh into FERRY_CLIENTS_DIR), unchanged, against the binary and a
-//! private Redis. Redis's own keys judge the namespaces.
+//! The Upstash-compatible Redis REST endpoints, driven by the real clients, unchanged: npm
+//! `@upstash/redis` and PyPI `upstash-redis` (installed by scripts/test.sh into
+//! FERRY_CLIENTS_DIR and FERRY_PY_CLIENTS_DIR), against the binary and a private Redis.
+//! Redis's own keys judge the namespaces.
 use ferry_testkit::{PgServer, RedisServer, SidecarProcess};
 use serde_json::json;
 use std::process::{Command, Stdio};
@@ -10,18 +11,18 @@ const TOKEN: &str = "rw-token-0123456789abcdef0123456789abcdef";
 const RO_TOKEN: &str = "ro-token-0123456789abcdef0123456789abcdef";
 const OTHER_TOKEN: &str = "other-token-0123456789abcdef0123456789abcd";
 
-fn clients_dir() -> String {
-    std::env::var("FERRY_CLIENTS_DIR").unwrap_or_else(|_| {
+fn clients_dir(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| {
         panic!(
-            "FERRY_CLIENTS_DIR is not set: run scripts/test.sh, which installs the real \
-             protocol clients (or `source scripts/common.sh && ensure_clients`)"
+            "{var} is not set: run scripts/test.sh, which installs the real protocol clients \
+             (or `source scripts/common.sh && ensure_clients`)"
         )
     })
 }
 
-#[test]
-fn the_real_upstash_client_works_unchanged() {
-    let clients = clients_dir();
+/// Redis, Postgres and the binary with three tokens: read-write and read-only on `app:`, and
+/// read-write on `other:`. The temp dir holds the config.
+fn start() -> (RedisServer, PgServer, SidecarProcess, tempfile::TempDir) {
     let redis = RedisServer::start();
     let pg = PgServer::start();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -44,6 +45,34 @@ fn the_real_upstash_client_works_unchanged() {
         &[("FERRY_CONFIG", config.as_str())],
         Stdio::null(),
     );
+    (redis, pg, s, dir)
+}
+
+#[test]
+fn the_real_python_client_works_unchanged() {
+    let clients = clients_dir("FERRY_PY_CLIENTS_DIR");
+    let (_redis, _pg, s, _dir) = start();
+    let out = Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/clients/upstash.py"
+        ))
+        .env("PYTHONPATH", clients)
+        .env("URL", format!("http://127.0.0.1:{}", s.port))
+        .env("TOKEN", TOKEN)
+        .env("RO_TOKEN", RO_TOKEN)
+        .output()
+        .expect("run python3");
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the client's checks failed:\n{text}");
+    assert!(text.lines().count() >= 19, "too few checks ran:\n{text}");
+}
+
+#[test]
+fn the_real_upstash_client_works_unchanged() {
+    let clients = clients_dir("FERRY_CLIENTS_DIR");
+    let (redis, _pg, s, dir) = start();
     // The script next to the installed client, so its import resolves there.
     std::fs::copy(
         concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/upstash.mjs"),
