@@ -23,6 +23,8 @@ pub struct AppState {
     pub changes: Arc<crate::changes::Status>,
     /// Redis's command table for the Upstash protocol, read on first use.
     upstash: std::sync::OnceLock<Arc<crate::upstash::Commands>>,
+    /// The Upstash tokens' script users' connections.
+    pub upstash_scripts: crate::upstash::ScriptConnections,
     /// The read engine's handles (the same pools, cache, flights and blocking rule).
     pub reads: crate::read::Reads,
 }
@@ -87,6 +89,7 @@ impl AppState {
             readiness,
             changes,
             upstash: std::sync::OnceLock::new(),
+            upstash_scripts: Default::default(),
             reads,
         }))
     }

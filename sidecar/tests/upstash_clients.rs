@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
 const TOKEN: &str = "rw-token-0123456789abcdef0123456789abcdef";
 const RO_TOKEN: &str = "ro-token-0123456789abcdef0123456789abcdef";
+const SCRIPTS: &str = "script_user = \"app-scripts\"\nscript_password = \"script-password\"\n";
 const OTHER_TOKEN: &str = "other-token-0123456789abcdef0123456789abcd";
 
 fn clients_dir(var: &str) -> String {
@@ -25,14 +26,28 @@ fn clients_dir(var: &str) -> String {
 fn start() -> (RedisServer, PgServer, SidecarProcess, tempfile::TempDir) {
     let redis = RedisServer::start();
     let pg = PgServer::start();
+    // The script user the operator makes: this namespace's keys only.
+    let _: () = ::redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "app-scripts",
+            "on",
+            ">script-password",
+            "resetkeys",
+            "~ferry:u:app:*",
+            "+@all",
+            "-@dangerous",
+        ])
+        .query(&mut redis.conn())
+        .expect("acl user");
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("ferry.toml");
     std::fs::write(
         &config,
         format!(
             "[upstash]\nenabled = true\n\
-             [[upstash.tokens]]\ntoken = \"{TOKEN}\"\nprefix = \"app:\"\n\
-             [[upstash.tokens]]\ntoken = \"{RO_TOKEN}\"\nprefix = \"app:\"\nread_only = true\n\
+             [[upstash.tokens]]\ntoken = \"{TOKEN}\"\nprefix = \"app:\"\n{SCRIPTS}\
+             [[upstash.tokens]]\ntoken = \"{RO_TOKEN}\"\nprefix = \"app:\"\nread_only = true\n{SCRIPTS}\
              [[upstash.tokens]]\ntoken = \"{OTHER_TOKEN}\"\nprefix = \"other:\"\n"
         ),
     )

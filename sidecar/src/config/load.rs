@@ -71,6 +71,7 @@ impl Config {
                     token: Redacted(token.clone()),
                     prefix: "default:".into(),
                     read_only,
+                    ..Default::default()
                 });
             }
         }

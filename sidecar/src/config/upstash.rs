@@ -24,6 +24,14 @@ pub struct UpstashToken {
     /// Refuse commands that write (Upstash's read-only tokens).
     #[serde(default)]
     pub read_only: bool,
+    /// A Redis ACL user whose keys are this token's namespace only (`~<cache.key_prefix>u:
+    /// <prefix>*`): scripts (EVAL, EVALSHA) run as that user, so Redis itself stops a script
+    /// that reaches another key. Empty: scripts are refused.
+    #[serde(default)]
+    pub script_user: String,
+    /// That user's password.
+    #[serde(default)]
+    pub script_password: Redacted<String>,
 }
 
 impl Config {
@@ -49,6 +57,12 @@ impl Config {
                 return invalid(
                     format!("upstash.tokens[{i}].prefix"),
                     "non-empty, no control characters",
+                );
+            }
+            if t.script_user.is_empty() != t.script_password.is_empty() {
+                return invalid(
+                    format!("upstash.tokens[{i}].script_user"),
+                    "set script_user and script_password together, or neither",
                 );
             }
             // Two tokens may share a namespace (a read-write and a read-only one, as Upstash

@@ -5,7 +5,7 @@
 
 use super::State;
 use crate::config::UpstashToken;
-use crate::upstash::{arguments, to_json, Refused};
+use crate::upstash::{arguments, to_json, Prepared, Refused};
 use actix_web::http::header::HeaderMap;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
@@ -104,7 +104,7 @@ async fn serve(
         return error(400, "ERR too many commands in one request");
     }
     // Each command checked and put in its namespace; a refused one answers for itself.
-    let prepared: Vec<Result<Vec<Vec<u8>>, Refused>> = list
+    let prepared: Vec<Result<Prepared, Refused>> = list
         .iter()
         .map(|c| arguments(c).and_then(|a| commands.prepare(a, &tok, &namespace)))
         .collect();
@@ -114,9 +114,9 @@ async fn serve(
             if let Some(Err(Refused(why))) = prepared.iter().find(|p| p.is_err()) {
                 return error(400, why);
             }
-            run(&state, &prepared, true).await
+            run(&state, &tok, &prepared, true).await
         }
-        _ => run(&state, &prepared, false).await,
+        _ => run(&state, &tok, &prepared, false).await,
     };
     let answers = match answers {
         Ok(a) => a,
@@ -156,12 +156,14 @@ fn redis_error(e: &redis::ServerError) -> String {
     }
 }
 
-/// Sends the prepared commands in one pipeline (one MULTI/EXEC when `atomic`), on this
-/// worker's multiplexed connection when it has one, else on a pooled one. Refused commands
-/// are not sent; their place in the answer keeps their refusal.
+/// Sends the prepared commands in one pipeline (one MULTI/EXEC when `atomic`): as the token's
+/// script user when one of them is a script, else on this worker's multiplexed connection
+/// when it has one, else on a pooled one. Refused commands are not sent; their place in the
+/// answer keeps their refusal.
 async fn run(
     state: &State,
-    prepared: &[Result<Vec<Vec<u8>>, Refused>],
+    token: &UpstashToken,
+    prepared: &[Result<Prepared, Refused>],
     atomic: bool,
 ) -> Result<Vec<Result<redis::Value, Refused>>, String> {
     let mut pipe = redis::pipe();
@@ -169,16 +171,35 @@ async fn run(
     if atomic {
         pipe.atomic();
     }
-    for args in prepared.iter().flatten() {
+    for p in prepared.iter().flatten() {
         let mut cmd = redis::Cmd::new();
-        for a in args {
+        for a in &p.args {
             cmd.arg(a.as_slice());
         }
         pipe.add_command(cmd);
     }
     let sent = prepared.iter().filter(|p| p.is_ok()).count();
+    let scripted = prepared.iter().flatten().any(|p| p.script);
     let values: Vec<redis::Value> = if sent == 0 {
         Vec::new()
+    } else if scripted {
+        let redis_config = &state.config().redis;
+        let mut conn = state
+            .upstash_scripts
+            .get(redis_config, token)
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, user = %token.script_user, "upstash: script user cannot connect");
+                "ERR redis is unavailable for this token's scripts".to_string()
+            })?;
+        match pipe.query_async(&mut conn).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "upstash: redis failed (script user)");
+                state.upstash_scripts.forget(&token.script_user);
+                return Err("ERR redis is unavailable".into());
+            }
+        }
     } else {
         match state.pools.redis_async().await {
             Ok(Some(mut c)) => match pipe.query_async(&mut c).await {

@@ -92,14 +92,39 @@ impl r2d2::ManageConnection for RedisManager {
 
 /// The Redis client: rediss:// URLs speak TLS, trusting `tls_ca_path` (PEM) when set.
 pub fn redis_client(c: &crate::config::RedisConfig) -> Result<redis::Client, String> {
+    let info = redis::IntoConnectionInfo::into_connection_info(c.url.as_str())
+        .map_err(|_| "not a valid redis:// or rediss:// URL".to_string())?;
+    client_for(c, info)
+}
+
+/// The same server, as another Redis user (the Upstash tokens' script users).
+pub fn redis_client_as(
+    c: &crate::config::RedisConfig,
+    user: &str,
+    password: &str,
+) -> Result<redis::Client, String> {
+    let info = redis::IntoConnectionInfo::into_connection_info(c.url.as_str())
+        .map_err(|_| "not a valid redis:// or rediss:// URL".to_string())?;
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_username(user)
+        .set_password(password);
+    client_for(c, info.set_redis_settings(settings))
+}
+
+fn client_for(
+    c: &crate::config::RedisConfig,
+    info: redis::ConnectionInfo,
+) -> Result<redis::Client, String> {
     if c.tls_ca_path.is_empty() {
-        return redis::Client::open(c.url.as_str())
+        return redis::Client::open(info)
             .map_err(|_| "not a valid redis:// or rediss:// URL".to_string());
     }
     let ca = std::fs::read(&c.tls_ca_path)
         .map_err(|e| format!("redis.tls_ca_path {}: {e}", c.tls_ca_path))?;
     redis::Client::build_with_tls(
-        c.url.as_str(),
+        info,
         redis::TlsCertificates {
             client_tls: None,
             root_cert: Some(ca),

@@ -8,8 +8,10 @@
 //! Read-only tokens are refused every command Redis flags as a write.
 
 mod encode;
+mod scripts;
 
 pub use encode::to_json;
+pub use scripts::ScriptConnections;
 
 use crate::config::UpstashToken;
 use std::collections::HashMap;
@@ -52,6 +54,16 @@ pub struct Commands {
 /// Why a command was refused, in Upstash's words (sent as `{"error": ...}`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused(pub String);
+
+/// A command ready to send, and whether it must run as the token's script user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    pub args: Vec<Vec<u8>>,
+    pub script: bool,
+}
+
+/// Scripts: the declared keys sit after `numkeys` at argument 2; the `_ro` forms refuse writes.
+const SCRIPTS: [&str; 4] = ["eval", "evalsha", "eval_ro", "evalsha_ro"];
 
 impl Commands {
     /// From the reply to `COMMAND` (RESP2: one array per command).
@@ -106,13 +118,13 @@ impl Commands {
     }
 
     /// Checks one command for `token` and puts its keys under `namespace` (the cache prefix
-    /// and the token's prefix). Returns the arguments to send.
+    /// and the token's prefix).
     pub fn prepare(
         &self,
         args: Vec<Vec<u8>>,
         token: &UpstashToken,
         namespace: &str,
-    ) -> Result<Vec<Vec<u8>>, Refused> {
+    ) -> Result<Prepared, Refused> {
         let Some(name) = args
             .first()
             .map(|n| String::from_utf8_lossy(n).to_ascii_lowercase())
@@ -120,7 +132,13 @@ impl Commands {
             return Err(Refused("ERR empty command".into()));
         };
         if KEYLESS.contains(&name.as_str()) {
-            return Ok(args);
+            return Ok(Prepared {
+                args,
+                script: false,
+            });
+        }
+        if SCRIPTS.contains(&name.as_str()) || name == "script" {
+            return script(name, args, token, namespace);
         }
         let Some(spec) = self.specs.get(&name) else {
             return Err(Refused(format!("ERR Command is not available: '{name}'")));
@@ -139,25 +157,71 @@ impl Commands {
             )));
         }
         let mut args = args;
-        {
-            let n = args.len() as i64;
-            let last = if spec.last < 0 {
-                n + spec.last
-            } else {
-                spec.last
-            };
-            let step = spec.step.max(1);
-            let mut i = spec.first;
-            while i <= last && i < n {
-                let key = &mut args[i as usize];
-                let mut prefixed = namespace.as_bytes().to_vec();
-                prefixed.extend_from_slice(key);
-                *key = prefixed;
-                i += step;
-            }
+        let n = args.len() as i64;
+        let last = if spec.last < 0 {
+            n + spec.last
+        } else {
+            spec.last
+        };
+        let mut i = spec.first;
+        while i <= last && i < n {
+            prefix(&mut args[i as usize], namespace);
+            i += spec.step.max(1);
         }
-        Ok(args)
+        Ok(Prepared {
+            args,
+            script: false,
+        })
     }
+}
+
+fn prefix(key: &mut Vec<u8>, namespace: &str) {
+    let mut prefixed = namespace.as_bytes().to_vec();
+    prefixed.extend_from_slice(key);
+    *key = prefixed;
+}
+
+/// EVAL and friends, and SCRIPT LOAD / EXISTS: only for a token with a script user (Redis's
+/// ACL then keeps the script to the namespace, whatever key names it builds); the declared
+/// keys are put in the namespace like any other.
+fn script(
+    name: String,
+    mut args: Vec<Vec<u8>>,
+    token: &UpstashToken,
+    namespace: &str,
+) -> Result<Prepared, Refused> {
+    if token.script_user.is_empty() {
+        return Err(Refused(format!(
+            "ERR Command is not allowed: {name} (this token has no script_user: a Redis ACL \
+             user limited to its keys)"
+        )));
+    }
+    if name == "script" {
+        let sub = args
+            .get(1)
+            .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase());
+        return match sub.as_deref() {
+            Some("load") | Some("exists") => Ok(Prepared { args, script: true }),
+            _ => Err(Refused(
+                "ERR Command is not allowed: script (only LOAD and EXISTS)".into(),
+            )),
+        };
+    }
+    if token.read_only && !name.ends_with("_ro") {
+        return Err(Refused(format!(
+            "NOPERM this token is read-only and cannot run '{name}' (use {name}_ro)"
+        )));
+    }
+    let numkeys = args
+        .get(2)
+        .and_then(|n| std::str::from_utf8(n).ok())
+        .and_then(|n| n.parse::<usize>().ok())
+        .filter(|n| 3 + n <= args.len())
+        .ok_or_else(|| Refused("ERR Number of keys can't be greater than number of args".into()))?;
+    for key in &mut args[3..3 + numkeys] {
+        prefix(key, namespace);
+    }
+    Ok(Prepared { args, script: true })
 }
 
 /// A JSON array of strings and numbers as command arguments.
@@ -215,6 +279,7 @@ mod tests {
             token: "t".repeat(32).into(),
             prefix: "a:".into(),
             read_only,
+            ..Default::default()
         }
     }
 
@@ -232,12 +297,31 @@ mod tests {
                 "f:u:a:",
             )
             .expect("allowed");
-        assert_eq!(out, args(&["MSET", "f:u:a:k1", "v1", "f:u:a:k2", "v2"]));
+        assert_eq!(
+            out.args,
+            args(&["MSET", "f:u:a:k1", "v1", "f:u:a:k2", "v2"])
+        );
         assert_eq!(
             t.prepare(args(&["GET", "k"]), &token(true), "p:")
-                .expect("read"),
+                .expect("read")
+                .args,
             args(&["GET", "p:k"])
         );
+        let mut scripted = token(false);
+        scripted.script_user = "u".into();
+        scripted.script_password = "p".to_string().into();
+        let eval = t
+            .prepare(
+                args(&["EVAL", "return 1", "1", "k", "arg"]),
+                &scripted,
+                "p:",
+            )
+            .expect("a script user");
+        assert!(eval.script);
+        assert_eq!(eval.args, args(&["EVAL", "return 1", "1", "p:k", "arg"]));
+        assert!(t
+            .prepare(args(&["EVAL", "return 1", "5", "k"]), &scripted, "p:")
+            .is_err());
     }
 
     #[test]
