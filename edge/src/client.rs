@@ -80,8 +80,9 @@ pub use wasm::SidecarClient;
 mod wasm {
     use super::*;
     use ferry_shared::api::{
-        paths, CacheCommand, CacheReply, ExecuteRequest, ExecuteResponse, KeyedRequest,
-        KeyedResponse, QueryRequest, QueryResponse, Readiness, TransactionRequest,
+        paths, BeginRequest, BeginResponse, CacheCommand, CacheReply, EndRequest, EndResponse,
+        ExecuteRequest, ExecuteResponse, InTransactionRequest, KeyedRequest, KeyedResponse,
+        QueryRequest, QueryResponse, Readiness, StatementResult, TransactionRequest,
         TransactionResponse,
     };
     use futures_util::future::{select, Either};
@@ -191,6 +192,28 @@ mod wasm {
             t: &TransactionRequest,
         ) -> Result<TransactionResponse, EdgeError> {
             self.call("POST", paths::TRANSACTION, Some(t)).await
+        }
+
+        /// Opens an interactive transaction; end it with `commit` or `rollback` (or the sidecar
+        /// rolls it back when idle).
+        pub async fn begin(&self, b: &BeginRequest) -> Result<BeginResponse, EdgeError> {
+            self.call("POST", paths::TRANSACTION_BEGIN, Some(b)).await
+        }
+
+        pub async fn in_transaction(
+            &self,
+            q: &InTransactionRequest,
+        ) -> Result<StatementResult, EdgeError> {
+            self.call("POST", paths::TRANSACTION_QUERY, Some(q)).await
+        }
+
+        pub async fn commit(&self, e: &EndRequest) -> Result<EndResponse, EdgeError> {
+            self.call("POST", paths::TRANSACTION_COMMIT, Some(e)).await
+        }
+
+        pub async fn rollback(&self, e: &EndRequest) -> Result<EndResponse, EdgeError> {
+            self.call("POST", paths::TRANSACTION_ROLLBACK, Some(e))
+                .await
         }
 
         pub async fn cache(&self, c: &CacheCommand) -> Result<CacheReply, EdgeError> {

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use crate::transaction::{
-    Isolation, StatementResult, TransactionRequest, TransactionResponse, TransactionStatement,
+    BeginRequest, BeginResponse, EndRequest, EndResponse, InTransactionRequest, Isolation,
+    StatementResult, TransactionRequest, TransactionResponse, TransactionStatement,
 };
 
 /// The header that carries a request's id from the edge through the sidecar and back.
@@ -31,6 +32,10 @@ pub mod paths {
     pub const BATCH: &str = "/v1/batch";
     pub const BATCH_KEYED: &str = "/v1/batch/keyed";
     pub const TRANSACTION: &str = "/v1/transaction";
+    pub const TRANSACTION_BEGIN: &str = "/v1/transaction/begin";
+    pub const TRANSACTION_QUERY: &str = "/v1/transaction/query";
+    pub const TRANSACTION_COMMIT: &str = "/v1/transaction/commit";
+    pub const TRANSACTION_ROLLBACK: &str = "/v1/transaction/rollback";
     pub const HEALTHZ: &str = "/healthz";
     pub const READYZ: &str = "/readyz";
 }

@@ -48,6 +48,10 @@ pub enum ErrorCode {
     NotFound,
     /// `cache.mode = only-if-cached` and the entry is not in the cache (404).
     NotCached,
+    /// An interactive transaction id that is unknown, expired or ended (404).
+    TransactionNotFound,
+    /// An interactive transaction that is already running a statement (409).
+    TransactionBusy,
     /// Raw SQL was sent to a sidecar with `auth.allow_raw_sql = false` (403).
     RawSqlForbidden,
     /// The route exists but not for this method (405).
@@ -85,7 +89,8 @@ impl ErrorCode {
             Unauthorized | AuthMissing | AuthMalformed | AuthExpired | AuthBadSignature
             | AuthReplayed => 401,
             RawSqlForbidden => 403,
-            NotFound | NotCached => 404,
+            NotFound | NotCached | TransactionNotFound => 404,
+            TransactionBusy => 409,
             MethodNotAllowed => 405,
             PayloadTooLarge => 413,
             UnsupportedMediaType => 415,
@@ -109,6 +114,8 @@ impl ErrorCode {
             UnsupportedType => "unsupported_type",
             ResultTooLarge => "result_too_large",
             NotText => "not_text",
+            TransactionNotFound => "transaction_not_found",
+            TransactionBusy => "transaction_busy",
             PayloadTooLarge => "payload_too_large",
             UnsupportedMediaType => "unsupported_media_type",
             Unauthorized => "unauthorized",

@@ -22,6 +22,55 @@ pub struct TransactionRequest {
     pub invalidate: Option<Invalidate>,
 }
 
+/// `POST /v1/transaction/begin`: opens an interactive transaction on one pooled connection.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BeginRequest {
+    #[serde(default)]
+    pub isolation: Isolation,
+    #[serde(default)]
+    pub read_only: bool,
+    #[serde(default)]
+    pub deferrable: bool,
+}
+
+/// The open transaction: its id (unguessable), and how long it may idle and live.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BeginResponse {
+    pub id: String,
+    pub idle_timeout_ms: u64,
+    pub max_lifetime_ms: u64,
+}
+
+/// `POST /v1/transaction/query`: one statement in an open transaction.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InTransactionRequest {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sql: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    #[serde(default)]
+    pub params: Vec<Value>,
+}
+
+/// `POST /v1/transaction/commit` (with invalidations after it) or `/rollback`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndRequest {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalidate: Option<Invalidate>,
+}
+
+/// The answer to a commit or rollback.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndResponse {
+    pub committed: bool,
+    pub invalidation: InvalidationStatus,
+}
+
 /// One statement of a transaction: exactly one of `sql` and `query`, as for `/v1/execute`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

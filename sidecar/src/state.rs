@@ -19,6 +19,8 @@ pub struct AppState {
     pub verifier: Verifier,
     pub blocking: Blocking,
     pub readiness: Arc<crate::store::readiness::Readiness>,
+    /// Interactive transactions held open across requests (a reaper ends abandoned ones).
+    pub transactions: Arc<crate::store::interactive::OpenTransactions>,
     /// The change stream's status (its consumer runs on a thread of its own).
     pub changes: Arc<crate::changes::Status>,
     /// Redis's command table for the Upstash protocol, read on first use.
@@ -72,6 +74,12 @@ impl AppState {
             Arc::downgrade(&pools),
             Duration::from_millis(config.server.readiness_interval_ms.max(10)),
         );
+        let transactions = Arc::new(crate::store::interactive::OpenTransactions::new(
+            config.max_open_transactions(),
+            Duration::from_millis(config.limits.transaction_idle_timeout_ms),
+            Duration::from_millis(config.limits.transaction_max_lifetime_ms),
+        ));
+        spawn_reaper(Arc::downgrade(&transactions));
         let flights = Arc::new(Flights::default());
         let reads = crate::read::Reads {
             pools: pools.clone(),
@@ -88,10 +96,27 @@ impl AppState {
             blocking,
             readiness,
             changes,
+            transactions,
             upstash: std::sync::OnceLock::new(),
             upstash_scripts: Default::default(),
             reads,
         }))
+    }
+}
+
+/// Rolls back abandoned interactive transactions, ten times a second, until the state goes.
+fn spawn_reaper(transactions: Weak<crate::store::interactive::OpenTransactions>) {
+    let spawned = std::thread::Builder::new()
+        .name("ferry-transaction-reaper".into())
+        .spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(100));
+            let Some(t) = transactions.upgrade() else {
+                return;
+            };
+            t.reap();
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the transaction reaper thread");
     }
 }
 

@@ -212,6 +212,14 @@ pub struct LimitsConfig {
     pub max_invalidate_keys: usize,
     /// Most statements in one /v1/transaction (they hold one pooled connection throughout).
     pub max_transaction_statements: usize,
+    /// Most interactive transactions open at once (each holds a pooled connection until it
+    /// ends); 0: half of postgres.pool_size.
+    pub max_open_transactions: usize,
+    /// An interactive transaction idle this long, in milliseconds, is rolled back and its
+    /// connection freed. Below server.request_timeout_ms (Postgres's own idle limit).
+    pub transaction_idle_timeout_ms: u64,
+    /// An interactive transaction is rolled back this long after it began, in milliseconds.
+    pub transaction_max_lifetime_ms: u64,
     /// Most keys and tags kept for a later invalidation while Redis is unreachable. Past it
     /// the whole cache is invalidated at once when Redis is back (nothing is dropped).
     pub max_pending_invalidations: usize,
@@ -225,6 +233,9 @@ impl Default for LimitsConfig {
             max_batch_bytes: 16 * 1024 * 1024,
             max_invalidate_keys: 1_000,
             max_transaction_statements: 100,
+            max_open_transactions: 0,
+            transaction_idle_timeout_ms: 5_000,
+            transaction_max_lifetime_ms: 30_000,
             max_pending_invalidations: 100_000,
         }
     }
@@ -309,6 +320,14 @@ impl Default for CacheConfig {
 impl Config {
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.server.request_timeout_ms)
+    }
+
+    /// How many interactive transactions may be open at once.
+    pub fn max_open_transactions(&self) -> usize {
+        match self.limits.max_open_transactions {
+            0 => (self.postgres.pool_size as usize / 2).max(1),
+            n => n,
+        }
     }
 
     /// The request bounds in force (a snapshot of `cache` and `limits`).

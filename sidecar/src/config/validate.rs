@@ -107,6 +107,20 @@ impl Config {
                 );
             }
         }
+        if self.limits.transaction_idle_timeout_ms == 0
+            || self.limits.transaction_idle_timeout_ms >= self.server.request_timeout_ms.max(1000)
+        {
+            return invalid(
+                "limits.transaction_idle_timeout_ms",
+                "must be at least 1 and below server.request_timeout_ms (Postgres ends idle transactions then)",
+            );
+        }
+        if self.limits.transaction_max_lifetime_ms < self.limits.transaction_idle_timeout_ms {
+            return invalid(
+                "limits.transaction_max_lifetime_ms",
+                "must be at least limits.transaction_idle_timeout_ms",
+            );
+        }
         self.validate_changes()?;
         self.validate_upstash()
     }

@@ -72,6 +72,10 @@ pub enum ApiError {
     Upstream { internal: String },
     #[error("internal error: {internal}")]
     Internal { internal: String },
+    #[error("no such transaction (unknown, expired or ended)")]
+    TransactionNotFound,
+    #[error("the transaction is running another statement")]
+    TransactionBusy,
     /// A statement of a transaction failed, and everything was rolled back.
     #[error("statement {index}: {source}")]
     InStatement { index: usize, source: Box<ApiError> },
@@ -109,6 +113,8 @@ impl ApiError {
     pub fn code(&self) -> ErrorCode {
         match self {
             ApiError::InStatement { source, .. } => source.code(),
+            ApiError::TransactionNotFound => ErrorCode::TransactionNotFound,
+            ApiError::TransactionBusy => ErrorCode::TransactionBusy,
             ApiError::BadRequest { .. } => ErrorCode::BadRequest,
             ApiError::InvalidValue { .. } => ErrorCode::InvalidValue,
             ApiError::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
@@ -155,6 +161,7 @@ impl ApiError {
         };
         detail.message = match self {
             ApiError::InStatement { .. } => String::new(),
+            ApiError::TransactionNotFound | ApiError::TransactionBusy => self.to_string(),
             ApiError::BadRequest { message, field } => {
                 detail.field = field.clone();
                 message.clone()

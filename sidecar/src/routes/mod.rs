@@ -44,6 +44,26 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .default_service(web::to(method_not_allowed)),
     )
     .service(
+        web::resource(paths::TRANSACTION_BEGIN)
+            .route(web::post().to(transaction::begin))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource(paths::TRANSACTION_QUERY)
+            .route(web::post().to(transaction::query))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource(paths::TRANSACTION_COMMIT)
+            .route(web::post().to(transaction::commit))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource(paths::TRANSACTION_ROLLBACK)
+            .route(web::post().to(transaction::rollback))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
         web::resource(paths::BATCH)
             .route(web::post().to(batch::batch))
             .default_service(web::to(method_not_allowed)),

@@ -1,12 +1,17 @@
 //! `POST /v1/transaction`: statements in one transaction on one pooled session, then
-//! invalidation, both before the answer.
+//! invalidation, both before the answer. And the interactive form (`/v1/transaction/begin`,
+//! `query`, `commit`, `rollback`), bounded by `store::interactive`.
 
 use super::State;
+use crate::config::ReadLimits;
 use crate::http::error::ApiError;
 use crate::read::plan;
 use crate::store::transaction::{self, TxPlan};
 use actix_web::{web, HttpRequest, HttpResponse};
-use ferry_shared::api::{TransactionRequest, TransactionResponse};
+use ferry_shared::api::{
+    BeginRequest, BeginResponse, EndRequest, EndResponse, InTransactionRequest, Isolation,
+    TransactionRequest, TransactionResponse,
+};
 
 pub async fn transaction(
     state: State,
@@ -52,6 +57,103 @@ pub async fn transaction(
             let invalidation = s.cache.invalidate(&s.pools, &keys, &tags);
             Ok(TransactionResponse {
                 results,
+                invalidation,
+            })
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(resp))
+}
+
+/// The options of a transaction (no statements: those come one per request).
+fn options(isolation: Isolation, read_only: bool, deferrable: bool, limits: ReadLimits) -> TxPlan {
+    TxPlan {
+        statements: Vec::new(),
+        isolation,
+        read_only,
+        deferrable,
+        limits,
+    }
+}
+
+/// `POST /v1/transaction/begin`: an interactive transaction on one pooled connection.
+pub async fn begin(
+    state: State,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let b: BeginRequest = super::signed_json(&state, &req, payload).await?;
+    let config = state.config();
+    let plan = options(b.isolation, b.read_only, b.deferrable, config.limits().read);
+    let s = state.clone();
+    let id = state
+        .blocking
+        .run(move || s.transactions.begin(&s.pools, &plan))
+        .await?;
+    Ok(HttpResponse::Ok().json(BeginResponse {
+        id,
+        idle_timeout_ms: config.limits.transaction_idle_timeout_ms,
+        max_lifetime_ms: config.limits.transaction_max_lifetime_ms,
+    }))
+}
+
+/// `POST /v1/transaction/query`: one statement in an open transaction.
+pub async fn query(
+    state: State,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let q: InTransactionRequest = super::signed_json(&state, &req, payload).await?;
+    let config = state.config();
+    let (sql, _) = plan::statement(&config, q.sql, q.query, "")?;
+    let limits = config.limits().read;
+    let s = state.clone();
+    let result = state
+        .blocking
+        .run(move || s.transactions.query(&q.id, &sql, &q.params, limits))
+        .await?;
+    Ok(HttpResponse::Ok().json(result))
+}
+
+/// `POST /v1/transaction/commit`: then the invalidations, as for `/v1/execute`.
+pub async fn commit(
+    state: State,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    end(state, req, payload, true).await
+}
+
+/// `POST /v1/transaction/rollback`.
+pub async fn rollback(
+    state: State,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    end(state, req, payload, false).await
+}
+
+async fn end(
+    state: State,
+    req: HttpRequest,
+    payload: web::Payload,
+    commit: bool,
+) -> Result<HttpResponse, ApiError> {
+    let e: EndRequest = super::signed_json(&state, &req, payload).await?;
+    let config = state.config();
+    let (keys, tags) = plan::invalidation(&config, e.invalidate)?;
+    let s = state.clone();
+    let resp = state
+        .blocking
+        .run(move || {
+            s.transactions.end(&e.id, commit)?;
+            let invalidation = if commit {
+                s.flights.forget(&keys, &tags);
+                s.cache.invalidate(&s.pools, &keys, &tags)
+            } else {
+                ferry_shared::api::InvalidationStatus::None
+            };
+            Ok(EndResponse {
+                committed: commit,
                 invalidation,
             })
         })

@@ -11,6 +11,7 @@ pub mod cache;
 pub mod commands;
 pub mod db;
 pub mod db_async;
+pub mod interactive;
 pub mod param_types;
 pub mod pg_async;
 pub mod pg_json;

@@ -23,7 +23,7 @@ pub struct TxPlan {
 impl TxPlan {
     /// The statement that opens the transaction (options are enums: nothing from the caller is
     /// spliced in).
-    fn begin(&self) -> String {
+    pub(super) fn begin(&self) -> String {
         let isolation = match self.isolation {
             Isolation::ReadCommitted => "READ COMMITTED",
             Isolation::RepeatableRead => "REPEATABLE READ",

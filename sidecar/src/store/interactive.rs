@@ -1,0 +1,214 @@
+//! Interactive transactions (`/v1/transaction/begin`, `query`, `commit`, `rollback`): a
+//! transaction held open on one pooled connection across requests, under three bounds.
+//!
+//! - At most `limits.max_open_transactions` at once (beyond: 503), so open transactions can
+//!   never take the whole pool from plain requests.
+//! - Idle longer than `limits.transaction_idle_timeout_ms`, or alive longer than
+//!   `limits.transaction_max_lifetime_ms`, and the reaper rolls it back, resets the session
+//!   and returns the connection: an abandoned transaction never holds a connection, a row lock
+//!   or a snapshot past its timeout. (Postgres's own `idle_in_transaction_session_timeout`,
+//!   set on every session, is the backstop.)
+//! - The id is 128 random bits: it cannot be guessed; an unknown, expired or ended one is 404.
+//!
+//! A transaction runs one statement at a time: while one runs, another request on the same id
+//! is 409 and the reaper leaves it alone (the statement timeout bounds it).
+
+use super::db::{check_columns, read_rows, run_prepared, Failure, RESET};
+use super::transaction::TxPlan;
+use crate::config::ReadLimits;
+use crate::http::error::ApiError;
+use crate::store::pools::{PgConn, Pools};
+use crate::store::statement::{self, Route};
+use ferry_shared::api::StatementResult;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+struct Open {
+    session: PgConn,
+    opened: Instant,
+    last_used: Instant,
+}
+
+enum Slot {
+    Idle(Box<Open>),
+    /// A statement is running on it; `opened` for the lifetime bound.
+    Busy,
+}
+
+pub struct OpenTransactions {
+    slots: Mutex<HashMap<String, Slot>>,
+    pub max_open: usize,
+    pub idle: Duration,
+    pub lifetime: Duration,
+}
+
+impl OpenTransactions {
+    pub fn new(max_open: usize, idle: Duration, lifetime: Duration) -> Self {
+        OpenTransactions {
+            slots: Mutex::new(HashMap::new()),
+            max_open,
+            idle,
+            lifetime,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn open_count(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Checks a connection out and opens the transaction on it (blocking).
+    pub fn begin(&self, pools: &Pools, plan: &TxPlan) -> Result<String, ApiError> {
+        // Reserve the place first, so concurrent begins cannot pass the bound.
+        let id = format!("{:032x}", rand::random::<u128>());
+        {
+            let mut slots = self.lock();
+            if slots.len() >= self.max_open {
+                return Err(ApiError::Overloaded {
+                    what: "open transactions (limits.max_open_transactions)",
+                });
+            }
+            slots.insert(id.clone(), Slot::Busy);
+        }
+        let opened = pools.pg_conn().and_then(|mut session| {
+            session
+                .client
+                .batch_execute(&plan.begin())
+                .map_err(|e| Failure::from(e).into_api())?;
+            Ok(session)
+        });
+        match opened {
+            Ok(session) => {
+                let now = Instant::now();
+                self.lock().insert(
+                    id.clone(),
+                    Slot::Idle(Box::new(Open {
+                        session,
+                        opened: now,
+                        last_used: now,
+                    })),
+                );
+                Ok(id)
+            }
+            Err(e) => {
+                self.lock().remove(&id);
+                Err(e)
+            }
+        }
+    }
+
+    /// Takes the transaction out to run on it; 404 if unknown, 409 if busy.
+    fn take(&self, id: &str) -> Result<Box<Open>, ApiError> {
+        let mut slots = self.lock();
+        match slots.get_mut(id) {
+            None => Err(ApiError::TransactionNotFound),
+            Some(Slot::Busy) => Err(ApiError::TransactionBusy),
+            Some(slot) => match std::mem::replace(slot, Slot::Busy) {
+                Slot::Idle(open) => Ok(open),
+                Slot::Busy => Err(ApiError::TransactionBusy),
+            },
+        }
+    }
+
+    /// Runs one statement in the transaction (blocking). A failed statement leaves the
+    /// transaction open but aborted, as in Postgres: only a rollback (or the reaper) ends it.
+    pub fn query(
+        &self,
+        id: &str,
+        sql: &str,
+        params: &[Value],
+        limits: ReadLimits,
+    ) -> Result<StatementResult, ApiError> {
+        statement::check(sql, Route::Write)?;
+        let mut open = self.take(id)?;
+        let ran = run_prepared(
+            &mut open.session,
+            sql,
+            params,
+            check_columns,
+            |mut rows| {
+                let (kept, too_large) = read_rows(&mut rows, limits)?;
+                Ok((kept, too_large, rows.rows_affected()))
+            },
+        );
+        let out = match ran {
+            Ok((rows, None, affected)) => Ok(StatementResult {
+                rows_affected: affected.unwrap_or(0),
+                rows,
+            }),
+            Ok((_, Some(limit), _)) => {
+                // The rest of the result is still on its way: the session cannot go on.
+                open.session.poisoned = true;
+                self.lock().remove(id);
+                return Err(ApiError::ResultTooLarge { limit });
+            }
+            Err(f) => Err(f.into_api()),
+        };
+        if open.session.client.is_closed() {
+            self.lock().remove(id);
+        } else {
+            open.last_used = Instant::now();
+            self.lock().insert(id.to_string(), Slot::Idle(open));
+        }
+        out
+    }
+
+    /// Commits or rolls back, resets the session and returns it to the pool (blocking).
+    /// A failed COMMIT (a serialization failure, a deferred constraint) rolled back.
+    pub fn end(&self, id: &str, commit: bool) -> Result<(), ApiError> {
+        let mut open = self.take(id)?;
+        self.lock().remove(id);
+        let ended = open
+            .session
+            .client
+            .batch_execute(if commit { "COMMIT" } else { "ROLLBACK" });
+        finish(&mut open.session);
+        ended.map_err(|e| Failure::from(e).into_api())
+    }
+
+    /// Rolls back every transaction idle or alive past its bound (blocking; the reaper thread).
+    pub fn reap(&self) -> usize {
+        let now = Instant::now();
+        let expired: Vec<Box<Open>> = {
+            let mut slots = self.lock();
+            let ids: Vec<String> = slots
+                .iter()
+                .filter(|(_, s)| match s {
+                    Slot::Idle(o) => {
+                        now - o.last_used > self.idle || now - o.opened > self.lifetime
+                    }
+                    Slot::Busy => false,
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.iter()
+                .filter_map(|id| match slots.remove(id) {
+                    Some(Slot::Idle(o)) => Some(o),
+                    _ => None,
+                })
+                .collect()
+        };
+        let n = expired.len();
+        for mut open in expired {
+            let _ = open.session.client.batch_execute("ROLLBACK");
+            finish(&mut open.session);
+        }
+        if n > 0 {
+            tracing::info!(rolled_back = n, "abandoned transactions rolled back");
+        }
+        n
+    }
+}
+
+/// Resets a session for the next request, or marks it to be closed.
+fn finish(session: &mut PgConn) {
+    if session.client.is_closed() || session.client.batch_execute(RESET).is_err() {
+        session.poisoned = true;
+    }
+    session.client.clear_type_cache();
+}
