@@ -126,16 +126,10 @@ impl OpenTransactions {
     ) -> Result<StatementResult, ApiError> {
         statement::check(sql, Route::Write)?;
         let mut open = self.take(id)?;
-        let ran = run_prepared(
-            &mut open.session,
-            sql,
-            params,
-            check_columns,
-            |mut rows| {
-                let (kept, too_large) = read_rows(&mut rows, limits)?;
-                Ok((kept, too_large, rows.rows_affected()))
-            },
-        );
+        let ran = run_prepared(&mut open.session, sql, params, check_columns, |mut rows| {
+            let (kept, too_large) = read_rows(&mut rows, limits)?;
+            Ok((kept, too_large, rows.rows_affected()))
+        });
         let out = match ran {
             Ok((rows, None, affected)) => Ok(StatementResult {
                 rows_affected: affected.unwrap_or(0),
