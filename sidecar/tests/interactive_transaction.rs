@@ -172,9 +172,12 @@ fn open_transactions_are_bounded_and_plain_requests_still_run() {
         };
         futures::join!(slow, second)
     });
-    assert_eq!(slow.status, 200, "{:?}", slow.body);
-    assert_eq!(busy.status, 409, "{:?}", busy.body);
-    assert_eq!(busy.body["error"]["code"], "transaction_busy");
+    // Whichever reached the sidecar second (on a loaded machine either may) is refused.
+    let mut statuses = [slow.status, busy.status];
+    statuses.sort();
+    assert_eq!(statuses, [200, 409], "{:?} / {:?}", slow.body, busy.body);
+    let refused = if slow.status == 409 { &slow } else { &busy };
+    assert_eq!(refused.body["error"]["code"], "transaction_busy");
     for id in [a, b] {
         post(&s, "/v1/transaction/rollback", json!({"id": id}));
     }
