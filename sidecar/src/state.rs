@@ -76,7 +76,7 @@ impl AppState {
         );
         let transactions = Arc::new(crate::store::interactive::OpenTransactions::new(
             config.max_open_transactions(),
-            Duration::from_millis(config.limits.transaction_idle_timeout_ms),
+            config.transaction_idle_timeout(),
             Duration::from_millis(config.limits.transaction_max_lifetime_ms),
         ));
         spawn_reaper(Arc::downgrade(&transactions));

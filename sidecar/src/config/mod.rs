@@ -216,7 +216,7 @@ pub struct LimitsConfig {
     /// ends); 0: half of postgres.pool_size.
     pub max_open_transactions: usize,
     /// An interactive transaction idle this long, in milliseconds, is rolled back and its
-    /// connection freed. Below server.request_timeout_ms (Postgres's own idle limit).
+    /// connection freed (at most half of server.request_timeout_ms, Postgres's own idle limit).
     pub transaction_idle_timeout_ms: u64,
     /// An interactive transaction is rolled back this long after it began, in milliseconds.
     pub transaction_max_lifetime_ms: u64,
@@ -320,6 +320,14 @@ impl Default for CacheConfig {
 impl Config {
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.server.request_timeout_ms)
+    }
+
+    /// How long an interactive transaction may idle: the setting, but at most half of
+    /// Postgres's own limit (`idle_in_transaction_session_timeout`, set from
+    /// `server.request_timeout_ms`), so the sidecar always ends it first.
+    pub fn transaction_idle_timeout(&self) -> Duration {
+        let postgres_ms = self.server.request_timeout_ms.max(1000);
+        Duration::from_millis(self.limits.transaction_idle_timeout_ms.min(postgres_ms / 2))
     }
 
     /// How many interactive transactions may be open at once.

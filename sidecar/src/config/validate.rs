@@ -107,13 +107,8 @@ impl Config {
                 );
             }
         }
-        if self.limits.transaction_idle_timeout_ms == 0
-            || self.limits.transaction_idle_timeout_ms >= self.server.request_timeout_ms.max(1000)
-        {
-            return invalid(
-                "limits.transaction_idle_timeout_ms",
-                "must be at least 1 and below server.request_timeout_ms (Postgres ends idle transactions then)",
-            );
+        if self.limits.transaction_idle_timeout_ms == 0 {
+            return invalid("limits.transaction_idle_timeout_ms", "must be at least 1");
         }
         if self.limits.transaction_max_lifetime_ms < self.limits.transaction_idle_timeout_ms {
             return invalid(

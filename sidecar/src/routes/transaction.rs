@@ -91,7 +91,7 @@ pub async fn begin(
         .await?;
     Ok(HttpResponse::Ok().json(BeginResponse {
         id,
-        idle_timeout_ms: config.limits.transaction_idle_timeout_ms,
+        idle_timeout_ms: config.transaction_idle_timeout().as_millis() as u64,
         max_lifetime_ms: config.limits.transaction_max_lifetime_ms,
     }))
 }
