@@ -237,3 +237,41 @@ fn a_lost_slot_is_made_anew_and_everything_cached_is_dropped() {
     });
     assert_ne!(status(&mut psql), "lost", "a fresh slot");
 }
+
+/// Postgres stopped and started under the stream. While it is down nothing proves the cache
+/// fresh (a writer elsewhere could commit), so cached reads go to Postgres and fail fast; once
+/// it is back the stream resumes from the slot, a write made then is seen, and hits return.
+#[test]
+fn postgres_stopped_under_the_stream_answers_fast_and_resumes() {
+    let (redis, mut pg) = (RedisServer::start(), logical_pg());
+    let s = start(&redis, &pg);
+    until_hit(&s, 1, "item 1");
+    pg.stop();
+    // Past the bound: the consumer cannot mark, so no sidecar vouches for the cache.
+    std::thread::sleep(MAX_LAG * 2);
+    let started = Instant::now();
+    let a = s.client.query(json!({
+        "sql": "SELECT name FROM items WHERE id = $1", "params": [1],
+        "cache": {"ttl_s": 600, "tables": ["items"]},
+    }));
+    let took = started.elapsed();
+    assert!(matches!(a.status, 502..=504), "{}: {:?}", a.status, a.body);
+    assert!(a.body["error"]["code"].is_string(), "{:?}", a.body);
+    assert!(took < Duration::from_secs(5), "answered in {took:?}");
+    pg.start_again();
+    pg.client()
+        .execute(
+            "UPDATE items SET name = 'after the restart' WHERE id = 1",
+            &[],
+        )
+        .expect("update");
+    let committed = Instant::now();
+    wait_caught_up(&s);
+    after_bound(committed);
+    assert_eq!(name_of(&s, 1).0, "after the restart");
+    until_hit(&s, 1, "after the restart");
+    println!(
+        "FIGURES postgres stopped: a cached read answered {} in {took:?}",
+        a.status
+    );
+}

@@ -215,3 +215,44 @@ fn the_real_upstash_client_works_unchanged() {
         .collect();
     assert!(stray.is_empty(), "keys outside the namespaces: {stray:?}");
 }
+
+/// A Redis that stops answering (SIGSTOP): Upstash requests get a fast Upstash-shaped error,
+/// not a hang, and work again once it answers.
+#[test]
+fn a_hung_redis_gets_fast_answers() {
+    let (redis, _pg, s, _dir) = start();
+    let post = |body: serde_json::Value| {
+        let url = format!("http://127.0.0.1:{}/", s.port);
+        s.client.block_on(async move {
+            let t = std::time::Instant::now();
+            let resp = reqwest::Client::new()
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&body)
+                .send()
+                .await
+                .expect("send");
+            let status = resp.status().as_u16();
+            let v = resp.json::<serde_json::Value>().await.expect("json");
+            (status, v, t.elapsed())
+        })
+    };
+    assert_eq!(post(json!(["SET", "k", "v"])).0, 200);
+    redis.pause();
+    let (status, body, took) = post(json!(["GET", "k"]));
+    let (status2, _, took2) = post(json!(["GET", "k"]));
+    redis.resume();
+    assert_eq!(status, 503, "{body}");
+    assert!(body["error"].is_string(), "{body}");
+    assert_eq!(status2, 503);
+    assert!(
+        took < std::time::Duration::from_secs(3) && took2 < std::time::Duration::from_secs(3),
+        "{took:?} / {took2:?}"
+    );
+    ferry_testkit::wait_until(
+        "redis to answer again",
+        std::time::Duration::from_secs(10),
+        || post(json!(["GET", "k"])).1 == json!({"result": "v"}),
+    );
+    println!("FIGURES hung redis: 503 in {took:?}, then {took2:?}");
+}
