@@ -9,6 +9,8 @@
 //! - [`read`]: plans, the read-through engine, single-flight, keyed batches.
 //! - [`changes`]: change-stream invalidation (logical decoding), between state and read.
 //! - [`upstash`]: Upstash's Redis REST protocol: the command policy and reply shapes.
+//! - [`neon`]: Neon's SQL-over-HTTP protocol: requests to plans, statements run with text
+//!   results.
 //! - [`store`]: pools, Postgres sessions and statements, the Redis cache layout, readiness.
 //! - [`http`]: authentication and the replay store, JSON bodies, request ids, TLS, metrics,
 //!   errors → HTTP.
@@ -21,6 +23,7 @@
 pub mod changes;
 pub mod config;
 pub mod http;
+pub mod neon;
 pub mod read;
 pub mod routes;
 pub mod state;

@@ -75,6 +75,12 @@ impl Config {
                 });
             }
         }
+        if let Some(token) = env.get("FERRY_NEON_TOKEN") {
+            config.neon.tokens.push(super::NeonToken {
+                token: Redacted(token.clone()),
+                read_only: false,
+            });
+        }
         config.validate()?;
         Ok(config)
     }

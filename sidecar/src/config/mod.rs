@@ -12,6 +12,7 @@
 mod changes;
 mod limits;
 mod load;
+mod neon;
 mod secret;
 mod upstash;
 mod validate;
@@ -19,6 +20,7 @@ mod validate;
 pub use changes::{table_name, ChangesConfig};
 pub use limits::{Limits, ReadLimits, MAX_TAGS};
 pub use load::ConfigError;
+pub use neon::{NeonConfig, NeonToken};
 pub use secret::{Redacted, RedactedUrl};
 pub use upstash::{UpstashConfig, UpstashToken};
 
@@ -36,6 +38,7 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub changes: ChangesConfig,
     pub upstash: UpstashConfig,
+    pub neon: NeonConfig,
     /// Named statements: `[queries.NAME]`. Callers send `"query": "NAME"` instead of SQL.
     pub queries: BTreeMap<String, NamedQuery>,
     /// Keyspaces for keyed batch reads: `[keyspaces.NAME]`.
@@ -237,6 +240,16 @@ impl Default for LimitsConfig {
             transaction_idle_timeout_ms: 5_000,
             transaction_max_lifetime_ms: 30_000,
             max_pending_invalidations: 100_000,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The worker threads actix runs (`workers`, or one per core when 0).
+    pub fn worker_count(&self) -> usize {
+        match self.workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
         }
     }
 }

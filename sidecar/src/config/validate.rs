@@ -117,6 +117,7 @@ impl Config {
             );
         }
         self.validate_changes()?;
-        self.validate_upstash()
+        self.validate_upstash()?;
+        self.validate_neon()
     }
 }

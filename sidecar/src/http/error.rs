@@ -26,6 +26,9 @@ pub enum ApiError {
     Auth(SignError),
     #[error("auth: nonce replayed")]
     Replayed,
+    /// A bearer-style credential (a token of `[upstash]` or `[neon]`) is not one Ferry knows.
+    #[error("unauthorized: unknown {what}")]
+    Unauthorized { what: &'static str },
     /// Parameters do not fit the statement, or Postgres refused a parameter value.
     #[error("bad params: {message}")]
     BadParams {
@@ -120,6 +123,7 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
             ApiError::Auth(e) => e.code(),
             ApiError::Replayed => ErrorCode::AuthReplayed,
+            ApiError::Unauthorized { .. } => ErrorCode::Unauthorized,
             ApiError::BadParams { .. } => ErrorCode::BadParams,
             ApiError::Sql { .. } => ErrorCode::SqlError,
             ApiError::StatementNotAllowed { .. } => ErrorCode::StatementNotAllowed,
@@ -180,6 +184,7 @@ impl ApiError {
             }
             ApiError::Auth(e) => e.message(),
             ApiError::Replayed => "nonce already used".into(),
+            ApiError::Unauthorized { what } => format!("unknown {what}"),
             ApiError::PayloadTooLarge { .. }
             | ApiError::StatementNotAllowed { .. }
             | ApiError::ResultTooLarge { .. }
@@ -216,6 +221,14 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
+        self.respond_with(&self.body())
+    }
+}
+
+impl ApiError {
+    /// The response for this error with `body` as its JSON (protocol-compatible routes shape
+    /// their own), logged, counted and given Retry-After like every other error response.
+    pub fn respond_with(&self, body: &impl serde::Serialize) -> HttpResponse {
         let status = self.status_code();
         crate::http::metrics::global().error(self.code().as_str());
         // The one log line for this failure; internal detail goes here and only here.
@@ -229,7 +242,7 @@ impl ResponseError for ApiError {
             let s = RETRY_AFTER_S.load(std::sync::atomic::Ordering::Relaxed);
             resp.insert_header((header::RETRY_AFTER, s.to_string()));
         }
-        resp.json(self.body())
+        resp.json(body)
     }
 }
 

@@ -5,6 +5,7 @@ pub mod batch;
 pub mod cache;
 pub mod execute;
 pub mod health;
+pub mod neon;
 pub mod query;
 pub mod transaction;
 pub mod upstash;
@@ -82,6 +83,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(web::resource("/").route(web::post().to(upstash::single)))
     .service(web::resource("/pipeline").route(web::post().to(upstash::pipeline)))
     .service(web::resource("/multi-exec").route(web::post().to(upstash::multi_exec)))
+    // Neon-compatible SQL over HTTP (404 unless [neon] is on).
+    .service(web::resource("/sql").route(web::post().to(neon::sql)))
     .default_service(web::to(not_found));
 }
 

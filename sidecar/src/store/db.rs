@@ -24,7 +24,7 @@ use serde_json::Value;
 /// front, and a function cannot open one), so should it fail the session is closed instead.
 /// (The reset spelled out as ROLLBACK, BEGIN, ten statements and COMMIT cost Postgres about
 /// four times as much, and its ROLLBACK wrote a warning to the server log on every request.)
-pub(super) const RESET: &str = "DISCARD ALL";
+pub const RESET: &str = "DISCARD ALL";
 
 /// Runs `work` on a pooled session, then resets the session for the next request. A session
 /// whose reset fails (or that `work` poisoned) is closed instead of pooled.
@@ -321,6 +321,11 @@ impl Failure {
             Failure::Pg(e) => map_pg_error(e),
         }
     }
+}
+
+/// A Postgres failure as the caller sees it (the drivers share one error type).
+pub fn pg_failure(e: postgres::Error) -> ApiError {
+    Failure::from(e).into_api()
 }
 
 /// Postgres errors by SQLSTATE class: the caller's own mistakes are 400 with the code and

@@ -64,10 +64,7 @@ impl Pools {
         let redis_generation = Arc::new(AtomicU64::new(0));
         // redis.pool_size bounds every connection: up to half of it are the workers'
         // multiplexed ones (one per worker), the rest the r2d2 pool's.
-        let workers = match config.server.workers {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n,
-        };
+        let workers = config.server.worker_count();
         let multiplexed = workers.min(r.pool_size as usize / 2);
         let redis_async = AsyncRedis::new(
             client.clone(),
@@ -255,6 +252,20 @@ impl Pools {
             crate::http::metrics::global().checkout("postgres", start.elapsed());
         }
         got
+    }
+
+    /// A session of this worker's share, waiting for one up to the checkout timeout (then 503
+    /// `overloaded`): for work that needs the async driver (`/sql` streams its text rows).
+    pub async fn pg_session_here(&self) -> Result<AsyncSession, ApiError> {
+        let start = Instant::now();
+        let got = self
+            .pg_async
+            .session(self.pg_connect_timeout, self.pg_checkout_timeout, || false)
+            .await?;
+        crate::http::metrics::global().checkout("postgres", start.elapsed());
+        got.ok_or(ApiError::Overloaded {
+            what: "postgres sessions (this thread has none)",
+        })
     }
 
     /// A Postgres connection. A timeout with every connection in use is overload (503

@@ -121,12 +121,12 @@ fn creates_temp(words: &mut Words<'_>) -> bool {
 
 /// The leading words of a statement, skipping white space, `--` and nested `/* */` comments,
 /// and opening parentheses.
-struct Words<'a> {
+pub struct Words<'a> {
     rest: &'a str,
 }
 
 impl<'a> Words<'a> {
-    fn new(sql: &'a str) -> Self {
+    pub fn new(sql: &'a str) -> Self {
         Words { rest: sql }
     }
 
@@ -146,7 +146,7 @@ impl<'a> Words<'a> {
         }
     }
 
-    fn next_upper(&mut self) -> Option<String> {
+    pub fn next_upper(&mut self) -> Option<String> {
         self.skip_noise();
         let end = self
             .rest
@@ -163,7 +163,7 @@ impl<'a> Words<'a> {
 
 /// `s` starts with `/*`; returns what follows the matching `*/` (Postgres nests them), or ""
 /// for an unterminated comment.
-fn skip_block_comment(s: &str) -> &str {
+pub fn skip_block_comment(s: &str) -> &str {
     let bytes = s.as_bytes();
     let (mut depth, mut i) = (0usize, 0usize);
     while i + 1 < bytes.len() {

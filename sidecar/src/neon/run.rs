@@ -1,0 +1,348 @@
+//! Running a `/sql` plan on one of this worker's Postgres sessions, with Postgres's own text
+//! output for every value.
+//!
+//! node-postgres parses each value from Postgres's text format, so the values must be exactly
+//! what Postgres prints (timestamps in the session's DateStyle, floats, intervals, arrays,
+//! custom types). The driver under Ferry asks for binary results on the extended protocol,
+//! and only the simple-query protocol returns text. So each statement is first prepared on the
+//! extended protocol (which refuses more than one statement, and describes the columns with
+//! their types), then run as a simple query: as written when it has no parameters, else as
+//! `PREPARE ferry_sql AS <sql>; EXECUTE ferry_sql(<literals>); DEALLOCATE ferry_sql`, each
+//! parameter an untyped literal that Postgres reads with the inferred type exactly as it
+//! reads a text parameter (see `text::literal` for why no value can escape its literal).
+//! Rows are read as they arrive, within the read limits. Two round trips a statement, where
+//! Neon's patched driver needs one.
+
+use super::text::{command, counts_rows, literal, type_size};
+use super::{Query, SqlPlan};
+use crate::config::ReadLimits;
+use crate::http::error::ApiError;
+use crate::store::db::{self, RESET};
+use crate::store::pools::Pools;
+use ferry_shared::api::Isolation;
+use futures_util::StreamExt;
+use serde_json::{json, Map, Value};
+use tokio_postgres::{Client, SimpleQueryMessage, Statement};
+
+/// How a `/sql` request failed.
+#[derive(Debug)]
+pub enum SqlError {
+    /// Postgres refused the caller's statement: 400 with the fields Postgres gave.
+    Postgres(Box<PgFields>),
+    /// Ferry refused the request, or a store failed (status and code from `ApiError`).
+    Api(ApiError),
+}
+
+impl From<ApiError> for SqlError {
+    fn from(e: ApiError) -> Self {
+        SqlError::Api(e)
+    }
+}
+
+/// An error's fields, named as the driver's `NeonDbError` names them. Postgres's source
+/// location (file, line, routine) is left out: it is about the server, not the caller's SQL.
+#[derive(Debug, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PgFields {
+    pub message: String,
+    pub code: String,
+    pub severity: String,
+    pub detail: Option<String>,
+    pub hint: Option<String>,
+    pub position: Option<String>,
+    pub internal_position: Option<String>,
+    pub internal_query: Option<String>,
+    #[serde(rename = "where")]
+    pub where_: Option<String>,
+    pub schema: Option<String>,
+    pub table: Option<String>,
+    pub column: Option<String>,
+    pub data_type: Option<String>,
+    pub constraint: Option<String>,
+}
+
+/// The simple query's prefix before the caller's SQL, when it has parameters.
+const PREPARE: &str = "PREPARE ferry_sql AS ";
+
+/// Runs the plan on a session of this worker, then resets the session; a session whose result
+/// was cut short or whose reset failed is closed instead.
+pub async fn run(pools: &Pools, plan: &SqlPlan, limits: ReadLimits) -> Result<Value, SqlError> {
+    let mut session = pools.pg_session_here().await?;
+    let Some(client) = session.client.as_ref() else {
+        return Err(ApiError::internal("session without a client").into());
+    };
+    let out = on_session(client, plan, limits).await;
+    let cut_short = matches!(out, Err(SqlError::Api(ApiError::ResultTooLarge { .. })));
+    if !cut_short && !client.is_closed() && client.batch_execute(RESET).await.is_ok() {
+        // DISCARD ALL dropped the driver's cached type-lookup statements too.
+        client.clear_type_cache();
+        session.reusable = true;
+    }
+    out
+}
+
+async fn on_session(
+    client: &Client,
+    plan: &SqlPlan,
+    limits: ReadLimits,
+) -> Result<Value, SqlError> {
+    let mut budget = Budget {
+        limits,
+        rows: 0,
+        bytes: 0,
+    };
+    if !plan.batch {
+        let q = &plan.queries[0];
+        let stmt = if plan.read_only {
+            client.prepare(&q.sql).await
+        } else {
+            // Sessions start read-only (a read cannot write); this one may write. Sent in
+            // the same write as the prepare; the reset turns it back.
+            let (set, stmt) = futures_util::future::join(
+                client.batch_execute("SET default_transaction_read_only = off"),
+                client.prepare(&q.sql),
+            )
+            .await;
+            set.map_err(pg)?;
+            stmt
+        };
+        return statement(client, q, &stmt.map_err(pg)?, &mut budget).await;
+    }
+    client.batch_execute(&begin(plan)).await.map_err(pg)?;
+    let mut results = Vec::with_capacity(plan.queries.len());
+    for q in &plan.queries {
+        let ran = match client.prepare(&q.sql).await {
+            Ok(stmt) => statement(client, q, &stmt, &mut budget).await,
+            Err(e) => Err(pg(e)),
+        };
+        match ran {
+            Ok(v) => results.push(v),
+            Err(e) => {
+                let _ = client.batch_execute("ROLLBACK").await;
+                return Err(e);
+            }
+        }
+    }
+    if let Err(e) = client.batch_execute("COMMIT").await {
+        let _ = client.batch_execute("ROLLBACK").await;
+        return Err(pg(e));
+    }
+    Ok(json!({ "results": results }))
+}
+
+/// The statement that opens a batch's transaction (options are enums: nothing from the
+/// caller is spliced in). Without an isolation header, the server's default applies.
+fn begin(plan: &SqlPlan) -> String {
+    let mut s = String::from("BEGIN");
+    if let Some(i) = plan.isolation {
+        s.push_str(match i {
+            Isolation::ReadCommitted => " ISOLATION LEVEL READ COMMITTED,",
+            Isolation::RepeatableRead => " ISOLATION LEVEL REPEATABLE READ,",
+            Isolation::Serializable => " ISOLATION LEVEL SERIALIZABLE,",
+        });
+    }
+    s.push_str(if plan.read_only {
+        " READ ONLY"
+    } else {
+        " READ WRITE"
+    });
+    if plan.deferrable {
+        s.push_str(", DEFERRABLE");
+    }
+    s
+}
+
+/// Runs one prepared statement as a simple query; its result as node-postgres shapes it.
+async fn statement(
+    client: &Client,
+    q: &Query,
+    stmt: &Statement,
+    budget: &mut Budget,
+) -> Result<Value, SqlError> {
+    if stmt.params().len() != q.params.len() {
+        return Err(ApiError::BadParams {
+            message: format!(
+                "bind message supplies {} parameters, but prepared statement \"\" requires {}",
+                q.params.len(),
+                stmt.params().len()
+            ),
+            pg_code: Some("08P01".into()),
+        }
+        .into());
+    }
+    let (text, target) = if q.params.is_empty() {
+        (q.sql.clone(), 0)
+    } else {
+        let literals = q
+            .params
+            .iter()
+            .map(|p| literal(p.as_deref()))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ApiError::BadParams {
+                message: "invalid byte sequence for encoding \"UTF8\": 0x00".into(),
+                pg_code: Some("22021".into()),
+            })?;
+        // The newlines end a trailing `--` comment of the caller's SQL.
+        let text = format!(
+            "{PREPARE}{}\n;EXECUTE ferry_sql({})\n;DEALLOCATE ferry_sql",
+            q.sql,
+            literals.join(", ")
+        );
+        (text, 1)
+    };
+    let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
+    let mut rows = Vec::new();
+    let (mut completed, mut count) = (0usize, 0u64);
+    let stream = client.simple_query_raw(&text).await.map_err(pg)?;
+    let mut stream = std::pin::pin!(stream);
+    while let Some(message) = stream.next().await {
+        let message = match message {
+            Ok(m) => m,
+            Err(e) => return Err(located(pg(e), completed, target)),
+        };
+        match message {
+            SimpleQueryMessage::Row(row) => rows.push(budget.row(&row, &names, q.array_mode)?),
+            SimpleQueryMessage::CommandComplete(n) => {
+                if completed == target {
+                    count = n;
+                }
+                completed += 1;
+            }
+            _ => {}
+        }
+    }
+    let command = command(&q.sql);
+    let fields: Vec<Value> = stmt
+        .columns()
+        .iter()
+        .map(|c| {
+            json!({
+                "name": c.name(),
+                "dataTypeID": c.type_().oid(),
+                "tableID": c.table_oid().unwrap_or(0),
+                "columnID": c.column_id().unwrap_or(0),
+                "dataTypeSize": type_size(c.type_().oid()),
+                "dataTypeModifier": c.type_modifier(),
+                "format": "text",
+            })
+        })
+        .collect();
+    Ok(json!({
+        "command": command,
+        "rowCount": if counts_rows(&command) { json!(count) } else { Value::Null },
+        "rows": rows,
+        "fields": fields,
+        "rowAsArray": q.array_mode,
+    }))
+}
+
+/// An error position points into the simple query Ferry sent: moved back onto the caller's
+/// SQL (the PREPARE prefix), or dropped when the error came from the parameter literals.
+fn located(e: SqlError, completed: usize, target: usize) -> SqlError {
+    let SqlError::Postgres(mut f) = e else {
+        return e;
+    };
+    if target == 1 {
+        f.position = match completed {
+            0 => f
+                .position
+                .and_then(|p| p.parse::<usize>().ok())
+                .and_then(|p| p.checked_sub(PREPARE.len()))
+                .map(|p| p.to_string()),
+            _ => None,
+        };
+    }
+    SqlError::Postgres(f)
+}
+
+/// A Postgres failure: the caller's own (a 400 with Postgres's fields), or server trouble
+/// (Ferry's 5xx, no detail).
+fn pg(e: tokio_postgres::Error) -> SqlError {
+    let fields = e.as_db_error().map(|d| PgFields {
+        message: d.message().to_string(),
+        code: d.code().code().to_string(),
+        severity: d.severity().to_string(),
+        detail: d.detail().map(str::to_string),
+        hint: d.hint().map(str::to_string),
+        position: match d.position() {
+            Some(tokio_postgres::error::ErrorPosition::Original(p)) => Some(p.to_string()),
+            _ => None,
+        },
+        internal_position: match d.position() {
+            Some(tokio_postgres::error::ErrorPosition::Internal { position, .. }) => {
+                Some(position.to_string())
+            }
+            _ => None,
+        },
+        internal_query: match d.position() {
+            Some(tokio_postgres::error::ErrorPosition::Internal { query, .. }) => {
+                Some(query.clone())
+            }
+            _ => None,
+        },
+        where_: d.where_().map(str::to_string),
+        schema: d.schema().map(str::to_string),
+        table: d.table().map(str::to_string),
+        column: d.column().map(str::to_string),
+        data_type: d.datatype().map(str::to_string),
+        constraint: d.constraint().map(str::to_string),
+    });
+    match (db::pg_failure(e), fields) {
+        (ApiError::Sql { .. } | ApiError::BadParams { .. }, Some(f)) => {
+            SqlError::Postgres(Box::new(f))
+        }
+        (api, _) => SqlError::Api(api),
+    }
+}
+
+/// The read limits over all of a request's rows.
+struct Budget {
+    limits: ReadLimits,
+    rows: usize,
+    bytes: usize,
+}
+
+impl Budget {
+    fn row(
+        &mut self,
+        row: &tokio_postgres::SimpleQueryRow,
+        names: &[&str],
+        array_mode: bool,
+    ) -> Result<Value, SqlError> {
+        self.rows += 1;
+        if self.rows > self.limits.max_rows {
+            return Err(too_large(format!(
+                "limits.max_read_rows ({} rows)",
+                self.limits.max_rows
+            )));
+        }
+        let values = (0..row.len()).map(|i| row.get(i));
+        let mut out_array = Vec::new();
+        let mut out_object = Map::new();
+        for (i, v) in values.enumerate() {
+            let name = names.get(i).copied().unwrap_or("?column?");
+            self.bytes += name.len() + v.map_or(4, str::len) + 4;
+            let v = v.map_or(Value::Null, |s| Value::String(s.to_string()));
+            if array_mode {
+                out_array.push(v);
+            } else {
+                out_object.insert(name.to_string(), v);
+            }
+        }
+        if self.bytes > self.limits.max_bytes {
+            return Err(too_large(format!(
+                "limits.max_read_bytes ({} bytes)",
+                self.limits.max_bytes
+            )));
+        }
+        Ok(if array_mode {
+            Value::Array(out_array)
+        } else {
+            Value::Object(out_object)
+        })
+    }
+}
+
+fn too_large(limit: String) -> SqlError {
+    SqlError::Api(ApiError::ResultTooLarge { limit })
+}
