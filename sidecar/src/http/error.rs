@@ -39,6 +39,9 @@ pub enum ApiError {
     /// passed on (it names no server internals).
     #[error("sql error {pg_code}: {message}")]
     Sql { pg_code: String, message: String },
+    /// The same, with every field Postgres gave (`/sql` answers them, as Neon's proxy does).
+    #[error("sql error {}: {}", .0.code, .0.message)]
+    Postgres(Box<PgFields>),
     /// The statement's class is refused on this route (see `statement.rs`).
     #[error("statement not allowed ({class}): {advice}")]
     StatementNotAllowed {
@@ -125,7 +128,7 @@ impl ApiError {
             ApiError::Replayed => ErrorCode::AuthReplayed,
             ApiError::Unauthorized { .. } => ErrorCode::Unauthorized,
             ApiError::BadParams { .. } => ErrorCode::BadParams,
-            ApiError::Sql { .. } => ErrorCode::SqlError,
+            ApiError::Sql { .. } | ApiError::Postgres(_) => ErrorCode::SqlError,
             ApiError::StatementNotAllowed { .. } => ErrorCode::StatementNotAllowed,
             ApiError::ResultTooLarge { .. } => ErrorCode::ResultTooLarge,
             ApiError::UnsupportedType { .. } => ErrorCode::UnsupportedType,
@@ -182,6 +185,10 @@ impl ApiError {
                 detail.pg_code = Some(pg_code.clone());
                 message.clone()
             }
+            ApiError::Postgres(f) => {
+                detail.pg_code = Some(f.code.clone());
+                f.message.clone()
+            }
             ApiError::Auth(e) => e.message(),
             ApiError::Replayed => "nonce already used".into(),
             ApiError::Unauthorized { what } => format!("unknown {what}"),
@@ -223,6 +230,29 @@ impl ResponseError for ApiError {
     fn error_response(&self) -> HttpResponse {
         self.respond_with(&self.body())
     }
+}
+
+/// A Postgres error's fields about the caller's statement, named as node-postgres (and the
+/// Neon driver's `NeonDbError`) name them. Postgres's source location (file, line, routine) is
+/// left out: it is about the server, not the caller's SQL.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PgFields {
+    pub message: String,
+    pub code: String,
+    pub severity: String,
+    pub detail: Option<String>,
+    pub hint: Option<String>,
+    pub position: Option<String>,
+    pub internal_position: Option<String>,
+    pub internal_query: Option<String>,
+    #[serde(rename = "where")]
+    pub where_: Option<String>,
+    pub schema: Option<String>,
+    pub table: Option<String>,
+    pub column: Option<String>,
+    pub data_type: Option<String>,
+    pub constraint: Option<String>,
 }
 
 impl ApiError {

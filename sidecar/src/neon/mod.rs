@@ -5,39 +5,21 @@
 //! transaction), every parameter already as Postgres text, and its options as headers. It
 //! names the database with a connection string (`Neon-Connection-String`): Ferry takes only
 //! the password from it, as a token of `[[neon.tokens]]`, and never connects to the host it
-//! names; the statements run on Ferry's own pooled sessions. `run.rs` runs a plan; `text.rs`
-//! holds the literal quoting and the command tags.
-
-pub mod run;
-pub mod text;
+//! names; the statements run on Ferry's own pooled sessions (`store::pg_text`).
 
 use crate::config::{Config, NeonToken};
 use crate::http::error::ApiError;
+use crate::store::pg_text::{Query, SqlPlan};
 use crate::store::statement::{self, Route};
 use actix_web::http::header::HeaderMap;
 use ferry_shared::api::Isolation;
 use serde::Deserialize;
 use serde_json::Value;
 
-/// One statement of a request.
-#[derive(Debug, Clone)]
-pub struct Query {
-    pub sql: String,
-    /// Postgres text for each `$n`; None is NULL.
-    pub params: Vec<Option<String>>,
-    /// Rows as arrays (else objects by column name).
-    pub array_mode: bool,
-}
-
 /// A request ready to run.
 #[derive(Debug, Clone)]
-pub struct SqlPlan {
-    pub queries: Vec<Query>,
-    /// A batch answers `{"results": [...]}` and runs in one transaction.
-    pub batch: bool,
-    pub isolation: Option<Isolation>,
-    pub read_only: bool,
-    pub deferrable: bool,
+pub struct Request {
+    pub plan: SqlPlan,
     /// Seconds to cache the result (`Ferry-Cache-TTL`), and the tables it reads.
     pub cache: Option<(u64, Vec<String>)>,
 }
@@ -90,7 +72,7 @@ pub fn plan(
     body: &[u8],
     config: &Config,
     token: &NeonToken,
-) -> Result<SqlPlan, ApiError> {
+) -> Result<Request, ApiError> {
     let body: Body = serde_json::from_slice(body).map_err(|_| {
         ApiError::bad_request(
             "the body must be {\"query\": SQL, \"params\": [...]} or {\"queries\": [...]}",
@@ -152,12 +134,14 @@ pub fn plan(
         }
     };
     let cache = cache(headers, config, &queries, batch)?;
-    Ok(SqlPlan {
-        queries,
-        batch,
-        isolation,
-        read_only: token.read_only || flag(headers, "neon-batch-read-only") || cache.is_some(),
-        deferrable: flag(headers, "neon-batch-deferrable"),
+    Ok(Request {
+        plan: SqlPlan {
+            queries,
+            batch,
+            isolation,
+            read_only: token.read_only || flag(headers, "neon-batch-read-only") || cache.is_some(),
+            deferrable: flag(headers, "neon-batch-deferrable"),
+        },
         cache,
     })
 }

@@ -5,10 +5,11 @@ use crate::config::ReadLimits;
 use crate::http::error::ApiError;
 use crate::read::flight::Flights;
 use crate::read::flight::{Fetched, Outcome};
-use crate::read::plan::{CachePlan, ReadPlan};
+use crate::read::plan::{CachePlan, ReadFormat, ReadPlan};
 use crate::store::blocking::Blocking;
 use crate::store::cache::Cache;
 use crate::store::cache::{Lookup, Observed, Probe, Stored};
+use crate::store::pg_text::{self, Query, SqlPlan};
 use crate::store::pools::Pools;
 use crate::store::{db, db_async};
 use ferry_shared::api::{CacheMode, CacheStatus, QueryResponse, Row, StaleReason};
@@ -112,7 +113,7 @@ async fn answer_inner(
     lookup: Option<Lookup>,
 ) -> Result<QueryResponse, ApiError> {
     let (Some(cache), Some(lookup)) = (plan.cache.clone(), lookup) else {
-        let rows = run_query(state, plan.sql, plan.params, plan.limits).await?;
+        let rows = run_query(state, plan.sql, plan.params, plan.limits, plan.format).await?;
         return Ok(response(rows, CacheStatus::Bypass, 0, None));
     };
     let key = Some(cache.key.clone());
@@ -143,7 +144,7 @@ async fn answer_inner(
         }),
         _ if mode == CacheMode::OnlyIfCached => Err(ApiError::NotCached),
         Lookup::Bypass => {
-            let rows = run_query(state, plan.sql, plan.params, plan.limits).await?;
+            let rows = run_query(state, plan.sql, plan.params, plan.limits, plan.format).await?;
             Ok(with_key(response(rows, CacheStatus::Bypass, 0, None)))
         }
         Lookup::Hit { observed, .. } | Lookup::Revalidate { observed, .. } => {
@@ -242,7 +243,11 @@ async fn run_query(
     sql: String,
     params: Vec<Value>,
     limits: ReadLimits,
+    format: ReadFormat,
 ) -> Result<Vec<Row>, ApiError> {
+    if let ReadFormat::Text { array_mode } = format {
+        return text_query(state, sql, &params, array_mode, limits).await;
+    }
     if let Some(answer) = on_event_loop(state, &sql, &params, limits).await {
         return answer;
     }
@@ -251,6 +256,44 @@ async fn run_query(
         .blocking
         .run(move || db::query(&s.pools, &sql, &params, limits))
         .await
+}
+
+/// A read with Postgres's text output, on this worker's own session, within the in-flight
+/// limit and the request deadline: the whole result object as one row.
+async fn text_query(
+    state: &State,
+    sql: String,
+    params: &[Value],
+    array_mode: bool,
+    limits: ReadLimits,
+) -> Result<Vec<Row>, ApiError> {
+    let _slot = state.blocking.admit()?;
+    let plan = SqlPlan {
+        queries: vec![Query {
+            sql,
+            params: params
+                .iter()
+                .map(|p| p.as_str().map(str::to_string))
+                .collect(),
+            array_mode,
+        }],
+        batch: false,
+        isolation: None,
+        read_only: true,
+        deferrable: false,
+    };
+    let ran = tokio::time::timeout(
+        state.blocking.timeout(),
+        pg_text::run(&state.pools, &plan, limits),
+    )
+    .await
+    .map_err(|_| ApiError::Timeout {
+        what: "the request",
+    })??;
+    match ran {
+        Value::Object(result) => Ok(vec![result]),
+        _ => Err(ApiError::internal("a text read answered no result object")),
+    }
 }
 
 /// The work of one fill: Postgres, then the conditional write-back. On this worker's own
@@ -264,7 +307,7 @@ fn fill(
 ) -> impl FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Fetched, ApiError>>>>
 {
     let s = state.clone();
-    let limits = plan.limits;
+    let (limits, format) = (plan.limits, plan.format);
     let (sql, params, key, entry) = (
         plan.sql.clone(),
         plan.params.clone(),
@@ -273,7 +316,13 @@ fn fill(
     );
     move || {
         Box::pin(async move {
-            if let Some(rows) = on_event_loop(&s, &sql, &params, limits).await {
+            let on_loop = match format {
+                ReadFormat::Text { array_mode } => {
+                    Some(text_query(&s, sql.clone(), &params, array_mode, limits).await)
+                }
+                ReadFormat::Json => on_event_loop(&s, &sql, &params, limits).await,
+            };
+            if let Some(rows) = on_loop {
                 let rows = rows?;
                 let stored = match s
                     .cache

@@ -15,6 +15,18 @@ pub struct ReadPlan {
     /// The read bounds in force when it was planned.
     pub limits: ReadLimits,
     pub cache: Option<CachePlan>,
+    pub format: ReadFormat,
+}
+
+/// How a read's rows come back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ReadFormat {
+    /// Rows as JSON objects with typed values (`/v1`).
+    #[default]
+    Json,
+    /// Postgres's text output, the whole result shaped as node-postgres shapes it (`/sql`):
+    /// its cached value is that one result object, held as a single row.
+    Text { array_mode: bool },
 }
 
 /// The cache policy of one read, resolved from the request and the named query's defaults.
@@ -77,6 +89,7 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
             params: req.params,
             limits: config.limits().read,
             cache: None,
+            format: ReadFormat::Json,
         });
     }
     let asked = asked.unwrap_or_default();
@@ -127,6 +140,45 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
             tags,
             mode: asked.mode,
         }),
+        format: ReadFormat::Json,
+    })
+}
+
+/// A `/sql` read cached for `ttl_s` seconds, dropped when one of `tables` changes (checked as
+/// `cache.tables` is). Its entry is told apart from a `/v1` read of the same statement, and
+/// from the other row shape, by the fingerprint.
+pub fn text_read(
+    config: &Config,
+    sql: String,
+    params: Vec<Option<String>>,
+    array_mode: bool,
+    ttl_s: u64,
+    tables: &[String],
+) -> Result<ReadPlan, ApiError> {
+    let limits = config.limits();
+    limits.ttl("Ferry-Cache-TTL", ttl_s)?;
+    let tables = self::tables(config, &[], tables, "Ferry-Cache-Tables")?;
+    let params: Vec<Value> = params
+        .into_iter()
+        .map(|p| p.map_or(Value::Null, Value::String))
+        .collect();
+    let fingerprint = Cache::fingerprint(&format!("{sql}\u{0}text:{array_mode}"), &params);
+    Ok(ReadPlan {
+        sql,
+        params,
+        limits: limits.read,
+        cache: Some(CachePlan {
+            key: Cache::logical_key(&fingerprint, None),
+            fingerprint,
+            entry: EntryPolicy {
+                ttl_s,
+                swr_s: 0,
+                stale_if_error_s: 0,
+            },
+            tags: tables.iter().map(|t| table_tag(t)).collect(),
+            mode: CacheMode::Default,
+        }),
+        format: ReadFormat::Text { array_mode },
     })
 }
 

@@ -3,13 +3,16 @@
 //! refusal of the caller's SQL as 400 `{"message", "code", "detail", ...}`, which the driver
 //! turns into a `NeonDbError` with those fields; Ferry's own refusals and failures with their
 //! usual status, as `{"message", "code", "error": {...}}` (`code` is the SQLSTATE when there
-//! is one, else Ferry's stable code).
+//! is one, else Ferry's stable code). A read with `Ferry-Cache-TTL` goes through the
+//! read-through engine and says how in `Ferry-Cache` (hit, miss, stale, bypass) and `Age`.
 
 use super::State;
 use crate::http::error::ApiError;
-use crate::neon::run::{self, SqlError};
-use crate::neon::{self as sql, SqlPlan};
+use crate::neon;
+use crate::read::{engine, plan};
+use crate::store::pg_text;
 use actix_web::{web, HttpRequest, HttpResponse};
+use ferry_shared::api::CacheStatus;
 use serde_json::{json, Value};
 
 pub async fn sql(state: State, req: HttpRequest, payload: web::Payload) -> HttpResponse {
@@ -17,12 +20,24 @@ pub async fn sql(state: State, req: HttpRequest, payload: web::Payload) -> HttpR
         return crate::routes::not_found_response();
     }
     match serve(&state, &req, payload).await {
-        Ok(v) => HttpResponse::Ok().json(v),
-        Err(SqlError::Postgres(fields)) => {
+        Ok((v, None)) => HttpResponse::Ok().json(v),
+        Ok((v, Some((status, age_ms)))) => {
+            let status = match status {
+                CacheStatus::Hit => "hit",
+                CacheStatus::Miss => "miss",
+                CacheStatus::Stale => "stale",
+                CacheStatus::Bypass => "bypass",
+            };
+            HttpResponse::Ok()
+                .insert_header(("ferry-cache", status))
+                .insert_header(("age", (age_ms / 1000).to_string()))
+                .json(v)
+        }
+        Err(ApiError::Postgres(fields)) => {
             crate::http::metrics::global().error("sql_error");
             HttpResponse::BadRequest().json(fields)
         }
-        Err(SqlError::Api(e)) => {
+        Err(e) => {
             let detail = e.body().error;
             let code = detail
                 .pg_code
@@ -33,24 +48,39 @@ pub async fn sql(state: State, req: HttpRequest, payload: web::Payload) -> HttpR
     }
 }
 
-async fn serve(state: &State, req: &HttpRequest, payload: web::Payload) -> Result<Value, SqlError> {
+/// The result, and for a cached read how it was answered (status, age in milliseconds).
+type Answer = (Value, Option<(CacheStatus, u64)>);
+
+async fn serve(
+    state: &State,
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> Result<Answer, ApiError> {
     // One config snapshot; the credential before anything of the body is parsed.
     let config = state.config();
-    let token = sql::authenticate(req.headers(), &config)?;
+    let token = neon::authenticate(req.headers(), &config)?;
     let body = state.verifier.read_body(req, payload).await?;
-    let plan: SqlPlan = sql::plan(req.headers(), &body, &config, &token)?;
+    let request = neon::plan(req.headers(), &body, &config, &token)?;
     let limits = config.limits().read;
+    if let Some((ttl_s, tables)) = request.cache {
+        let Some(q) = request.plan.queries.into_iter().next() else {
+            return Err(ApiError::internal("a cached read without its query"));
+        };
+        let read = plan::text_read(&config, q.sql, q.params, q.array_mode, ttl_s, &tables)?;
+        let mut answer = engine::read(&state.reads, read).await?;
+        let result = answer.rows.pop().map_or(Value::Null, Value::Object);
+        return Ok((result, Some((answer.cache, answer.age_ms))));
+    }
     let _slot = state.blocking.admit()?;
     match tokio::time::timeout(
         state.blocking.timeout(),
-        run::run(&state.pools, &plan, limits),
+        pg_text::run(&state.pools, &request.plan, limits),
     )
     .await
     {
-        Ok(out) => out,
+        Ok(out) => Ok((out?, None)),
         Err(_) => Err(ApiError::Timeout {
             what: "the request",
-        }
-        .into()),
+        }),
     }
 }

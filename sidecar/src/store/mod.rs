@@ -16,6 +16,7 @@ pub mod param_types;
 pub mod pg_async;
 pub mod pg_json;
 pub mod pg_params;
+pub mod pg_text;
 pub mod pools;
 pub mod postgres;
 pub mod readiness;

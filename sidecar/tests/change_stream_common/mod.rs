@@ -32,10 +32,15 @@ pub fn start(redis: &RedisServer, pg: &PgServer) -> SidecarProcess {
 
 /// The binary with `[changes]` on, ready (it may still be catching up).
 pub fn spawn(redis: &RedisServer, pg: &PgServer) -> SidecarProcess {
+    spawn_with(redis, pg, &[])
+}
+
+/// The same, with `extra` environment.
+pub fn spawn_with(redis: &RedisServer, pg: &PgServer, extra: &[(&str, &str)]) -> SidecarProcess {
     let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/ferry.toml");
     // The stream as the least-privilege role scripts/demo.sql makes (REPLICATION, SELECT).
     let stream_url = pg.url().replace("postgres@", "ferry_changes@");
-    let env = [
+    let mut env = vec![
         ("FERRY_CONFIG", sample),
         ("FERRY_CHANGES_URL", stream_url.as_str()),
         ("FERRY_CHANGES_ENABLED", "true"),
@@ -43,6 +48,7 @@ pub fn spawn(redis: &RedisServer, pg: &PgServer) -> SidecarProcess {
         ("FERRY_CHANGES_MAX_LAG_MS", "400"),
         ("FERRY_CHANGES_HEARTBEAT_MS", "50"),
     ];
+    env.extend_from_slice(extra);
     SidecarProcess::start(BIN, &redis.url(), &pg.url(), &env, Stdio::null())
 }
 

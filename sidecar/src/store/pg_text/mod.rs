@@ -1,5 +1,5 @@
-//! Running a `/sql` plan on one of this worker's Postgres sessions, with Postgres's own text
-//! output for every value.
+//! Statements run on one of this worker's Postgres sessions with Postgres's own text output
+//! for every value (`/sql`, the Neon-compatible endpoint, and its cached reads).
 //!
 //! node-postgres parses each value from Postgres's text format, so the values must be exactly
 //! what Postgres prints (timestamps in the session's DateStyle, floats, intervals, arrays,
@@ -13,52 +13,38 @@
 //! Rows are read as they arrive, within the read limits. Two round trips a statement, where
 //! Neon's patched driver needs one.
 
-use super::text::{command, counts_rows, literal, type_size};
-use super::{Query, SqlPlan};
+mod sql;
+
 use crate::config::ReadLimits;
 use crate::http::error::ApiError;
+use crate::http::error::PgFields;
 use crate::store::db::{self, RESET};
 use crate::store::pools::Pools;
 use ferry_shared::api::Isolation;
 use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
+use sql::{command, counts_rows, literal, type_size};
 use tokio_postgres::{Client, SimpleQueryMessage, Statement};
 
-/// How a `/sql` request failed.
-#[derive(Debug)]
-pub enum SqlError {
-    /// Postgres refused the caller's statement: 400 with the fields Postgres gave.
-    Postgres(Box<PgFields>),
-    /// Ferry refused the request, or a store failed (status and code from `ApiError`).
-    Api(ApiError),
+/// One statement.
+#[derive(Debug, Clone)]
+pub struct Query {
+    pub sql: String,
+    /// Postgres text for each `$n`; None is NULL.
+    pub params: Vec<Option<String>>,
+    /// Rows as arrays (else objects by column name).
+    pub array_mode: bool,
 }
 
-impl From<ApiError> for SqlError {
-    fn from(e: ApiError) -> Self {
-        SqlError::Api(e)
-    }
-}
-
-/// An error's fields, named as the driver's `NeonDbError` names them. Postgres's source
-/// location (file, line, routine) is left out: it is about the server, not the caller's SQL.
-#[derive(Debug, Default, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PgFields {
-    pub message: String,
-    pub code: String,
-    pub severity: String,
-    pub detail: Option<String>,
-    pub hint: Option<String>,
-    pub position: Option<String>,
-    pub internal_position: Option<String>,
-    pub internal_query: Option<String>,
-    #[serde(rename = "where")]
-    pub where_: Option<String>,
-    pub schema: Option<String>,
-    pub table: Option<String>,
-    pub column: Option<String>,
-    pub data_type: Option<String>,
-    pub constraint: Option<String>,
+/// Statements to run: one, or a batch in one transaction.
+#[derive(Debug, Clone)]
+pub struct SqlPlan {
+    pub queries: Vec<Query>,
+    /// A batch answers `{"results": [...]}` and runs in one transaction.
+    pub batch: bool,
+    pub isolation: Option<Isolation>,
+    pub read_only: bool,
+    pub deferrable: bool,
 }
 
 /// The simple query's prefix before the caller's SQL, when it has parameters.
@@ -66,13 +52,13 @@ const PREPARE: &str = "PREPARE ferry_sql AS ";
 
 /// Runs the plan on a session of this worker, then resets the session; a session whose result
 /// was cut short or whose reset failed is closed instead.
-pub async fn run(pools: &Pools, plan: &SqlPlan, limits: ReadLimits) -> Result<Value, SqlError> {
+pub async fn run(pools: &Pools, plan: &SqlPlan, limits: ReadLimits) -> Result<Value, ApiError> {
     let mut session = pools.pg_session_here().await?;
     let Some(client) = session.client.as_ref() else {
-        return Err(ApiError::internal("session without a client").into());
+        return Err(ApiError::internal("session without a client"));
     };
     let out = on_session(client, plan, limits).await;
-    let cut_short = matches!(out, Err(SqlError::Api(ApiError::ResultTooLarge { .. })));
+    let cut_short = matches!(out, Err(ApiError::ResultTooLarge { .. }));
     if !cut_short && !client.is_closed() && client.batch_execute(RESET).await.is_ok() {
         // DISCARD ALL dropped the driver's cached type-lookup statements too.
         client.clear_type_cache();
@@ -85,7 +71,7 @@ async fn on_session(
     client: &Client,
     plan: &SqlPlan,
     limits: ReadLimits,
-) -> Result<Value, SqlError> {
+) -> Result<Value, ApiError> {
     let mut budget = Budget {
         limits,
         rows: 0,
@@ -158,7 +144,7 @@ async fn statement(
     q: &Query,
     stmt: &Statement,
     budget: &mut Budget,
-) -> Result<Value, SqlError> {
+) -> Result<Value, ApiError> {
     if stmt.params().len() != q.params.len() {
         return Err(ApiError::BadParams {
             message: format!(
@@ -167,8 +153,7 @@ async fn statement(
                 stmt.params().len()
             ),
             pg_code: Some("08P01".into()),
-        }
-        .into());
+        });
     }
     let (text, target) = if q.params.is_empty() {
         (q.sql.clone(), 0)
@@ -238,8 +223,8 @@ async fn statement(
 
 /// An error position points into the simple query Ferry sent: moved back onto the caller's
 /// SQL (the PREPARE prefix), or dropped when the error came from the parameter literals.
-fn located(e: SqlError, completed: usize, target: usize) -> SqlError {
-    let SqlError::Postgres(mut f) = e else {
+fn located(e: ApiError, completed: usize, target: usize) -> ApiError {
+    let ApiError::Postgres(mut f) = e else {
         return e;
     };
     if target == 1 {
@@ -252,12 +237,12 @@ fn located(e: SqlError, completed: usize, target: usize) -> SqlError {
             _ => None,
         };
     }
-    SqlError::Postgres(f)
+    ApiError::Postgres(f)
 }
 
 /// A Postgres failure: the caller's own (a 400 with Postgres's fields), or server trouble
 /// (Ferry's 5xx, no detail).
-fn pg(e: tokio_postgres::Error) -> SqlError {
+fn pg(e: tokio_postgres::Error) -> ApiError {
     let fields = e.as_db_error().map(|d| PgFields {
         message: d.message().to_string(),
         code: d.code().code().to_string(),
@@ -289,9 +274,9 @@ fn pg(e: tokio_postgres::Error) -> SqlError {
     });
     match (db::pg_failure(e), fields) {
         (ApiError::Sql { .. } | ApiError::BadParams { .. }, Some(f)) => {
-            SqlError::Postgres(Box::new(f))
+            ApiError::Postgres(Box::new(f))
         }
-        (api, _) => SqlError::Api(api),
+        (api, _) => api,
     }
 }
 
@@ -308,7 +293,7 @@ impl Budget {
         row: &tokio_postgres::SimpleQueryRow,
         names: &[&str],
         array_mode: bool,
-    ) -> Result<Value, SqlError> {
+    ) -> Result<Value, ApiError> {
         self.rows += 1;
         if self.rows > self.limits.max_rows {
             return Err(too_large(format!(
@@ -343,6 +328,6 @@ impl Budget {
     }
 }
 
-fn too_large(limit: String) -> SqlError {
-    SqlError::Api(ApiError::ResultTooLarge { limit })
+fn too_large(limit: String) -> ApiError {
+    ApiError::ResultTooLarge { limit }
 }

@@ -1,0 +1,170 @@
+//! `/sql` reads cached with `Ferry-Cache-TTL`: a writer that bypasses Ferry (plain Postgres)
+//! and a write sent through `/sql` itself (which carries no invalidation) are both seen by the
+//! next read once the change stream's bound has passed; and caching is refused where it could
+//! not be kept fresh.
+mod change_stream_common;
+
+use change_stream_common::*;
+use ferry_testkit::{wait_until, RedisServer, SidecarProcess};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "neon-cache-token-0123456789abcdef01234567";
+
+/// POST /sql as the driver sends it; (status, ferry-cache, body).
+fn post(
+    s: &SidecarProcess,
+    body: Value,
+    conn_options: &str,
+    extra: &[(&str, &str)],
+) -> (u16, String, Value) {
+    let url = format!("http://127.0.0.1:{}/sql", s.port);
+    let conn = format!("postgresql://app:{TOKEN}@db.ferry.invalid/app{conn_options}");
+    let extra: Vec<(String, String)> = extra
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    s.client.block_on(async move {
+        let mut r = reqwest::Client::new()
+            .post(url)
+            .header("Neon-Connection-String", conn)
+            .header("Neon-Raw-Text-Output", "true")
+            .body(body.to_string());
+        for (k, v) in extra {
+            r = r.header(k, v);
+        }
+        let resp = r.send().await.expect("send");
+        let status = resp.status().as_u16();
+        let cache = resp
+            .headers()
+            .get("ferry-cache")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        (status, cache, resp.json().await.expect("json"))
+    })
+}
+
+const CACHED: [(&str, &str); 2] = [("Ferry-Cache-TTL", "600"), ("Ferry-Cache-Tables", "items")];
+
+fn name(s: &SidecarProcess) -> (String, String) {
+    let (status, cache, body) = post(
+        s,
+        json!({"query": "SELECT name FROM items WHERE id = $1", "params": ["1"]}),
+        "",
+        &CACHED,
+    );
+    assert_eq!(status, 200, "{body}");
+    (
+        body["rows"][0]["name"]
+            .as_str()
+            .unwrap_or("<none>")
+            .to_string(),
+        cache,
+    )
+}
+
+fn until_hit(s: &SidecarProcess, expect: &str) {
+    wait_until("a hit with the fresh row", Duration::from_secs(10), || {
+        let (n, cache) = name(s);
+        assert_eq!(n, expect, "a read after the bound returned another row");
+        cache == "hit"
+    });
+}
+
+#[test]
+fn cached_sql_reads_are_fresh_after_any_writer() {
+    let (redis, pg) = (RedisServer::start(), logical_pg());
+    let s = spawn_with(
+        &redis,
+        &pg,
+        &[("FERRY_NEON_ENABLED", "true"), ("FERRY_NEON_TOKEN", TOKEN)],
+    );
+    wait_caught_up(&s);
+    until_hit(&s, "item 1");
+
+    // A writer that bypasses Ferry.
+    pg.client()
+        .execute("UPDATE items SET name = 'from psql' WHERE id = 1", &[])
+        .expect("update");
+    after_bound(Instant::now());
+    assert_eq!(name(&s).0, "from psql");
+    until_hit(&s, "from psql");
+
+    // A write through /sql: acknowledged, then never read as before.
+    let (status, _, body) = post(
+        &s,
+        json!({"query": "UPDATE items SET name = $1 WHERE id = 1", "params": ["from /sql"]}),
+        "",
+        &[],
+    );
+    assert_eq!(
+        (status, body["rowCount"].clone()),
+        (200, json!(1)),
+        "{body}"
+    );
+    after_bound(Instant::now());
+    assert_eq!(name(&s).0, "from /sql");
+    until_hit(&s, "from /sql");
+
+    // The connection string's option turns caching on for every query of that client.
+    let read = json!({"query": "SELECT count(*) AS n FROM items", "params": []});
+    let opts = "?ferry_cache_ttl=60&ferry_cache_tables=items&application_name=x";
+    wait_until(
+        "a hit through the connection string",
+        Duration::from_secs(10),
+        || {
+            let (status, cache, body) = post(&s, read.clone(), opts, &[]);
+            assert_eq!(
+                (status, body["rows"][0]["n"].clone()),
+                (200, json!("1000")),
+                "{body}"
+            );
+            cache == "hit"
+        },
+    );
+
+    // Refused: what could not be kept fresh, or is not one read.
+    let refused = [
+        (
+            json!({"query": "SELECT 1"}),
+            vec![("Ferry-Cache-TTL", "60")],
+            "Ferry-Cache-Tables",
+        ),
+        (
+            json!({"query": "SELECT 1"}),
+            vec![
+                ("Ferry-Cache-TTL", "60"),
+                ("Ferry-Cache-Tables", "not_watched"),
+            ],
+            "Ferry-Cache-Tables[0]",
+        ),
+        (
+            json!({"query": "SELECT 1"}),
+            vec![("Ferry-Cache-TTL", "soon"), ("Ferry-Cache-Tables", "items")],
+            "Ferry-Cache-TTL",
+        ),
+        (
+            json!({"queries": [{"query": "SELECT 1"}]}),
+            CACHED.to_vec(),
+            "Ferry-Cache-TTL",
+        ),
+    ];
+    for (body, headers, field) in refused {
+        let (status, _, answer) = post(&s, body.clone(), "", &headers);
+        assert_eq!(status, 400, "{body} {headers:?}: {answer}");
+        assert_eq!(answer["error"]["field"], field, "{answer}");
+    }
+    let (status, _, answer) = post(&s, json!({"query": "DELETE FROM items"}), "", &CACHED);
+    assert_eq!(
+        (status, answer["code"].clone()),
+        (400, json!("statement_not_allowed")),
+        "{answer}"
+    );
+    let n: i64 = pg
+        .client()
+        .query_one("SELECT count(*) FROM items", &[])
+        .expect("count")
+        .get(0);
+    assert_eq!(n, 1000, "a refused statement ran");
+}
