@@ -5,7 +5,8 @@
 # State (data dirs, logs, the dev secret) lives in .run/ (git-ignored); a second run reuses it.
 #
 # Ports (override by env): FERRY_DEV_REDIS_PORT=6390 FERRY_DEV_PG_PORT=5440
-# FERRY_DEV_SIDECAR_PORT=8787 FERRY_DEV_EDGE_PORT=8788; FERRY_DEV_PROFILE=release builds an
+# FERRY_DEV_SIDECAR_PORT=8787 FERRY_DEV_EDGE_PORT=8788 FERRY_DEV_JS_PORT=8789 (the plain JS
+# Worker of examples/js-worker); FERRY_DEV_PROFILE=release builds an
 # optimized sidecar (for measuring; the default debug build compiles faster).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -15,6 +16,7 @@ REDIS_PORT=${FERRY_DEV_REDIS_PORT:-6390}
 PG_PORT=${FERRY_DEV_PG_PORT:-5440}
 SIDECAR_PORT=${FERRY_DEV_SIDECAR_PORT:-8787}
 EDGE_PORT=${FERRY_DEV_EDGE_PORT:-8788}
+JS_PORT=${FERRY_DEV_JS_PORT:-8789}
 PROFILE=${FERRY_DEV_PROFILE:-debug}
 case "$PROFILE" in debug) PROFILE_FLAG=() ;; release) PROFILE_FLAG=(--release) ;; *) die "FERRY_DEV_PROFILE must be debug or release" ;; esac
 RUN=$FERRY_ROOT/.run
@@ -26,6 +28,7 @@ cleanup() {
   echo; echo "stopping..."
   # wrangler stops its workerd children on SIGINT; the others on SIGTERM.
   [ -n "${WRANGLER_PID:-}" ] && kill -INT "$WRANGLER_PID" 2>/dev/null || true
+  [ -n "${JS_PID:-}" ] && kill -INT "$JS_PID" 2>/dev/null || true
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   [ -f "$RUN/pg/postmaster.pid" ] && as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg" -m fast -w stop >/dev/null 2>&1 || true
   wait 2>/dev/null || true
@@ -42,30 +45,32 @@ wait_for() { # wait_for WHAT CMD...
 # Postgres will not run as root: run its programs as the postgres user then.
 as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 
-step "1/5 packages, tools and builds (the first run installs and compiles for a few minutes)"
+step "1/6 packages, tools and builds (the first run installs and compiles for a few minutes)"
 ensure_services
 command -v openssl >/dev/null || apt_install openssl
 command -v curl >/dev/null || apt_install curl
 ensure_wasm_toolchain
 ensure_edge_tools
+ensure_clients
 cargo build -q -p ferry-sidecar "${PROFILE_FLAG[@]}"
 bash scripts/build-edge.sh
 [ -f "$RUN/secret" ] || openssl rand -hex 32 > "$RUN/secret"
 [ -f "$RUN/api-key" ] || openssl rand -hex 24 > "$RUN/api-key"
 [ -f "$RUN/upstash-token" ] || openssl rand -hex 32 > "$RUN/upstash-token"
+[ -f "$RUN/neon-token" ] || openssl rand -hex 32 > "$RUN/neon-token"
 SECRET=$(cat "$RUN/secret")
 # wrangler dev reads the Worker's secrets from .dev.vars (git-ignored): the edge-sidecar secret,
 # and the API key that writes and the cache routes need (anonymous callers may only read).
 printf 'FERRY_SECRET=%s\nFERRY_API_KEY=%s\n' "$SECRET" "$(cat "$RUN/api-key")" > .dev.vars
 
-step "2/5 Redis on 127.0.0.1:$REDIS_PORT"
+step "2/6 Redis on 127.0.0.1:$REDIS_PORT"
 port_free "$REDIS_PORT" || die "port $REDIS_PORT is taken (set FERRY_DEV_REDIS_PORT)"
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
   --dir "$RUN" --logfile "$RUN/redis.log" &
 PIDS+=($!)
 wait_for "redis" redis-cli -p "$REDIS_PORT" ping
 
-step "3/5 Postgres on 127.0.0.1:$PG_PORT with the demo schema (scripts/demo.sql)"
+step "3/6 Postgres on 127.0.0.1:$PG_PORT with the demo schema (scripts/demo.sql)"
 port_free "$PG_PORT" || die "port $PG_PORT is taken (set FERRY_DEV_PG_PORT)"
 if [ ! -f "$RUN/pg/PG_VERSION" ]; then
   mkdir -p "$RUN/pg"; [ "$(id -u)" = 0 ] && chown postgres: "$RUN" "$RUN/pg"
@@ -76,7 +81,7 @@ as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg" -l "$RUN/postgres.log" -w \
   -o "-p $PG_PORT -k $RUN -c listen_addresses=127.0.0.1 -c wal_level=logical" start >/dev/null
 PGOPTIONS="-c client_min_messages=warning" psql -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -f scripts/demo.sql
 
-step "4/5 sidecar on 127.0.0.1:$SIDECAR_PORT (config: deploy/ferry.toml, with its named queries)"
+step "4/6 sidecar on 127.0.0.1:$SIDECAR_PORT (config: deploy/ferry.toml, with its named queries)"
 # As the least-privilege role ferry_app (scripts/demo.sql); the change stream as ferry_changes
 # (REPLICATION, SELECT on items), so writes from psql reach the cache too. Raw SQL is on here, and only here,
 # so the examples printed below can send their own SELECTs; deploy/ferry.toml keeps it off.
@@ -89,6 +94,8 @@ FERRY_AUTH_ALLOW_RAW_SQL=true \
 FERRY_CHANGES_ENABLED=true \
 FERRY_UPSTASH_ENABLED=true \
 FERRY_UPSTASH_TOKEN=$(cat "$RUN/upstash-token") \
+FERRY_NEON_ENABLED=true \
+FERRY_NEON_TOKEN=$(cat "$RUN/neon-token") \
 FERRY_CHANGES_URL=postgres://ferry_changes@127.0.0.1:$PG_PORT/postgres \
 FERRY_SECRET=$SECRET \
 FERRY_LOG=${FERRY_LOG:-info} \
@@ -96,13 +103,26 @@ FERRY_LOG=${FERRY_LOG:-info} \
 PIDS+=($!)
 wait_for "sidecar" curl -sf "http://127.0.0.1:$SIDECAR_PORT/readyz"
 
-step "5/5 edge Worker in workerd (wrangler dev) on 127.0.0.1:$EDGE_PORT"
+step "5/6 edge Worker in workerd (wrangler dev) on 127.0.0.1:$EDGE_PORT"
 port_free "$EDGE_PORT" || die "port $EDGE_PORT is taken (set FERRY_DEV_EDGE_PORT)"
 bash scripts/wrangler.sh dev --local --ip 127.0.0.1 --port "$EDGE_PORT" \
   --var "FERRY_SIDECAR_URL:http://127.0.0.1:$SIDECAR_PORT" --show-interactive-dev-session=false \
   > "$RUN/wrangler.log" 2>&1 &
 WRANGLER_PID=$!
 wait_for "wrangler dev" curl -sf "http://127.0.0.1:$EDGE_PORT/health"
+
+step "6/6 a plain JS Worker (examples/js-worker: @neondatabase/serverless, @upstash/redis) on 127.0.0.1:$JS_PORT"
+port_free "$JS_PORT" || die "port $JS_PORT is taken (set FERRY_DEV_JS_PORT)"
+# Its npm imports resolve in the pinned protocol clients (ensure_clients).
+ln -sfn "$CLIENTS_DIR/node_modules" examples/js-worker/node_modules
+DATABASE_URL="postgresql://app:$(cat "$RUN/neon-token")@ferry.invalid/app"
+(cd examples/js-worker && bash ../../scripts/wrangler.sh dev --local --ip 127.0.0.1 --port "$JS_PORT" \
+  --var "FERRY_SQL_ENDPOINT:http://127.0.0.1:$SIDECAR_PORT/sql" --var "DATABASE_URL:$DATABASE_URL" \
+  --var "UPSTASH_REDIS_REST_URL:http://127.0.0.1:$SIDECAR_PORT" \
+  --var "UPSTASH_REDIS_REST_TOKEN:$(cat "$RUN/upstash-token")" \
+  --show-interactive-dev-session=false > "$RUN/js-worker.log" 2>&1) &
+JS_PID=$!
+wait_for "the JS Worker" curl -sf "http://127.0.0.1:$JS_PORT/item?id=1"
 
 cat <<MSG
 
@@ -142,6 +162,22 @@ Existing @upstash/redis (or upstash-redis) code, unchanged, pointed at the sidec
   curl -s \$UPSTASH_REDIS_REST_URL/pipeline -H "authorization: Bearer \$UPSTASH_REDIS_REST_TOKEN" -d '[["GET","hello"],["INCR","visits"]]'
   curl -s \$UPSTASH_REDIS_REST_URL -H "authorization: Bearer \$UPSTASH_REDIS_REST_TOKEN" -d '["FLUSHALL"]'   # refused
 
+Existing @neondatabase/serverless (or Drizzle neon-http) code, pointed at the sidecar: the
+connection string's password is the token, its host is never contacted, and one line of code
+sets the endpoint (neonConfig.fetchEndpoint = 'http://127.0.0.1:$SIDECAR_PORT/sql'):
+
+  export DATABASE_URL=postgresql://app:\$(cat .run/neon-token)@ferry.invalid/app
+  export FERRY_SQL_ENDPOINT=http://127.0.0.1:$SIDECAR_PORT/sql    # set neonConfig.fetchEndpoint to this
+  curl -s \$FERRY_SQL_ENDPOINT -H "Neon-Connection-String: \$DATABASE_URL" -d '{"query":"SELECT id, name FROM items WHERE id = \$1","params":["1"]}'
+  curl -s \$FERRY_SQL_ENDPOINT -H "Neon-Connection-String: \$DATABASE_URL" -d '{"queries":[{"query":"UPDATE items SET price = price + 1 WHERE id = 1"},{"query":"SELECT price FROM items WHERE id = 1"}]}'
+  curl -si \$FERRY_SQL_ENDPOINT -H "Neon-Connection-String: \$DATABASE_URL?ferry_cache_ttl=60&ferry_cache_tables=items" -d '{"query":"SELECT name FROM items WHERE id = 2"}' | grep -i ferry-cache
+                                                         # cached (run it twice: hit), kept fresh by the change stream
+
+A plain JavaScript Worker (examples/js-worker) using both clients unchanged, in workerd:
+
+  curl -s 'http://127.0.0.1:$JS_PORT/both?id=3'          # a row via @neondatabase/serverless, a counter via @upstash/redis
+  curl -s 'http://127.0.0.1:$JS_PORT/cached?id=2'
+
 Ctrl-C stops everything started here.
 MSG
-wait "${PIDS[@]}" "$WRANGLER_PID"
+wait "${PIDS[@]}" "$WRANGLER_PID" "$JS_PID"

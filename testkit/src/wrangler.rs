@@ -27,21 +27,49 @@ impl WranglerDev {
              (scripts/test.sh does it)",
             main.display()
         );
+        let timeout = timeout_ms.to_string();
+        Self::start_worker(
+            &main,
+            &[
+                ("FERRY_SIDECAR_URL", sidecar_url),
+                ("FERRY_TIMEOUT_MS", &timeout),
+            ],
+            &[("FERRY_SECRET", secret), ("FERRY_API_KEY", super::API_KEY)],
+            None,
+        )
+    }
+
+    /// Starts any Worker script (`main`) with these vars and secrets; `node_modules`, when
+    /// given, is where wrangler's bundler finds the script's npm imports.
+    pub fn start_worker(
+        main: &Path,
+        vars: &[(&str, &str)],
+        secrets: &[(&str, &str)],
+        node_modules: Option<&Path>,
+    ) -> WranglerDev {
+        let root = repo_root();
         let dir = tempfile::tempdir().expect("tempdir for wrangler");
-        std::fs::write(
-            dir.path().join("wrangler.toml"),
-            format!(
-                "name = \"ferry-edge-test\"\nmain = {main:?}\ncompatibility_date = \"2026-04-01\"\n\
-                 [vars]\nFERRY_SIDECAR_URL = {sidecar_url:?}\nFERRY_TIMEOUT_MS = \"{timeout_ms}\"\n",
-                main = main.display().to_string()
-            ),
-        )
-        .expect("write wrangler.toml");
-        std::fs::write(
-            dir.path().join(".dev.vars"),
-            format!("FERRY_SECRET={secret}\nFERRY_API_KEY={}\n", super::API_KEY),
-        )
-        .expect("write .dev.vars");
+        let main = match node_modules {
+            // The script next to the modules, so its imports resolve there.
+            Some(modules) => {
+                std::os::unix::fs::symlink(modules, dir.path().join("node_modules"))
+                    .expect("link node_modules");
+                let copy = dir.path().join("worker.js");
+                std::fs::copy(main, &copy).expect("copy the worker script");
+                copy
+            }
+            None => main.to_path_buf(),
+        };
+        let mut toml = format!(
+            "name = \"ferry-test-worker\"\nmain = {main:?}\ncompatibility_date = \"2026-04-01\"\n[vars]\n",
+            main = main.display().to_string()
+        );
+        for (k, v) in vars {
+            toml.push_str(&format!("{k} = {v:?}\n"));
+        }
+        std::fs::write(dir.path().join("wrangler.toml"), toml).expect("write wrangler.toml");
+        let dev_vars: String = secrets.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+        std::fs::write(dir.path().join(".dev.vars"), dev_vars).expect("write .dev.vars");
         let port = free_port();
         let log = std::fs::File::create(dir.path().join("wrangler.log")).expect("log file");
         let child = Command::new("bash")
