@@ -53,6 +53,8 @@ impl Drop for Proc {
 /// Starts the release sidecar binary against these stores.
 /// The bench sidecars' Upstash token (namespace "default:").
 pub const UPSTASH_TOKEN: &str = "bench-upstash-token-0123456789abcdef0123";
+/// The bench sidecars' Neon token (the password of the `/sql` connection string).
+pub const NEON_TOKEN: &str = "bench-neon-token-0123456789abcdef01234567";
 
 pub fn start_sidecar(redis_url: &str, pg_url: &str, extra: &[(&str, &str)]) -> Proc {
     let bin = std::env::var("FERRY_SIDECAR_BIN")
@@ -78,6 +80,8 @@ pub fn start_sidecar(redis_url: &str, pg_url: &str, extra: &[(&str, &str)]) -> P
         .env("FERRY_CONFIG", repo_root().join("deploy/ferry.toml"))
         .env("FERRY_UPSTASH_ENABLED", "true")
         .env("FERRY_UPSTASH_TOKEN", UPSTASH_TOKEN)
+        .env("FERRY_NEON_ENABLED", "true")
+        .env("FERRY_NEON_TOKEN", NEON_TOKEN)
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     for (k, v) in extra {

@@ -148,6 +148,37 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
         out.push(row(label, rate, c));
     }
 
+    // The uncached read through the Neon-compatible endpoint, as @neondatabase/serverless
+    // sends it (text parameters and results: two round trips to Postgres per statement).
+    ctx.step("throughput: Ferry uncached (/sql)");
+    let endpoint = format!("http://{}/sql", ctx.sidecar_addr);
+    let conn = format!(
+        "postgresql://bench:{}@ferry.invalid/bench",
+        crate::env::NEON_TOKEN
+    );
+    let http = reqwest::Client::new();
+    let run = load(c, d, move || {
+        let (http, url, conn) = (http.clone(), endpoint.clone(), conn.clone());
+        async move {
+            let aid = rand::thread_rng().gen_range(1..=100_000);
+            let body = json!({"query": sql, "params": [aid.to_string()]});
+            match http
+                .post(&url)
+                .header("Neon-Connection-String", conn)
+                .header("Neon-Raw-Text-Output", "true")
+                .header("Neon-Array-Mode", "true")
+                .body(body.to_string())
+                .send()
+                .await
+            {
+                Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                Err(_) => false,
+            }
+        }
+    });
+    let rate = on_servers(ctx.sidecar_pid, Some(ctx.pg_pid), run).await;
+    out.push(row("query: Ferry uncached (/sql, Neon protocol)", rate, c));
+
     ctx.step("throughput: pgbench -S");
     let pg_before = tree_cpu_ticks(ctx.pg_pid);
     let pb = Command::new(pgbench())
