@@ -137,6 +137,8 @@ pub fn sign(
 pub struct Verified {
     pub timestamp: u64,
     pub nonce: String,
+    /// The index (in `secrets`) of the first secret the signature matched: the credential.
+    pub secret: usize,
 }
 
 /// Parses the three header values. `None` means the header was absent.
@@ -230,14 +232,17 @@ pub fn verify(
         req.body,
     );
     // Every secret is tried, even after a match, so timing does not reveal which one matched.
-    let mut matched = false;
-    for secret in secrets {
-        matched |= mac_for(secret, &canonical).verify_slice(&tag).is_ok();
+    let mut matched = None;
+    for (i, secret) in secrets.iter().enumerate() {
+        if mac_for(secret, &canonical).verify_slice(&tag).is_ok() && matched.is_none() {
+            matched = Some(i);
+        }
     }
-    if matched {
+    if let Some(secret) = matched {
         Ok(Verified {
             timestamp,
             nonce: headers.nonce.clone(),
+            secret,
         })
     } else {
         Err(SignError::Mismatch)

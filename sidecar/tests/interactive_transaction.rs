@@ -8,6 +8,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
+const OTHER_SECRET: &str = "another-accepted-secret-0123456789abcdef";
 
 fn start() -> (RedisServer, PgServer, SidecarProcess) {
     let redis = RedisServer::start();
@@ -20,6 +21,8 @@ fn start() -> (RedisServer, PgServer, SidecarProcess) {
         ("FERRY_LIMITS_MAX_OPEN_TRANSACTIONS", "2"),
         ("FERRY_LIMITS_TRANSACTION_IDLE_TIMEOUT_MS", "500"),
         ("FERRY_LIMITS_TRANSACTION_MAX_LIFETIME_MS", "2000"),
+        // A rotation in progress: requests signed with either secret are accepted.
+        ("FERRY_AUTH_PREVIOUS_SECRET", OTHER_SECRET),
     ];
     let s = SidecarProcess::start(BIN, &redis.url(), &pg.url(), &env, Stdio::null());
     (redis, pg, s)
@@ -182,4 +185,40 @@ fn open_transactions_are_bounded_and_plain_requests_still_run() {
         post(&s, "/v1/transaction/rollback", json!({"id": id}));
     }
     assert_eq!(begin(&s).len(), 32, "room again");
+}
+
+/// A transaction id in the hands of another credential (a request signed with the other
+/// accepted secret) finds nothing: it cannot run a statement in it, commit it or roll it back,
+/// and the transaction is untouched for the credential that opened it.
+#[test]
+fn a_transaction_is_bound_to_the_credential_that_opened_it() {
+    let (_redis, pg, s) = start();
+    let id = begin(&s);
+    let a = in_tx(&s, &id, "UPDATE items SET name = 'mine' WHERE id = 3");
+    assert_eq!(a.body["rows_affected"], 1, "{:?}", a.body);
+    let other = ferry_testkit::Client::new(&s.client.base, OTHER_SECRET);
+    assert_eq!(
+        other.query(json!({"sql": "SELECT 1"})).status,
+        200,
+        "the other secret is accepted"
+    );
+    let theirs = |path: &str, body: Value| other.block_on(other.post(path, &body));
+    for (path, body) in [
+        (
+            "/v1/transaction/query",
+            json!({"id": id, "sql": "UPDATE items SET name = 'theirs' WHERE id = 3"}),
+        ),
+        ("/v1/transaction/commit", json!({"id": id})),
+        ("/v1/transaction/rollback", json!({"id": id})),
+    ] {
+        let r = theirs(path, body);
+        assert_eq!(r.status, 404, "{path}: {:?}", r.body);
+        assert_eq!(r.body["error"]["code"], "transaction_not_found", "{path}");
+    }
+    // Postgres's view: still open, not committed, not rolled back.
+    assert_eq!(held(&pg).0, 1, "the transaction is still open");
+    assert_eq!(name(&pg, 3), "item 3");
+    let c = post(&s, "/v1/transaction/commit", json!({"id": id}));
+    assert_eq!(c.body["committed"], true, "{:?}", c.body);
+    assert_eq!(name(&pg, 3), "mine");
 }

@@ -65,6 +65,18 @@ impl Verifier {
         req: &HttpRequest,
         payload: web::Payload,
     ) -> Result<Bytes, ApiError> {
+        self.authenticate_as(req, payload)
+            .await
+            .map(|(body, _)| body)
+    }
+
+    /// The same, with the credential that signed it: a digest of the secret that matched
+    /// (stable across reloads, and naming no secret), for what must stay with its caller.
+    pub async fn authenticate_as(
+        &self,
+        req: &HttpRequest,
+        payload: web::Payload,
+    ) -> Result<(Bytes, String), ApiError> {
         let headers = sign::parse_headers(
             header(req, HEADER_TIMESTAMP)?,
             header(req, HEADER_NONCE)?,
@@ -91,7 +103,15 @@ impl Verifier {
             sign::verify(&secrets, &signed, now, self.max_skew_s).map_err(ApiError::Auth)?;
         self.nonces
             .check_and_insert(&verified.nonce, verified.timestamp, now)?;
-        Ok(body)
+        let credential = self
+            .secrets
+            .get(verified.secret)
+            .map(|s| {
+                use sha2::Digest;
+                hex::encode(&sha2::Sha256::digest(s)[..8])
+            })
+            .unwrap_or_default();
+        Ok((body, credential))
     }
 
     /// The body, within `server.body_limit_bytes` and the body deadline.

@@ -107,7 +107,16 @@ pub async fn signed_json<T: serde::de::DeserializeOwned>(
     req: &actix_web::HttpRequest,
     payload: web::Payload,
 ) -> Result<T, ApiError> {
-    let body = state.verifier.authenticate(req, payload).await?;
+    signed_json_as(state, req, payload).await.map(|(t, _)| t)
+}
+
+/// The same, with the credential that signed the request (`Verifier::authenticate_as`).
+pub async fn signed_json_as<T: serde::de::DeserializeOwned>(
+    state: &State,
+    req: &actix_web::HttpRequest,
+    payload: web::Payload,
+) -> Result<(T, String), ApiError> {
+    let (body, credential) = state.verifier.authenticate_as(req, payload).await?;
     // Absent is fine (the body must still be JSON); anything but JSON is refused.
     if let Some(ct) = req.headers().get(actix_web::http::header::CONTENT_TYPE) {
         let ct = ct.to_str().unwrap_or_default().to_ascii_lowercase();
@@ -116,5 +125,5 @@ pub async fn signed_json<T: serde::de::DeserializeOwned>(
             return Err(ApiError::UnsupportedMediaType);
         }
     }
-    crate::http::json::parse(&body)
+    crate::http::json::parse(&body).map(|t| (t, credential))
 }

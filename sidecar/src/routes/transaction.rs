@@ -81,13 +81,14 @@ pub async fn begin(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let b: BeginRequest = super::signed_json(&state, &req, payload).await?;
+    let (b, credential): (BeginRequest, String) =
+        super::signed_json_as(&state, &req, payload).await?;
     let config = state.config();
     let plan = options(b.isolation, b.read_only, b.deferrable, config.limits().read);
     let s = state.clone();
     let id = state
         .blocking
-        .run(move || s.transactions.begin(&s.pools, &plan))
+        .run(move || s.transactions.begin(&s.pools, &plan, credential))
         .await?;
     Ok(HttpResponse::Ok().json(BeginResponse {
         id,
@@ -102,14 +103,18 @@ pub async fn query(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let q: InTransactionRequest = super::signed_json(&state, &req, payload).await?;
+    let (q, credential): (InTransactionRequest, String) =
+        super::signed_json_as(&state, &req, payload).await?;
     let config = state.config();
     let (sql, _) = plan::statement(&config, q.sql, q.query, "")?;
     let limits = config.limits().read;
     let s = state.clone();
     let result = state
         .blocking
-        .run(move || s.transactions.query(&q.id, &sql, &q.params, limits))
+        .run(move || {
+            s.transactions
+                .query(&q.id, &credential, &sql, &q.params, limits)
+        })
         .await?;
     Ok(HttpResponse::Ok().json(result))
 }
@@ -138,14 +143,15 @@ async fn end(
     payload: web::Payload,
     commit: bool,
 ) -> Result<HttpResponse, ApiError> {
-    let e: EndRequest = super::signed_json(&state, &req, payload).await?;
+    let (e, credential): (EndRequest, String) =
+        super::signed_json_as(&state, &req, payload).await?;
     let config = state.config();
     let (keys, tags) = plan::invalidation(&config, e.invalidate)?;
     let s = state.clone();
     let resp = state
         .blocking
         .run(move || {
-            s.transactions.end(&e.id, commit)?;
+            s.transactions.end(&e.id, &credential, commit)?;
             let invalidation = if commit {
                 s.flights.forget(&keys, &tags);
                 s.cache.invalidate(&s.pools, &keys, &tags)

@@ -27,14 +27,16 @@ use std::time::{Duration, Instant};
 
 struct Open {
     session: PgConn,
+    /// The credential that began it: only requests signed by the same one find it.
+    credential: String,
     opened: Instant,
     last_used: Instant,
 }
 
 enum Slot {
     Idle(Box<Open>),
-    /// A statement is running on it; `opened` for the lifetime bound.
-    Busy,
+    /// A statement is running on it (the credential that began it).
+    Busy(String),
 }
 
 pub struct OpenTransactions {
@@ -63,7 +65,12 @@ impl OpenTransactions {
     }
 
     /// Checks a connection out and opens the transaction on it (blocking).
-    pub fn begin(&self, pools: &Pools, plan: &TxPlan) -> Result<String, ApiError> {
+    pub fn begin(
+        &self,
+        pools: &Pools,
+        plan: &TxPlan,
+        credential: String,
+    ) -> Result<String, ApiError> {
         // Reserve the place first, so concurrent begins cannot pass the bound.
         let id = format!("{:032x}", rand::random::<u128>());
         {
@@ -73,7 +80,7 @@ impl OpenTransactions {
                     what: "open transactions (limits.max_open_transactions)",
                 });
             }
-            slots.insert(id.clone(), Slot::Busy);
+            slots.insert(id.clone(), Slot::Busy(credential.clone()));
         }
         let opened = pools.pg_conn().and_then(|mut session| {
             session
@@ -89,6 +96,7 @@ impl OpenTransactions {
                     id.clone(),
                     Slot::Idle(Box::new(Open {
                         session,
+                        credential,
                         opened: now,
                         last_used: now,
                     })),
@@ -102,16 +110,24 @@ impl OpenTransactions {
         }
     }
 
-    /// Takes the transaction out to run on it; 404 if unknown, 409 if busy.
-    fn take(&self, id: &str) -> Result<Box<Open>, ApiError> {
+    /// Takes the transaction out to run on it; 404 if unknown or begun by another
+    /// credential (which learns nothing of it), 409 if busy.
+    fn take(&self, id: &str, credential: &str) -> Result<Box<Open>, ApiError> {
         let mut slots = self.lock();
-        match slots.get_mut(id) {
-            None => Err(ApiError::TransactionNotFound),
-            Some(Slot::Busy) => Err(ApiError::TransactionBusy),
-            Some(slot) => match std::mem::replace(slot, Slot::Busy) {
-                Slot::Idle(open) => Ok(open),
-                Slot::Busy => Err(ApiError::TransactionBusy),
-            },
+        let slot = match slots.get_mut(id) {
+            None => return Err(ApiError::TransactionNotFound),
+            Some(Slot::Busy(owner)) if owner == credential => {
+                return Err(ApiError::TransactionBusy)
+            }
+            Some(Slot::Busy(_)) => return Err(ApiError::TransactionNotFound),
+            Some(Slot::Idle(open)) if open.credential != credential => {
+                return Err(ApiError::TransactionNotFound)
+            }
+            Some(slot) => slot,
+        };
+        match std::mem::replace(slot, Slot::Busy(credential.to_string())) {
+            Slot::Idle(open) => Ok(open),
+            Slot::Busy(_) => Err(ApiError::TransactionBusy),
         }
     }
 
@@ -120,12 +136,13 @@ impl OpenTransactions {
     pub fn query(
         &self,
         id: &str,
+        credential: &str,
         sql: &str,
         params: &[Value],
         limits: ReadLimits,
     ) -> Result<StatementResult, ApiError> {
         statement::check(sql, Route::Write)?;
-        let mut open = self.take(id)?;
+        let mut open = self.take(id, credential)?;
         let ran = run_prepared(&mut open.session, sql, params, check_columns, |mut rows| {
             let (kept, too_large) = read_rows(&mut rows, limits)?;
             Ok((kept, too_large, rows.rows_affected()))
@@ -154,8 +171,8 @@ impl OpenTransactions {
 
     /// Commits or rolls back, resets the session and returns it to the pool (blocking).
     /// A failed COMMIT (a serialization failure, a deferred constraint) rolled back.
-    pub fn end(&self, id: &str, commit: bool) -> Result<(), ApiError> {
-        let mut open = self.take(id)?;
+    pub fn end(&self, id: &str, credential: &str, commit: bool) -> Result<(), ApiError> {
+        let mut open = self.take(id, credential)?;
         self.lock().remove(id);
         let ended = open
             .session
@@ -176,7 +193,7 @@ impl OpenTransactions {
                     Slot::Idle(o) => {
                         now - o.last_used > self.idle || now - o.opened > self.lifetime
                     }
-                    Slot::Busy => false,
+                    Slot::Busy(_) => false,
                 })
                 .map(|(id, _)| id.clone())
                 .collect();
