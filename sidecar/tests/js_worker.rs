@@ -12,12 +12,6 @@ const UPSTASH_TOKEN: &str = "js-worker-upstash-token-0123456789abcdef01";
 
 #[test]
 fn a_js_worker_uses_both_clients_unchanged() {
-    let clients = std::env::var("FERRY_CLIENTS_DIR").unwrap_or_else(|_| {
-        panic!(
-            "FERRY_CLIENTS_DIR is not set: run scripts/test.sh, which installs the real \
-             protocol clients (or `source scripts/common.sh && ensure_clients`)"
-        )
-    });
     let redis = RedisServer::start();
     let pg = PgServer::start();
     pg.setup_demo_schema();
@@ -37,7 +31,7 @@ fn a_js_worker_uses_both_clients_unchanged() {
     let sql_endpoint = format!("{sidecar}/sql");
     let database_url = format!("postgresql://app:{NEON_TOKEN}@db.ferry.invalid/app");
     let main = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/js-worker/src/index.js");
-    let modules = Path::new(&clients).join("node_modules");
+    let modules = ferry_testkit::clients::node_modules();
     let worker = WranglerDev::start_worker(
         &main,
         &[

@@ -4,7 +4,7 @@
 //! plain HTTP, with Postgres's own view (the rows, `pg_locks`, `pg_stat_activity`) as judge.
 use ferry_testkit::{PgServer, RedisServer, SidecarProcess};
 use serde_json::{json, Value};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
 const TOKEN: &str = "neon-rw-token-0123456789abcdef0123456789";
@@ -75,35 +75,20 @@ fn post(s: &SidecarProcess, token: &str, body: Value, extra: &[(&str, &str)]) ->
 
 #[test]
 fn the_real_neon_driver_and_drizzle_work_unchanged() {
-    let clients = std::env::var("FERRY_CLIENTS_DIR").unwrap_or_else(|_| {
-        panic!(
-            "FERRY_CLIENTS_DIR is not set: run scripts/test.sh, which installs the real \
-             protocol clients (or `source scripts/common.sh && ensure_clients`)"
-        )
-    });
-    let (_redis, pg, s, dir) = start();
-    std::fs::copy(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/neon.mjs"),
-        dir.path().join("neon.mjs"),
-    )
-    .expect("script");
-    std::os::unix::fs::symlink(
-        format!("{clients}/node_modules"),
-        dir.path().join("node_modules"),
-    )
-    .expect("link the clients");
-    let node = std::env::var("FERRY_NODE").unwrap_or_else(|_| "node".into());
-    let out = Command::new(node)
-        .arg(dir.path().join("neon.mjs"))
-        .env("URL", format!("http://127.0.0.1:{}", s.port))
-        .env("TOKEN", TOKEN)
-        .env("RO_TOKEN", RO_TOKEN)
-        .output()
-        .expect("run node");
-    let text = String::from_utf8_lossy(&out.stdout);
-    println!("{text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "the client's checks failed:\n{text}");
-    assert!(text.lines().count() >= 30, "too few checks ran:\n{text}");
+    let (_redis, pg, s, _dir) = start();
+    let url = format!("http://127.0.0.1:{}", s.port);
+    ferry_testkit::clients::run_node(
+        std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/clients/neon.mjs"
+        )),
+        &[
+            ("URL", url.as_str()),
+            ("TOKEN", TOKEN),
+            ("RO_TOKEN", RO_TOKEN),
+        ],
+        30,
+    );
 
     // Postgres's view: the rows the clients committed, and nothing of the failed transaction.
     let names: Vec<String> = pg

@@ -12,15 +12,6 @@ const RO_TOKEN: &str = "ro-token-0123456789abcdef0123456789abcdef";
 const SCRIPTS: &str = "script_user = \"app-scripts\"\nscript_password = \"script-password\"\n";
 const OTHER_TOKEN: &str = "other-token-0123456789abcdef0123456789abcd";
 
-fn clients_dir(var: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| {
-        panic!(
-            "{var} is not set: run scripts/test.sh, which installs the real protocol clients \
-             (or `source scripts/common.sh && ensure_clients`)"
-        )
-    })
-}
-
 /// Redis, Postgres and the binary with three tokens: read-write and read-only on `app:`, and
 /// read-write on `other:`. The temp dir holds the config.
 fn start() -> (RedisServer, PgServer, SidecarProcess, tempfile::TempDir) {
@@ -65,7 +56,7 @@ fn start() -> (RedisServer, PgServer, SidecarProcess, tempfile::TempDir) {
 
 #[test]
 fn the_real_python_client_works_unchanged() {
-    let clients = clients_dir("FERRY_PY_CLIENTS_DIR");
+    let clients = ferry_testkit::clients::dir("FERRY_PY_CLIENTS_DIR");
     let (_redis, _pg, s, _dir) = start();
     let out = Command::new("python3")
         .arg(concat!(
@@ -86,32 +77,21 @@ fn the_real_python_client_works_unchanged() {
 
 #[test]
 fn the_real_upstash_client_works_unchanged() {
-    let clients = clients_dir("FERRY_CLIENTS_DIR");
-    let (redis, _pg, s, dir) = start();
-    // The script next to the installed client, so its import resolves there.
-    std::fs::copy(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/upstash.mjs"),
-        dir.path().join("upstash.mjs"),
-    )
-    .expect("script");
-    std::os::unix::fs::symlink(
-        format!("{clients}/node_modules"),
-        dir.path().join("node_modules"),
-    )
-    .expect("link the client");
-    let node = std::env::var("FERRY_NODE").unwrap_or_else(|_| "node".into());
-    let out = Command::new(node)
-        .arg(dir.path().join("upstash.mjs"))
-        .env("URL", format!("http://127.0.0.1:{}", s.port))
-        .env("TOKEN", TOKEN)
-        .env("RO_TOKEN", RO_TOKEN)
-        .env("OTHER_TOKEN", OTHER_TOKEN)
-        .output()
-        .expect("run node");
-    let text = String::from_utf8_lossy(&out.stdout);
-    println!("{text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "the client's checks failed:\n{text}");
-    assert!(text.lines().count() >= 30, "too few checks ran:\n{text}");
+    let (redis, _pg, s, _dir) = start();
+    let url = format!("http://127.0.0.1:{}", s.port);
+    ferry_testkit::clients::run_node(
+        std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/clients/upstash.mjs"
+        )),
+        &[
+            ("URL", url.as_str()),
+            ("TOKEN", TOKEN),
+            ("RO_TOKEN", RO_TOKEN),
+            ("OTHER_TOKEN", OTHER_TOKEN),
+        ],
+        30,
+    );
 
     // What the client cannot send: refused commands, shapes and statuses, over plain HTTP.
     let post = |path: &str, body: serde_json::Value, token: Option<&str>, b64: bool| {

@@ -4,6 +4,7 @@
 
 pub mod certs;
 pub mod client;
+pub mod clients;
 pub mod postgres;
 pub mod process;
 pub mod proxy;

@@ -281,9 +281,7 @@ fn array_literal(items: &[Value]) -> Option<String> {
             Value::Array(inner) => out.push_str(&array_literal(inner)?),
             other => {
                 let text = param_text(other)??;
-                out.push('"');
-                out.push_str(&text.replace('\\', "\\\\").replace('"', "\\\""));
-                out.push('"');
+                crate::store::pg_params::push_element(&mut out, &text);
             }
         }
     }

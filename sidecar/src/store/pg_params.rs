@@ -92,6 +92,18 @@ fn scalar_text(value: &Value, ty: &Type) -> Result<String, String> {
 
 /// `[1, null, "a\"b"]` into `{"1",NULL,"a\"b"}`: every element quoted, so commas, braces and
 /// spaces inside strings are data, never syntax.
+/// One element of an array literal, double-quoted with `"` and `\\` escaped.
+pub fn push_element(out: &mut String, text: &str) {
+    out.push('"');
+    for c in text.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+}
+
 fn array_literal(items: &[Value], member: &Type) -> Result<String, String> {
     let member = base_type(member);
     let mut out = String::from("{");
@@ -110,14 +122,7 @@ fn array_literal(items: &[Value], member: &Type) -> Result<String, String> {
                 } else {
                     scalar_text(other, member)?
                 };
-                out.push('"');
-                for c in text.chars() {
-                    if c == '"' || c == '\\' {
-                        out.push('\\');
-                    }
-                    out.push(c);
-                }
-                out.push('"');
+                push_element(&mut out, &text);
             }
         }
     }
