@@ -116,11 +116,12 @@ port_free "$JS_PORT" || die "port $JS_PORT is taken (set FERRY_DEV_JS_PORT)"
 # Its npm imports resolve in the pinned protocol clients (ensure_clients).
 ln -sfn "$CLIENTS_DIR/node_modules" examples/js-worker/node_modules
 DATABASE_URL="postgresql://app:$(cat "$RUN/neon-token")@ferry.invalid/app"
-(cd examples/js-worker && bash ../../scripts/wrangler.sh dev --local --ip 127.0.0.1 --port "$JS_PORT" \
+bash scripts/wrangler.sh dev --config examples/js-worker/wrangler.toml --local --ip 127.0.0.1 \
+  --port "$JS_PORT" \
   --var "FERRY_SQL_ENDPOINT:http://127.0.0.1:$SIDECAR_PORT/sql" --var "DATABASE_URL:$DATABASE_URL" \
   --var "UPSTASH_REDIS_REST_URL:http://127.0.0.1:$SIDECAR_PORT" \
   --var "UPSTASH_REDIS_REST_TOKEN:$(cat "$RUN/upstash-token")" \
-  --show-interactive-dev-session=false > "$RUN/js-worker.log" 2>&1) &
+  --show-interactive-dev-session=false > "$RUN/js-worker.log" 2>&1 &
 JS_PID=$!
 wait_for "the JS Worker" curl -sf "http://127.0.0.1:$JS_PORT/item?id=1"
 
