@@ -168,3 +168,55 @@ fn cached_sql_reads_are_fresh_after_any_writer() {
         .get(0);
     assert_eq!(n, 1000, "a refused statement ran");
 }
+
+/// Redis dies under cached `/sql` reads: they are answered from Postgres (bypass), never
+/// failed, and hits resume after Redis restarts. And a `/v1` read of the same statement never
+/// shares an entry with a `/sql` read: each protocol gets its own shape, never the other's.
+#[test]
+fn redis_down_never_fails_a_cached_sql_read_and_protocols_never_share_entries() {
+    let (mut redis, pg) = (RedisServer::start(), logical_pg());
+    let s = spawn_with(
+        &redis,
+        &pg,
+        &[("FERRY_NEON_ENABLED", "true"), ("FERRY_NEON_TOKEN", TOKEN)],
+    );
+    wait_caught_up(&s);
+
+    // The same statement, cached through /v1 first: /sql must not be served its entry.
+    let sql = "SELECT name FROM items WHERE id = $1";
+    let v1 = || {
+        s.client.query(json!({
+            "sql": sql, "params": ["1"], "cache": {"ttl_s": 600, "tables": ["items"]},
+        }))
+    };
+    wait_until("a /v1 hit", Duration::from_secs(10), || {
+        v1().body["cache"] == "hit"
+    });
+    let (status, cache, body) = post(&s, json!({"query": sql, "params": ["1"]}), "", &CACHED);
+    assert_eq!((status, cache.as_str()), (200, "miss"), "{body}");
+    assert_eq!(body["command"], "SELECT", "the /sql shape: {body}");
+    until_hit(&s, "item 1");
+    let again = v1();
+    assert_eq!(
+        again.body["rows"],
+        json!([{"name": "item 1"}]),
+        "{:?}",
+        again.body
+    );
+    assert!(
+        again.body.get("fields").is_none(),
+        "the /v1 shape: {:?}",
+        again.body
+    );
+
+    redis.kill();
+    for _ in 0..5 {
+        let (status, cache, body) = post(&s, json!({"query": sql, "params": ["1"]}), "", &CACHED);
+        assert_eq!(status, 200, "a read Postgres can serve failed: {body}");
+        assert_eq!(cache, "bypass", "{body}");
+        assert_eq!(body["rows"][0]["name"], "item 1");
+    }
+    redis.restart();
+    wait_caught_up(&s);
+    until_hit(&s, "item 1");
+}

@@ -5,39 +5,10 @@
 //! and Postgres holds no more Ferry sessions than the pool.
 use ferry_testkit::{wait_until, PgServer, RedisServer, SidecarProcess};
 use serde_json::json;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
-
-/// The postmaster and every process it started (backends, WAL writer...).
-fn postgres_pids(pg: &PgServer) -> Vec<u32> {
-    let root = pg.postmaster_pid().expect("postmaster pid");
-    let mut pids = vec![root];
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        // Field 4 (after the parenthesised name) is the parent pid.
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(root) {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
-fn signal(pids: &[u32], sig: &str) {
-    for pid in pids {
-        let _ = Command::new("kill")
-            .args([&format!("-{sig}"), &pid.to_string()])
-            .status();
-    }
-}
 
 #[test]
 fn a_frozen_postgres_gets_fast_answers_and_recovery() {
@@ -65,8 +36,7 @@ fn a_frozen_postgres_gets_fast_answers_and_recovery() {
     c.query(cached.clone());
     assert_eq!(c.query(cached.clone()).body["cache"], "hit");
 
-    let pids = postgres_pids(&pg);
-    signal(&pids, "STOP");
+    let pids = pg.freeze();
     let frozen = Instant::now();
     // 16 concurrent uncached reads: each answers, with a JSON error, near the deadline.
     let answers = c.block_on(async {
@@ -81,7 +51,7 @@ fn a_frozen_postgres_gets_fast_answers_and_recovery() {
     });
     let hit = c.query(cached.clone());
     let slowest = answers.iter().map(|(_, t)| *t).max().unwrap_or_default();
-    signal(&pids, "CONT");
+    pg.thaw(&pids);
     for (a, _) in &answers {
         assert!(matches!(a.status, 503 | 504), "{}: {:?}", a.status, a.body);
         assert!(a.body["error"]["code"].is_string(), "{:?}", a.body);

@@ -152,6 +152,42 @@ impl PgServer {
             .ok()
     }
 
+    /// The postmaster and every process it started (backends, WAL writer...).
+    pub fn pids(&self) -> Vec<u32> {
+        let Some(root) = self.postmaster_pid() else {
+            return Vec::new();
+        };
+        let mut pids = vec![root];
+        for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // Field 4 (after the parenthesised name) is the parent pid.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            if ppid == Some(root) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
+    /// Freezes every Postgres process (SIGSTOP): a hung server, or a network that drops
+    /// packets. Returns the processes, for `thaw`.
+    pub fn freeze(&self) -> Vec<u32> {
+        let pids = self.pids();
+        signal(&pids, "STOP");
+        pids
+    }
+
+    /// Lets frozen processes run again (SIGCONT).
+    pub fn thaw(&self, pids: &[u32]) {
+        signal(pids, "CONT");
+    }
+
     fn data(&self) -> PathBuf {
         self.dir.path().join("data")
     }
@@ -310,5 +346,13 @@ impl PgServer {
 impl Drop for PgServer {
     fn drop(&mut self) {
         self.stop_mode("immediate");
+    }
+}
+
+fn signal(pids: &[u32], sig: &str) {
+    for pid in pids {
+        let _ = std::process::Command::new("kill")
+            .args([&format!("-{sig}"), &pid.to_string()])
+            .status();
     }
 }
