@@ -27,12 +27,34 @@ pub const SECRET: &str = "test-secret-0123456789abcdef";
 /// The edge's bearer key for writes and the cache routes (FERRY_API_KEY in workerd).
 pub const API_KEY: &str = "test-edge-api-key-0123456789";
 
-/// A port nothing listens on right now.
+/// A port nothing listens on right now, and that no other test of this process was given.
+///
+/// Ports come from below the kernel's ephemeral range (32768 and up on Linux), so an outgoing
+/// connection's local port can never take one between this check and the server's bind, and a
+/// stopped test server keeps its port for its restart. Each port is handed out once per process:
+/// two tests starting servers at the same moment never get the same one.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind 127.0.0.1:0 to find a free port")
+    use std::collections::HashSet;
+    use std::hash::{BuildHasher, RandomState};
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    const LOW: u16 = 20_000;
+    const SPAN: u16 = 12_000; // up to 31,999
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let given = given.get_or_insert_with(HashSet::new);
+    // A random start, so test processes that run side by side rarely probe the same ports.
+    let start = (RandomState::new().hash_one(std::process::id()) % SPAN as u64) as u16;
+    for i in 0..SPAN {
+        let port = LOW + (start + i) % SPAN;
+        if given.contains(&port) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
+            return port;
+        }
+    }
+    panic!("no free port in {LOW}..{}", LOW + SPAN)
 }
 
 /// A process' peak resident memory (VmHWM) in KiB, 0 if it cannot be read.

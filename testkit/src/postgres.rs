@@ -137,6 +137,14 @@ impl PgServer {
             running: false,
             extra: extra.to_string(),
         };
+        // Another program on this machine may take the port between the check and the bind.
+        for _ in 0..3 {
+            match pg.try_start() {
+                Ok(()) => return pg,
+                Err(e) if e.contains("could not bind") => pg.port = free_port(),
+                Err(e) => panic!("{e}"),
+            }
+        }
         pg.start_again();
         pg
     }
@@ -194,6 +202,12 @@ impl PgServer {
 
     /// Starts the (stopped) cluster on its port and waits until it accepts connections.
     pub fn start_again(&mut self) {
+        if let Err(e) = self.try_start() {
+            panic!("{e}");
+        }
+    }
+
+    fn try_start(&mut self) -> Result<(), String> {
         let opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
              -c full_page_writes=off -c max_connections=100 {}",
@@ -208,8 +222,25 @@ impl PgServer {
             .arg(self.dir.path().join("postgres.log"))
             .args(["-w", "-t", "60", "-o", &opts, "start"])
             .current_dir(self.dir.path());
-        run(c, "pg_ctl start");
+        let out = c
+            .output()
+            .map_err(|e| format!("pg_ctl start: cannot run: {e}"))?;
+        if !out.status.success() {
+            // pg_ctl only says "Examine the log output": the reason is in the server's log.
+            let log =
+                std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            return Err(format!(
+                "pg_ctl start failed on port {}: {}{}\nserver log (last lines):\n{}",
+                self.port,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                tail.join("\n")
+            ));
+        }
         self.running = true;
+        Ok(())
     }
 
     /// Fast shutdown: active connections are cut, as when an operator stops the server.
