@@ -54,6 +54,9 @@ pub enum ErrorCode {
     TransactionBusy,
     /// Raw SQL was sent to a sidecar with `auth.allow_raw_sql = false` (403).
     RawSqlForbidden,
+    /// A request's `identity.role` is not one the sidecar's `identity.roles` lets it assume, or
+    /// the sidecar takes no identities (403).
+    RoleNotAllowed,
     /// The route exists but not for this method (405).
     MethodNotAllowed,
     /// Every connection is busy or the sidecar is at its in-flight limit; retry (503).
@@ -88,7 +91,7 @@ impl ErrorCode {
             BadRequest | InvalidValue | BadParams | SqlError | StatementNotAllowed => 400,
             Unauthorized | AuthMissing | AuthMalformed | AuthExpired | AuthBadSignature
             | AuthReplayed => 401,
-            RawSqlForbidden => 403,
+            RawSqlForbidden | RoleNotAllowed => 403,
             NotFound | NotCached | TransactionNotFound => 404,
             TransactionBusy => 409,
             MethodNotAllowed => 405,
@@ -127,6 +130,7 @@ impl ErrorCode {
             NotFound => "not_found",
             NotCached => "not_cached",
             RawSqlForbidden => "raw_sql_forbidden",
+            RoleNotAllowed => "role_not_allowed",
             MethodNotAllowed => "method_not_allowed",
             Overloaded => "overloaded",
             DatabaseUnavailable => "database_unavailable",
@@ -192,6 +196,7 @@ mod tests {
             ErrorCode::DatabaseUnavailable,
             ErrorCode::SidecarAuthFailed,
             ErrorCode::EdgeMisconfigured,
+            ErrorCode::RoleNotAllowed,
         ] {
             let json = serde_json::to_value(code).expect("serializes");
             assert_eq!(json, serde_json::Value::String(code.as_str().to_string()));

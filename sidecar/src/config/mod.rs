@@ -10,6 +10,7 @@
 //! bounds every handler checks with.
 
 mod changes;
+mod identity;
 mod limits;
 mod load;
 mod neon;
@@ -18,6 +19,7 @@ mod upstash;
 mod validate;
 
 pub use changes::{table_name, ChangesConfig};
+pub use identity::{IdentityConfig, MAX_CLAIMS_BYTES};
 pub use limits::{Limits, ReadLimits, MAX_TAGS};
 pub use load::ConfigError;
 pub use neon::{NeonConfig, NeonToken};
@@ -39,6 +41,7 @@ pub struct Config {
     pub changes: ChangesConfig,
     pub upstash: UpstashConfig,
     pub neon: NeonConfig,
+    pub identity: IdentityConfig,
     /// Named statements: `[queries.NAME]`. Callers send `"query": "NAME"` instead of SQL.
     pub queries: BTreeMap<String, NamedQuery>,
     /// Keyspaces for keyed batch reads: `[keyspaces.NAME]`.

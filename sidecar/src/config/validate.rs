@@ -118,6 +118,7 @@ impl Config {
         }
         self.validate_changes()?;
         self.validate_upstash()?;
+        self.validate_identity()?;
         self.validate_neon()
     }
 }

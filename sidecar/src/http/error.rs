@@ -63,6 +63,8 @@ pub enum ApiError {
     NotCached,
     #[error("raw sql forbidden")]
     RawSqlForbidden,
+    #[error("role not allowed: {role}")]
+    RoleNotAllowed { role: String },
     #[error("method not allowed")]
     MethodNotAllowed,
     /// Pool exhausted, in-flight limit reached or nonce store full.
@@ -137,6 +139,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType => ErrorCode::UnsupportedMediaType,
             ApiError::NotCached => ErrorCode::NotCached,
             ApiError::RawSqlForbidden => ErrorCode::RawSqlForbidden,
+            ApiError::RoleNotAllowed { .. } => ErrorCode::RoleNotAllowed,
             ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
             ApiError::Overloaded { .. } => ErrorCode::Overloaded,
             ApiError::DatabaseUnavailable { .. } => ErrorCode::DatabaseUnavailable,
@@ -202,6 +205,10 @@ impl ApiError {
             ApiError::NotCached => "not in the cache, and cache.mode is only-if-cached".into(),
             ApiError::RawSqlForbidden => {
                 "raw SQL is not allowed here: send a named query (\"query\": \"NAME\")".into()
+            }
+            ApiError::RoleNotAllowed { .. } => {
+                "identity.role is not one this sidecar lets a request assume (identity.roles)"
+                    .into()
             }
             ApiError::MethodNotAllowed => "method not allowed on this route".into(),
             ApiError::Overloaded { what } => format!("overloaded ({what}); retry later"),

@@ -9,6 +9,7 @@ use crate::read::plan::{CachePlan, ReadFormat, ReadPlan};
 use crate::store::blocking::Blocking;
 use crate::store::cache::Cache;
 use crate::store::cache::{Lookup, Observed, Probe, Stored};
+use crate::store::identity::SessionIdentity;
 use crate::store::pg_text::{self, Query, SqlPlan};
 use crate::store::pools::Pools;
 use crate::store::{db, db_async};
@@ -113,7 +114,7 @@ async fn answer_inner(
     lookup: Option<Lookup>,
 ) -> Result<QueryResponse, ApiError> {
     let (Some(cache), Some(lookup)) = (plan.cache.clone(), lookup) else {
-        let rows = run_query(state, plan.sql, plan.params, plan.limits, plan.format).await?;
+        let rows = run_query(state, plan).await?;
         return Ok(response(rows, CacheStatus::Bypass, 0, None));
     };
     let key = Some(cache.key.clone());
@@ -144,7 +145,7 @@ async fn answer_inner(
         }),
         _ if mode == CacheMode::OnlyIfCached => Err(ApiError::NotCached),
         Lookup::Bypass => {
-            let rows = run_query(state, plan.sql, plan.params, plan.limits, plan.format).await?;
+            let rows = run_query(state, plan).await?;
             Ok(with_key(response(rows, CacheStatus::Bypass, 0, None)))
         }
         Lookup::Hit { observed, .. } | Lookup::Revalidate { observed, .. } => {
@@ -224,12 +225,19 @@ async fn on_event_loop(
     sql: &str,
     params: &[Value],
     limits: ReadLimits,
+    who: Option<Arc<SessionIdentity>>,
 ) -> Option<Result<Vec<Row>, ApiError>> {
     let _slot = match state.blocking.admit() {
         Ok(slot) => slot,
         Err(e) => return Some(Err(e)),
     };
-    let fast = db_async::query(state.pools.clone(), sql.into(), params.to_vec(), limits);
+    let fast = db_async::query(
+        state.pools.clone(),
+        sql.into(),
+        params.to_vec(),
+        limits,
+        who,
+    );
     match tokio::time::timeout(state.blocking.timeout(), fast).await {
         Err(_) => Some(Err(ApiError::Timeout {
             what: "the request",
@@ -238,23 +246,25 @@ async fn on_event_loop(
     }
 }
 
-async fn run_query(
-    state: &State,
-    sql: String,
-    params: Vec<Value>,
-    limits: ReadLimits,
-    format: ReadFormat,
-) -> Result<Vec<Row>, ApiError> {
+async fn run_query(state: &State, plan: ReadPlan) -> Result<Vec<Row>, ApiError> {
+    let ReadPlan {
+        sql,
+        params,
+        limits,
+        format,
+        identity: who,
+        ..
+    } = plan;
     if let ReadFormat::Text { array_mode } = format {
         return text_query(state, sql, &params, array_mode, limits).await;
     }
-    if let Some(answer) = on_event_loop(state, &sql, &params, limits).await {
+    if let Some(answer) = on_event_loop(state, &sql, &params, limits, who.clone()).await {
         return answer;
     }
     let s = state.clone();
     state
         .blocking
-        .run(move || db::query(&s.pools, &sql, &params, limits))
+        .run(move || db::query(&s.pools, &sql, &params, limits, who.as_deref()))
         .await
 }
 
@@ -307,7 +317,7 @@ fn fill(
 ) -> impl FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Fetched, ApiError>>>>
 {
     let s = state.clone();
-    let (limits, format) = (plan.limits, plan.format);
+    let (limits, format, who) = (plan.limits, plan.format, plan.identity.clone());
     let (sql, params, key, entry) = (
         plan.sql.clone(),
         plan.params.clone(),
@@ -320,7 +330,7 @@ fn fill(
                 ReadFormat::Text { array_mode } => {
                     Some(text_query(&s, sql.clone(), &params, array_mode, limits).await)
                 }
-                ReadFormat::Json => on_event_loop(&s, &sql, &params, limits).await,
+                ReadFormat::Json => on_event_loop(&s, &sql, &params, limits, who.clone()).await,
             };
             if let Some(rows) = on_loop {
                 let rows = rows?;
@@ -347,7 +357,7 @@ fn fill(
             let job = s.clone();
             s.blocking
                 .run(move || {
-                    let rows = db::query(&job.pools, &sql, &params, limits)?;
+                    let rows = db::query(&job.pools, &sql, &params, limits, who.as_deref())?;
                     let stored = job.cache.store(&job.pools, &key, &observed, &rows, &entry);
                     Ok(Fetched {
                         rows,

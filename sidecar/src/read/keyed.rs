@@ -130,7 +130,7 @@ pub fn run(pools: &Pools, cache: &Cache, plan: KeyedPlan) -> Result<KeyedRespons
             .iter()
             .map(|(u, _)| ids[first_seen[*u]].clone())
             .collect();
-        let rows = db::query(pools, &ks.sql, &[Value::Array(missing)], limits)?;
+        let rows = db::query(pools, &ks.sql, &[Value::Array(missing)], limits, None)?;
         let mut by_id: HashMap<String, Row> = HashMap::new();
         for row in rows {
             let id = row.get(&ks.key_column).and_then(id_text).ok_or_else(|| {

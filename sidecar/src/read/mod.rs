@@ -1,10 +1,11 @@
 //! The read engine. `plan` turns a request into what will run (all validation, before any
-//! I/O); `engine` looks reads up in one pipeline and answers each: hit, stale-while-revalidate,
+//! I/O; `identity` the end user it runs as); `engine` looks reads up in one pipeline and answers each: hit, stale-while-revalidate,
 //! a fill from Postgres through `flight` (single-flight), or stale-if-error; `keyed` serves
 //! rows of a keyspace by id.
 
 pub mod engine;
 pub mod flight;
+pub mod identity;
 pub mod keyed;
 pub mod plan;
 

@@ -4,8 +4,10 @@
 use crate::config::{table_name, Config, NamedQuery, ReadLimits, MAX_TAGS};
 use crate::http::error::ApiError;
 use crate::store::cache::{table_reset_tag, table_tag, Cache, EntryPolicy, HASH_KEY_PREFIX};
+use crate::store::identity::SessionIdentity;
 use ferry_shared::api::{CacheMode, Invalidate, QueryRequest};
 use serde_json::Value;
+use std::sync::Arc;
 
 /// A read ready to run.
 #[derive(Debug, Clone)]
@@ -16,6 +18,8 @@ pub struct ReadPlan {
     pub limits: ReadLimits,
     pub cache: Option<CachePlan>,
     pub format: ReadFormat,
+    /// The end user it runs as; None: the sidecar's own role.
+    pub identity: Option<Arc<SessionIdentity>>,
 }
 
 /// How a read's rows come back.
@@ -81,6 +85,7 @@ pub fn statement<'c>(
 /// Resolves and validates one read. `field` prefixes error fields (`"reads[3]."` in batches).
 pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan, ApiError> {
     let (sql, named) = statement(config, req.sql, req.query, field)?;
+    let who = super::identity::identity(config, req.identity, named.is_none(), field)?;
     let defaults = named.cloned().unwrap_or_default();
     let asked = req.cache;
     if asked.is_none() && defaults.ttl_s.is_none() {
@@ -90,6 +95,7 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
             limits: config.limits().read,
             cache: None,
             format: ReadFormat::Json,
+            identity: who,
         });
     }
     let asked = asked.unwrap_or_default();
@@ -115,6 +121,13 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
     let tables = tables(config, &defaults.tables, &asked.tables, &f("tables"))?;
     tags.extend(tables.iter().map(|t| table_tag(t)));
     if let Some(k) = &asked.key {
+        if who.is_some() {
+            // A named entry is one entry: it cannot hold each user's rows apart.
+            return Err(ApiError::invalid(
+                f("key"),
+                "a read with an identity cannot name its entry; invalidate it by tags or tables",
+            ));
+        }
         limits.key(&f("key"), k)?;
         if k.starts_with(HASH_KEY_PREFIX) {
             return Err(ApiError::invalid(
@@ -123,7 +136,10 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
             ));
         }
     }
-    let fingerprint = Cache::fingerprint(&sql, &req.params);
+    let fingerprint = match &who {
+        Some(who) => Cache::fingerprint_in(&who.scope(), &sql, &req.params),
+        None => Cache::fingerprint(&sql, &req.params),
+    };
     let key = Cache::logical_key(&fingerprint, asked.key.as_deref());
     Ok(ReadPlan {
         sql,
@@ -141,6 +157,7 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
             mode: asked.mode,
         }),
         format: ReadFormat::Json,
+        identity: who,
     })
 }
 
@@ -162,7 +179,8 @@ pub fn text_read(
         .into_iter()
         .map(|p| p.map_or(Value::Null, Value::String))
         .collect();
-    let fingerprint = Cache::fingerprint(&format!("{sql}\u{0}text:{array_mode}"), &params);
+    let format = if array_mode { "text:array" } else { "text" };
+    let fingerprint = Cache::fingerprint_in(&[format], &sql, &params);
     Ok(ReadPlan {
         sql,
         params,
@@ -179,6 +197,7 @@ pub fn text_read(
             mode: CacheMode::Default,
         }),
         format: ReadFormat::Text { array_mode },
+        identity: None,
     })
 }
 

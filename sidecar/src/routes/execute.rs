@@ -2,6 +2,7 @@
 
 use super::State;
 use crate::http::error::ApiError;
+use crate::read::identity::identity;
 use crate::read::plan;
 use crate::store::db;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -15,14 +16,15 @@ pub async fn execute(
     let e: ExecuteRequest = super::signed_json(&state, &req, payload).await?;
     // Plan: one config snapshot, every check before any I/O.
     let config = state.config();
-    let (sql, _) = plan::statement(&config, e.sql, e.query, "")?;
+    let (sql, named) = plan::statement(&config, e.sql, e.query, "")?;
+    let who = identity(&config, e.identity, named.is_none(), "")?;
     let (keys, tags) = plan::invalidation(&config, e.invalidate)?;
     let s = state.clone();
     let params = e.params;
     let resp = state
         .blocking
         .run(move || {
-            let rows_affected = db::execute(&s.pools, &sql, &params)?;
+            let rows_affected = db::execute(&s.pools, &sql, &params, who.as_deref())?;
             // Only after the commit: invalidating first would let a read refill the old value.
             // Flights first, so no later read joins a query that began before the write.
             s.flights.forget(&keys, &tags);

@@ -2,6 +2,7 @@
 
 use crate::config::ReadLimits;
 use crate::http::error::ApiError;
+use crate::store::identity::SessionIdentity;
 use crate::store::param_types::{self, ParamTypes};
 use crate::store::pg_json::{self, Raw};
 use crate::store::pg_params::{self, TextParam};
@@ -61,12 +62,16 @@ pub fn query(
     sql: &str,
     params: &[Value],
     limits: ReadLimits,
+    who: Option<&SessionIdentity>,
 ) -> Result<Vec<Row>, ApiError> {
     statement::check(sql, Route::Read)?;
     let mut attempts = 0;
     loop {
         attempts += 1;
         match with_session(pools, |s| {
+            if let Some(who) = who {
+                who.assume(&mut s.client)?;
+            }
             query_on(s, &pools.param_types, sql, params, limits)
         }) {
             Err(Failure::Closed(e)) if attempts < 2 => {
@@ -82,12 +87,20 @@ pub fn query(
 /// Runs a write and returns the number of rows it affected; it is committed when this
 /// returns. Never retried: a dead connection may have sent the statement, and only the caller
 /// knows if running it twice is safe.
-pub fn execute(pools: &Pools, sql: &str, params: &[Value]) -> Result<u64, ApiError> {
+pub fn execute(
+    pools: &Pools,
+    sql: &str,
+    params: &[Value],
+    who: Option<&SessionIdentity>,
+) -> Result<u64, ApiError> {
     statement::check(sql, Route::Write)?;
     with_session(pools, |s| {
         // This one statement's implicit transaction may write; the reset turns it back.
         s.client
             .batch_execute("SET default_transaction_read_only = off")?;
+        if let Some(who) = who {
+            who.assume(&mut s.client)?;
+        }
         run(
             s,
             &pools.param_types,

@@ -6,6 +6,7 @@
 use crate::config::ReadLimits;
 use crate::http::error::ApiError;
 use crate::store::db::{self, Failure, RowBudget, RESET};
+use crate::store::identity::SessionIdentity;
 use crate::store::param_types::{self, ParamTypes};
 use crate::store::pools::Pools;
 use crate::store::statement::{self, Route};
@@ -25,6 +26,7 @@ pub async fn query(
     sql: String,
     params: Vec<Value>,
     limits: ReadLimits,
+    who: Option<Arc<SessionIdentity>>,
 ) -> Option<Result<Vec<Row>, ApiError>> {
     if let Err(e) = statement::check(&sql, Route::Read) {
         return Some(Err(e));
@@ -34,7 +36,7 @@ pub async fn query(
     // after the rows) before the session is reused. A caller that gives up early (its
     // deadline) leaves the task to end the statement and reset the session.
     let (tx, rx) = oneshot::channel();
-    actix_rt::spawn(read_task(pools, sql, params, limits, tx));
+    actix_rt::spawn(read_task(pools, sql, params, limits, who, tx));
     // A task that ended without answering had no session: the pooled path runs the read.
     rx.await.ok().flatten()
 }
@@ -46,6 +48,7 @@ async fn read_task(
     sql: String,
     params: Vec<Value>,
     limits: ReadLimits,
+    who: Option<Arc<SessionIdentity>>,
     tx: oneshot::Sender<Answer>,
 ) {
     // A read is idempotent: on a connection found closed (Postgres restarted since it was
@@ -63,7 +66,13 @@ async fn read_task(
             let Some(client) = session.client.as_ref() else {
                 return;
             };
-            let (out, reset) = read_on(client, &pools.param_types, &sql, &params, limits).await;
+            let (out, reset) = match &who {
+                Some(who) => match who.assume_async(client).await {
+                    Ok(()) => read_on(client, &pools.param_types, &sql, &params, limits).await,
+                    Err(f) => (Err(f), None),
+                },
+                None => read_on(client, &pools.param_types, &sql, &params, limits).await,
+            };
             // The rest of the result still on its way, or the connection gone: the session is
             // dropped (closing the connection), not reset.
             let abandoned = matches!(out, Ok((_, Some(_))) | Err(Failure::Closed(_)));

@@ -1,7 +1,8 @@
 //! The stores. `pools`: the bounded Redis and Postgres pools and the Redis circuit breaker;
 //! `blocking`: `Blocking::run`, the only way handlers do blocking work. Postgres: `postgres`
 //! (sessions, connection settings, the role check), `db` (reads, writes, the reset after each
-//! request), `pg_async` and `db_async` (plain reads on the worker's event loop), `param_types` (what Postgres said about each statement's parameters), `statement`
+//! request), `pg_async` and `db_async` (plain reads on the worker's event loop), `identity` (a statement run as
+//! an end user's role and claims), `param_types` (what Postgres said about each statement's parameters), `statement`
 //! (what may run at all), `pg_json` and `pg_params` (values both ways).
 //! Redis: `redis` (client and manager), `cache` (the read-through layout, versions and
 //! invalidation), `commands` (plain cache commands). `readiness`: the background probe.
@@ -11,6 +12,7 @@ pub mod cache;
 pub mod commands;
 pub mod db;
 pub mod db_async;
+pub mod identity;
 pub mod interactive;
 pub mod param_types;
 pub mod pg_async;

@@ -120,6 +120,24 @@ pub fn role_warnings(config: &Config) -> Result<Vec<String>, String> {
              policies will not apply to Ferry's queries."
         ));
     }
+    for role in &config.identity.roles {
+        let row = client
+            .query_opt(
+                "SELECT pg_has_role(current_user, oid, 'MEMBER'), rolsuper OR rolbypassrls \
+                 FROM pg_roles WHERE rolname = $1",
+                &[role],
+            )
+            .map_err(|e| format!("cannot read role {role:?}: {e}"))?;
+        let problem = match row.map(|r| (r.get::<_, bool>(0), r.get::<_, bool>(1))) {
+            None => "does not exist",
+            Some((false, _)) => "is not granted to the login role (GRANT it TO the login role)",
+            Some((_, true)) => "is a superuser or has BYPASSRLS (requests naming it are refused)",
+            Some((true, false)) => continue,
+        };
+        out.push(format!(
+            "identity.roles: {role:?} {problem}: requests with this role will fail"
+        ));
+    }
     Ok(out)
 }
 

@@ -154,9 +154,19 @@ impl Cache {
 
     /// The hash of a statement and its parameters (hex SHA-256).
     pub fn fingerprint(sql: &str, params: &[Value]) -> String {
+        Cache::fingerprint_in(&[], sql, params)
+    }
+
+    /// The hash of a statement and its parameters within a scope: who it ran as, and in
+    /// what output format. Each part goes in with its length first, so no statement text can
+    /// make one read hash as a read of another scope.
+    pub fn fingerprint_in(scope: &[&str], sql: &str, params: &[Value]) -> String {
         let mut h = Sha256::new();
-        h.update(sql.as_bytes());
-        h.update([0u8]);
+        h.update((scope.len() as u64).to_le_bytes());
+        for part in scope.iter().copied().chain([sql]) {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
         // serde_json writes a Value the same way every time (object keys sorted).
         h.update(Value::Array(params.to_vec()).to_string().as_bytes());
         hex::encode(h.finalize())
@@ -223,6 +233,13 @@ mod tests {
         assert_eq!(a, Cache::fingerprint("select $1", &[json!(1)]));
         assert_ne!(a, Cache::fingerprint("select $1", &[json!("1")]));
         assert_ne!(a, Cache::fingerprint("select $1 ", &[json!(1)]));
+        // A scope is never spelled by statement text.
+        let scoped = Cache::fingerprint_in(&["as", "alice"], "select $1", &[json!(1)]);
+        assert_ne!(a, scoped);
+        assert_ne!(
+            scoped,
+            Cache::fingerprint_in(&["as"], "alice\u{0}select $1", &[json!(1)])
+        );
         assert!(Cache::logical_key(&a, None).starts_with(HASH_KEY_PREFIX));
         assert_eq!(Cache::logical_key(&a, Some("item:1")), "item:1");
     }

@@ -1,0 +1,100 @@
+//! `[identity]`: the end-user roles a signed request may run its statements as, so Postgres
+//! row-level security applies per user.
+
+use super::{Config, ConfigError};
+use serde::{Deserialize, Serialize};
+
+/// Claims larger than this (as JSON, in bytes) are refused: they travel in every request and
+/// sit in a Postgres setting for the statement's length.
+pub const MAX_CLAIMS_BYTES: usize = 8 * 1024;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdentityConfig {
+    /// The Postgres roles a request's `identity.role` may name (`["anon", "authenticated"]`).
+    /// Empty (the default): requests that carry an identity are refused. The sidecar's login
+    /// role must be a member of each (`GRANT authenticated TO ferry`), and none may be a
+    /// superuser or have BYPASSRLS: the sidecar checks both at startup.
+    pub roles: Vec<String>,
+    /// The setting that holds the claims as JSON, read in SQL with
+    /// `current_setting('request.jwt.claims', true)::json ->> 'sub'` (PostgREST's name, so
+    /// existing policies work unchanged). Must contain a dot (a custom setting).
+    pub claims_setting: String,
+    /// Let a request with an identity run raw SQL. Off by default because SQL can end the
+    /// assumed role (`SET ROLE NONE`, `set_config('role', ...)`) and read as the sidecar's own
+    /// role, past row-level security; with it off, identities run only `[queries.NAME]`
+    /// statements, which the config's author wrote. Turn it on only if every raw statement is
+    /// written by you, never built from user input.
+    pub allow_raw_sql: bool,
+}
+
+impl Default for IdentityConfig {
+    fn default() -> Self {
+        IdentityConfig {
+            roles: Vec::new(),
+            claims_setting: "request.jwt.claims".into(),
+            allow_raw_sql: false,
+        }
+    }
+}
+
+/// A role name as Postgres spells an unquoted one, so config and requests compare exactly.
+fn valid_role(r: &str) -> bool {
+    (1..=63).contains(&r.len())
+        && r.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && r.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// A custom setting name: `prefix.name`, each part an unquoted identifier.
+fn valid_setting(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('.').collect();
+    parts.len() >= 2 && s.len() <= 63 && parts.iter().all(|p| valid_role(p))
+}
+
+impl Config {
+    pub(super) fn validate_identity(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: String| {
+            Err(ConfigError::Invalid {
+                key: key.into(),
+                message,
+            })
+        };
+        let c = &self.identity;
+        for (i, r) in c.roles.iter().enumerate() {
+            if !valid_role(r) {
+                return invalid(
+                    &format!("identity.roles[{i}]"),
+                    format!("{r:?} is not a lower-case role name (a-z, 0-9, _; at most 63)"),
+                );
+            }
+        }
+        if !valid_setting(&c.claims_setting) {
+            return invalid(
+                "identity.claims_setting",
+                format!(
+                    "{:?} is not a custom setting name (prefix.name, lower case)",
+                    c.claims_setting
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        assert!(valid_role("authenticated") && valid_role("app_user_2"));
+        for bad in ["", "Admin", "a-b", "x;drop", "\"q\"", "1abc"] {
+            assert!(!valid_role(bad), "{bad:?}");
+        }
+        assert!(valid_setting("request.jwt.claims"));
+        for bad in ["claims", "request..x", "Request.x", "a.b c"] {
+            assert!(!valid_setting(bad), "{bad:?}");
+        }
+    }
+}
