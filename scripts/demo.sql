@@ -39,3 +39,28 @@ GRANT USAGE ON SCHEMA public TO ferry_changes;
 GRANT SELECT ON items TO ferry_changes;
 DROP PUBLICATION IF EXISTS ferry;
 CREATE PUBLICATION ferry FOR TABLE items;
+
+-- Per-user identity (deploy/ferry.toml [identity], the edge's /me/notes): each note belongs to
+-- the `sub` of the JWT the edge verified. The sidecar runs those requests as `authenticated`
+-- with the claims in request.jwt.claims, and this policy lets each user see and add only their
+-- own notes. ferry_app itself has no policy on notes, so it sees none of them.
+DROP TABLE IF EXISTS notes;
+CREATE TABLE notes (
+    id          bigserial PRIMARY KEY,
+    owner       text NOT NULL,
+    body        text NOT NULL CHECK (length(body) BETWEEN 1 AND 500),
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO notes (owner, body) VALUES
+    ('alice', 'alice''s first note'), ('alice', 'alice''s second note'), ('bob', 'bob''s note');
+DO $$ BEGIN
+  CREATE ROLE authenticated NOLOGIN NOSUPERUSER NOBYPASSRLS;
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+GRANT authenticated TO ferry_app;
+GRANT SELECT, INSERT ON notes TO authenticated;
+GRANT USAGE ON SEQUENCE notes_id_seq TO authenticated;
+ALTER TABLE notes ENABLE ROW LEVEL SECURITY;
+CREATE POLICY own_notes ON notes TO authenticated
+    USING (owner = current_setting('request.jwt.claims', true)::json ->> 'sub')
+    WITH CHECK (owner = current_setting('request.jwt.claims', true)::json ->> 'sub');

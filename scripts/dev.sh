@@ -58,10 +58,24 @@ bash scripts/build-edge.sh
 [ -f "$RUN/api-key" ] || openssl rand -hex 24 > "$RUN/api-key"
 [ -f "$RUN/upstash-token" ] || openssl rand -hex 32 > "$RUN/upstash-token"
 [ -f "$RUN/neon-token" ] || openssl rand -hex 32 > "$RUN/neon-token"
+[ -f "$RUN/jwt-secret" ] || openssl rand -hex 32 > "$RUN/jwt-secret"
 SECRET=$(cat "$RUN/secret")
 # wrangler dev reads the Worker's secrets from .dev.vars (git-ignored): the edge-sidecar secret,
-# and the API key that writes and the cache routes need (anonymous callers may only read).
-printf 'FERRY_SECRET=%s\nFERRY_API_KEY=%s\n' "$SECRET" "$(cat "$RUN/api-key")" > .dev.vars
+# the API key that writes and the cache routes need (anonymous callers may only read), and the
+# key end users' JWTs are signed with (the per-user routes, /me/...).
+printf 'FERRY_SECRET=%s\nFERRY_API_KEY=%s\nFERRY_JWT_SECRET=%s\n' "$SECRET" "$(cat "$RUN/api-key")" \
+  "$(cat "$RUN/jwt-secret")" > .dev.vars
+# Demo sign-ins: HS256 JWTs for alice and bob, valid for a day, as an auth provider would issue.
+b64url() { openssl base64 -A | tr '+/' '-_' | tr -d '='; }
+demo_jwt() { # demo_jwt SUB
+  local h p
+  h=$(printf '{"alg":"HS256","typ":"JWT"}' | b64url)
+  p=$(printf '{"sub":"%s","role":"authenticated","exp":%d}' "$1" $(( $(date +%s) + 86400 )) | b64url)
+  printf '%s.%s.%s' "$h" "$p" \
+    "$(printf '%s.%s' "$h" "$p" | openssl dgst -sha256 -hmac "$(cat "$RUN/jwt-secret")" -binary | b64url)"
+}
+demo_jwt alice > "$RUN/alice.jwt"
+demo_jwt bob > "$RUN/bob.jwt"
 
 step "2/6 Redis on 127.0.0.1:$REDIS_PORT"
 port_free "$REDIS_PORT" || die "port $REDIS_PORT is taken (set FERRY_DEV_REDIS_PORT)"
@@ -139,6 +153,16 @@ Ferry is running (logs in .run/). Through the edge (the real Workers runtime):
   curl -s http://127.0.0.1:$EDGE_PORT/items/1            # fresh after the write
   curl -s -X PUT -H "\$KEY" http://127.0.0.1:$EDGE_PORT/cache/greeting -d '{"value":"hello","ttl_s":60}'
   curl -s -H "\$KEY" http://127.0.0.1:$EDGE_PORT/cache/greeting
+
+Per-user data: the edge verifies each user's JWT and the sidecar runs their statements as them,
+so Postgres's row-level security decides what they see, and their cache entries are theirs alone:
+
+  export ALICE="authorization: Bearer \$(cat .run/alice.jwt)" BOB="authorization: Bearer \$(cat .run/bob.jwt)"
+  curl -s -H "\$ALICE" http://127.0.0.1:$EDGE_PORT/me/notes   # alice's two notes (run it twice: a hit)
+  curl -s -H "\$BOB" http://127.0.0.1:$EDGE_PORT/me/notes     # bob's one note, never alice's
+  curl -s -X POST -H "\$ALICE" http://127.0.0.1:$EDGE_PORT/me/notes -d '{"body":"written at the edge"}'
+  curl -s -H "\$ALICE" http://127.0.0.1:$EDGE_PORT/me/notes   # fresh: three notes
+  curl -s http://127.0.0.1:$EDGE_PORT/me/notes                # 401: no token
 
 A write that bypasses Ferry (psql) reaches the edge fresh: the sidecar reads Postgres's change
 stream and drops the entries that depend on the row, within changes.max_lag_ms (1 s) at most:

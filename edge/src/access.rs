@@ -4,6 +4,8 @@
 //! default for a Worker deployed as it is.
 
 use crate::error::EdgeError;
+use crate::jwt::{self, Rules};
+use ferry_shared::api::Identity;
 use ferry_shared::sign::body_digest;
 
 /// Shortest API key accepted; a shorter configured key counts as none.
@@ -37,6 +39,28 @@ pub fn require_api_key(
     }
 }
 
+/// The end user of a per-user route, from `Authorization: Bearer <JWT>` verified with the
+/// configured key: the identity the sidecar runs their statements as. Without a configured key
+/// (`FERRY_JWT_SECRET`, 32 bytes or more) every caller is refused.
+pub fn end_user(
+    authorization: Option<&str>,
+    jwt_secret: Option<&str>,
+    rules: &Rules,
+    now_s: u64,
+) -> Result<Identity, EdgeError> {
+    let Some(secret) = jwt_secret.filter(|k| k.len() >= jwt::MIN_SECRET_LEN) else {
+        return Err(EdgeError::Unauthorized(format!(
+            "this route needs a signed-in user, and this Worker has no JWT key configured \
+             (wrangler secret put {})",
+            crate::config::JWT_SECRET
+        )));
+    };
+    let token = jwt::bearer(authorization).map_err(|e| EdgeError::Unauthorized(e.message()))?;
+    jwt::verify_hs256(token, secret.as_bytes(), rules, now_s)
+        .map(jwt::identity)
+        .map_err(|e| EdgeError::Unauthorized(e.message()))
+}
+
 /// Compares the SHA-256 digests of both strings byte by byte without an early exit, so the
 /// time taken reveals neither the key's length nor how much of it matched.
 fn equal_in_constant_time(a: &str, b: &str) -> bool {
@@ -52,6 +76,37 @@ mod tests {
     use super::*;
 
     const KEY: &str = "edge-api-key-0123456789";
+
+    #[test]
+    fn end_users_need_a_verified_token_and_a_configured_key() {
+        let jwt_key = "0123456789abcdef0123456789abcdef";
+        let now = 1_800_000_000;
+        let t = crate::jwt::sign_hs256(
+            &serde_json::json!({"sub": "a", "exp": now + 60}),
+            jwt_key.as_bytes(),
+        );
+        let header = format!("Bearer {t}");
+        let rules = Rules::default();
+        let who = end_user(Some(&header), Some(jwt_key), &rules, now).expect("valid");
+        assert_eq!(
+            (who.role.as_str(), who.claims["sub"].as_str()),
+            ("authenticated", Some("a"))
+        );
+        // No key, or one too short to be a real HS256 key: nobody gets in.
+        for key in [None, Some("short")] {
+            let e = end_user(Some(&header), key, &rules, now).expect_err("refused");
+            assert_eq!(e.status(), 401);
+        }
+        let e = end_user(Some(&header), Some(jwt_key), &rules, now + 3600).expect_err("expired");
+        assert_eq!(
+            (e.status(), e.body().error.message.as_str()),
+            (401, "token expired")
+        );
+        assert_eq!(
+            end_user(None, Some(jwt_key), &rules, now).map_err(|e| e.status()),
+            Err(401)
+        );
+    }
 
     #[test]
     fn only_the_configured_key_passes() {

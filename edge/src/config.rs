@@ -9,6 +9,12 @@ pub const VAR_ALLOW_HTTP: &str = "FERRY_ALLOW_HTTP";
 pub const SECRET: &str = "FERRY_SECRET";
 /// The bearer key for writes and the cache routes (a secret: `wrangler secret put`).
 pub const API_KEY: &str = "FERRY_API_KEY";
+/// Secret binding: the HS256 key end users' JWTs are signed with (at least 32 bytes). Without
+/// it the per-user routes (`/me/...`) refuse everyone.
+pub const JWT_SECRET: &str = "FERRY_JWT_SECRET";
+/// Optional vars: the `aud` and `iss` a JWT must carry.
+pub const VAR_JWT_AUDIENCE: &str = "FERRY_JWT_AUDIENCE";
+pub const VAR_JWT_ISSUER: &str = "FERRY_JWT_ISSUER";
 
 /// Per-call timeout when `FERRY_TIMEOUT_MS` is not set, in milliseconds.
 pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;

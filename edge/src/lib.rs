@@ -2,7 +2,8 @@
 //! and never opens a Redis or Postgres connection itself.
 //!
 //! Pure logic lives in plain modules and is tested natively: `config` (bindings), `requests`
-//! (routes → sidecar requests), `client` (signing, answer mapping), `error`. Only the wasm32
+//! (routes → sidecar requests), `client` (signing, answer mapping), `error`, `jwt` (the end
+//! user's token → the identity the sidecar runs their statements as). Only the wasm32
 //! build pulls in the `worker` crate: `routes` (handlers) and the `#[event(fetch)]` entry here.
 
 // A panic kills the isolate: unwrap/expect are denied outside tests.
@@ -12,6 +13,7 @@ pub mod access;
 pub mod client;
 pub mod config;
 pub mod error;
+pub mod jwt;
 pub mod requests;
 
 #[cfg(target_arch = "wasm32")]
@@ -31,12 +33,14 @@ mod entry {
             .put_async("/items/:id", routes::put_item)
             .get_async("/cache/:key", routes::get_cache)
             .put_async("/cache/:key", routes::put_cache)
+            .get_async("/me/notes", routes::get_my_notes)
+            .post_async("/me/notes", routes::post_my_note)
             .get_async("/health", routes::health)
             .or_else_any_method_async("/*path", |req, _| async move {
                 routes::error_response(
                     &routes::request_id(&req),
                     &EdgeError::NotFound(
-                        "no such route: try /items/1, /items?ids=1,2, /cache/greeting, /health"
+                        "no such route: try /items/1, /items?ids=1,2, /cache/greeting, /me/notes, /health"
                             .into(),
                     ),
                 )

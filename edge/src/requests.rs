@@ -3,7 +3,7 @@
 
 use crate::error::EdgeError;
 use ferry_shared::api::{
-    CacheCommand, CachePolicy, ExecuteRequest, Invalidate, KeyedRequest, QueryRequest,
+    CacheCommand, CachePolicy, ExecuteRequest, Identity, Invalidate, KeyedRequest, QueryRequest,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -13,6 +13,9 @@ use serde_json::{json, Value};
 pub const ITEM_QUERY: &str = "item";
 pub const UPSERT_QUERY: &str = "upsert_item";
 pub const ITEMS_KEYSPACE: &str = "items";
+/// Run as the end user (`identity`): row-level security keeps each user to their own notes.
+pub const MY_NOTES_QUERY: &str = "my_notes";
+pub const ADD_NOTE_QUERY: &str = "add_note";
 /// Most ids one batch read may ask for.
 pub const MAX_BATCH: usize = 100;
 /// Default TTL of `PUT /cache/:key`, in seconds.
@@ -130,6 +133,55 @@ pub fn item_upsert(id: i32, body: &[u8]) -> Result<ExecuteRequest, EdgeError> {
             keys: vec![item_key(id)],
             ..Default::default()
         }),
+        ..Default::default()
+    })
+}
+
+/// The tag of one user's notes: a hash of who they are, so any `sub` makes a valid, bounded tag,
+/// and their write invalidates only their own cached notes.
+pub fn notes_tag(who: &Identity) -> String {
+    let sub = who.claims.get("sub").and_then(Value::as_str).unwrap_or("");
+    let digest = ferry_shared::sign::body_digest(format!("{}\n{sub}", who.role).as_bytes());
+    format!("notes:{}", &digest[..32])
+}
+
+/// `GET /me/notes`: the signed-in user's notes, run as them (row-level security decides which
+/// rows), cached for them alone.
+pub fn my_notes(who: Identity) -> QueryRequest {
+    QueryRequest {
+        query: Some(MY_NOTES_QUERY.into()),
+        cache: Some(CachePolicy {
+            tags: vec![notes_tag(&who)],
+            ..Default::default()
+        }),
+        identity: Some(who),
+        ..Default::default()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoteBody {
+    body: String,
+}
+
+/// `POST /me/notes` with `{"body": "..."}`: a note owned by the signed-in user (the statement
+/// takes the owner from the verified claims), then their cached notes invalidated.
+pub fn add_note(who: Identity, body: &[u8]) -> Result<ExecuteRequest, EdgeError> {
+    let note: NoteBody = serde_json::from_slice(body)
+        .map_err(|e| EdgeError::bad_request(format!("expected {{\"body\": string}}: {e}")))?;
+    let text = note.body.trim();
+    if text.is_empty() || text.chars().count() > 500 {
+        return Err(EdgeError::invalid("body", "1 to 500 characters"));
+    }
+    Ok(ExecuteRequest {
+        query: Some(ADD_NOTE_QUERY.into()),
+        params: vec![json!(text)],
+        invalidate: Some(Invalidate {
+            tags: vec![notes_tag(&who)],
+            ..Default::default()
+        }),
+        identity: Some(who),
         ..Default::default()
     })
 }

@@ -5,7 +5,7 @@ use crate::client::SidecarClient;
 use crate::config::{self, EdgeConfig};
 use crate::error::EdgeError;
 use crate::requests;
-use ferry_shared::api::{CacheCommand, CacheReply, KeyedStatus, REQUEST_ID_HEADER};
+use ferry_shared::api::{CacheCommand, CacheReply, Identity, KeyedStatus, REQUEST_ID_HEADER};
 use serde_json::{json, Value};
 use worker::{Headers, Request, Response, Result, RouteContext};
 
@@ -202,6 +202,52 @@ pub async fn put_cache(mut req: Request, ctx: Ctx) -> Result<Response> {
                 CacheReply::Set {} => Ok((200, json!({"key": key, "stored": true}))),
                 _ => Err(EdgeError::BadResponse { status: 200 }),
             }
+        }
+        .await,
+    )
+}
+
+/// The signed-in user, from their JWT (see `access::end_user`).
+fn end_user(req: &Request, ctx: &Ctx) -> std::result::Result<Identity, EdgeError> {
+    let var = |name: &str| ctx.var(name).ok().map(|v| v.to_string());
+    let rules = crate::jwt::Rules {
+        audience: var(config::VAR_JWT_AUDIENCE).filter(|v| !v.is_empty()),
+        issuer: var(config::VAR_JWT_ISSUER).filter(|v| !v.is_empty()),
+    };
+    let given = req.headers().get("authorization").ok().flatten();
+    let secret = ctx.secret(config::JWT_SECRET).ok().map(|s| s.to_string());
+    let now_s = worker::Date::now().as_millis() / 1000;
+    crate::access::end_user(given.as_deref(), secret.as_deref(), &rules, now_s)
+}
+
+/// `GET /me/notes` (JWT): the signed-in user's notes, as Postgres's row-level security lets
+/// them see, cached for them alone.
+pub async fn get_my_notes(req: Request, ctx: Ctx) -> Result<Response> {
+    let rid = request_id(&req);
+    respond(
+        &rid,
+        async {
+            let who = end_user(&req, &ctx)?;
+            let r = client(&ctx, &rid)?.query(&requests::my_notes(who)).await?;
+            Ok((200, json!({"notes": r.rows, "cache": r.cache})))
+        }
+        .await,
+    )
+}
+
+/// `POST /me/notes` (JWT) with `{"body": "..."}`: a note of the signed-in user's own.
+pub async fn post_my_note(mut req: Request, ctx: Ctx) -> Result<Response> {
+    let rid = request_id(&req);
+    respond(
+        &rid,
+        async {
+            let who = end_user(&req, &ctx)?;
+            let write = requests::add_note(who, &body_bytes(&mut req).await?)?;
+            let r = client(&ctx, &rid)?.execute(&write).await?;
+            Ok((
+                201,
+                json!({"written": r.rows_affected == 1, "invalidation": r.invalidation}),
+            ))
         }
         .await,
     )

@@ -115,6 +115,29 @@ fn check_config_warns_about_a_superuser_role() {
         pg.port
     ));
     assert_eq!(app.trim(), "config ok", "{app}");
+    // Identity roles: the demo's `authenticated` is granted to ferry_app; a missing one, and
+    // one that bypasses RLS, are named.
+    pg.client()
+        .batch_execute("CREATE ROLE strong NOLOGIN BYPASSRLS; GRANT strong TO ferry_app")
+        .expect("create role");
+    let out = Command::new(BIN)
+        .arg("--check-config")
+        .env_clear()
+        .env("FERRY_SECRET", common::SECRET)
+        .env(
+            "FERRY_DATABASE_URL",
+            format!("postgres://ferry_app@127.0.0.1:{}/postgres", pg.port),
+        )
+        .env("FERRY_IDENTITY_ROLES", "authenticated,ghost,strong")
+        .output()
+        .expect("run binary");
+    let roles = String::from_utf8_lossy(&out.stdout);
+    assert!(roles.contains("\"ghost\" does not exist"), "{roles}");
+    assert!(
+        roles.contains("\"strong\" is a superuser or has BYPASSRLS"),
+        "{roles}"
+    );
+    assert!(!roles.contains("\"authenticated\""), "{roles}");
     pg.client()
         .batch_execute("ALTER ROLE ferry_app BYPASSRLS")
         .expect("alter role");

@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 pub const SECRET: &str = "test-secret-0123456789abcdef";
 /// The edge's bearer key for writes and the cache routes (FERRY_API_KEY in workerd).
 pub const API_KEY: &str = "test-edge-api-key-0123456789";
+/// The key the edge verifies end users' JWTs with (FERRY_JWT_SECRET in workerd).
+pub const JWT_SECRET: &str = "test-jwt-key-0123456789abcdef0123456789";
 
 /// A port nothing listens on right now, and that no other test of this process was given.
 ///

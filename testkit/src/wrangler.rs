@@ -34,7 +34,11 @@ impl WranglerDev {
                 ("FERRY_SIDECAR_URL", sidecar_url),
                 ("FERRY_TIMEOUT_MS", &timeout),
             ],
-            &[("FERRY_SECRET", secret), ("FERRY_API_KEY", super::API_KEY)],
+            &[
+                ("FERRY_SECRET", secret),
+                ("FERRY_API_KEY", super::API_KEY),
+                ("FERRY_JWT_SECRET", super::JWT_SECRET),
+            ],
             None,
         )
     }
