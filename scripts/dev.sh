@@ -163,6 +163,8 @@ so Postgres's row-level security decides what they see, and their cache entries 
   curl -s -X POST -H "\$ALICE" http://127.0.0.1:$EDGE_PORT/me/notes -d '{"body":"written at the edge"}'
   curl -s -H "\$ALICE" http://127.0.0.1:$EDGE_PORT/me/notes   # fresh: three notes
   curl -s http://127.0.0.1:$EDGE_PORT/me/notes                # 401: no token
+  seq 100 | xargs -P 20 -I{} curl -s -o /dev/null -w '%{http_code}\n' -H "\$BOB" http://127.0.0.1:$EDGE_PORT/me/notes | sort | uniq -c
+                                                         # some 429s: bob is past his burst (identity.rate_per_s)
 
 A write that bypasses Ferry (psql) reaches the edge fresh: the sidecar reads Postgres's change
 stream and drops the entries that depend on the row, within changes.max_lag_ms (1 s) at most:

@@ -57,6 +57,9 @@ pub enum ErrorCode {
     /// A request's `identity.role` is not one the sidecar's `identity.roles` lets it assume, or
     /// the sidecar takes no identities (403).
     RoleNotAllowed,
+    /// One end user (an `identity`) sent more than `identity.rate_per_s` allows; retry after
+    /// the `Retry-After` seconds (429).
+    RateLimited,
     /// The route exists but not for this method (405).
     MethodNotAllowed,
     /// Every connection is busy or the sidecar is at its in-flight limit; retry (503).
@@ -96,6 +99,7 @@ impl ErrorCode {
             TransactionBusy => 409,
             MethodNotAllowed => 405,
             PayloadTooLarge => 413,
+            RateLimited => 429,
             UnsupportedMediaType => 415,
             UnsupportedType | NotText | ResultTooLarge => 422,
             Internal | EdgeMisconfigured => 500,
@@ -131,6 +135,7 @@ impl ErrorCode {
             NotCached => "not_cached",
             RawSqlForbidden => "raw_sql_forbidden",
             RoleNotAllowed => "role_not_allowed",
+            RateLimited => "rate_limited",
             MethodNotAllowed => "method_not_allowed",
             Overloaded => "overloaded",
             DatabaseUnavailable => "database_unavailable",
@@ -197,6 +202,7 @@ mod tests {
             ErrorCode::SidecarAuthFailed,
             ErrorCode::EdgeMisconfigured,
             ErrorCode::RoleNotAllowed,
+            ErrorCode::RateLimited,
         ] {
             let json = serde_json::to_value(code).expect("serializes");
             assert_eq!(json, serde_json::Value::String(code.as_str().to_string()));

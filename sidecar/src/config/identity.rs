@@ -26,6 +26,12 @@ pub struct IdentityConfig {
     /// statements, which the config's author wrote. Turn it on only if every raw statement is
     /// written by you, never built from user input.
     pub allow_raw_sql: bool,
+    /// Requests per second one end user (an identity's role and `sub` claim, or its whole
+    /// claims without one) may send, on average; 0 (the default) turns the limit off. Counted
+    /// in Redis, so it holds across sidecars; past it: 429 `rate_limited` with Retry-After.
+    pub rate_per_s: u32,
+    /// How many requests one end user may send at once above the rate (the bucket's size).
+    pub burst: u32,
 }
 
 impl Default for IdentityConfig {
@@ -34,6 +40,8 @@ impl Default for IdentityConfig {
             roles: Vec::new(),
             claims_setting: "request.jwt.claims".into(),
             allow_raw_sql: false,
+            rate_per_s: 0,
+            burst: 20,
         }
     }
 }
@@ -68,6 +76,18 @@ impl Config {
                     format!("{r:?} is not a lower-case role name (a-z, 0-9, _; at most 63)"),
                 );
             }
+        }
+        if c.rate_per_s > 0 && c.burst == 0 {
+            return invalid(
+                "identity.burst",
+                "must be at least 1 when rate_per_s is set".into(),
+            );
+        }
+        if c.rate_per_s > 1_000_000 {
+            return invalid(
+                "identity.rate_per_s",
+                "at most 1000000 (0 turns it off)".into(),
+            );
         }
         if !valid_setting(&c.claims_setting) {
             return invalid(

@@ -65,6 +65,9 @@ pub enum ApiError {
     RawSqlForbidden,
     #[error("role not allowed: {role}")]
     RoleNotAllowed { role: String },
+    /// One end user over `identity.rate_per_s`: retry after this many seconds.
+    #[error("rate limited: retry after {retry_after_s} s")]
+    RateLimited { retry_after_s: u64 },
     #[error("method not allowed")]
     MethodNotAllowed,
     /// Pool exhausted, in-flight limit reached or nonce store full.
@@ -140,6 +143,7 @@ impl ApiError {
             ApiError::NotCached => ErrorCode::NotCached,
             ApiError::RawSqlForbidden => ErrorCode::RawSqlForbidden,
             ApiError::RoleNotAllowed { .. } => ErrorCode::RoleNotAllowed,
+            ApiError::RateLimited { .. } => ErrorCode::RateLimited,
             ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
             ApiError::Overloaded { .. } => ErrorCode::Overloaded,
             ApiError::DatabaseUnavailable { .. } => ErrorCode::DatabaseUnavailable,
@@ -210,6 +214,9 @@ impl ApiError {
                 "identity.role is not one this sidecar lets a request assume (identity.roles)"
                     .into()
             }
+            ApiError::RateLimited { retry_after_s } => {
+                format!("too many requests for this user; retry in {retry_after_s} s")
+            }
             ApiError::MethodNotAllowed => "method not allowed on this route".into(),
             ApiError::Overloaded { what } => format!("overloaded ({what}); retry later"),
             ApiError::DatabaseUnavailable { .. } => "postgres is unavailable".into(),
@@ -278,6 +285,9 @@ impl ApiError {
         if status == StatusCode::SERVICE_UNAVAILABLE {
             let s = RETRY_AFTER_S.load(std::sync::atomic::Ordering::Relaxed);
             resp.insert_header((header::RETRY_AFTER, s.to_string()));
+        }
+        if let ApiError::RateLimited { retry_after_s } = self {
+            resp.insert_header((header::RETRY_AFTER, retry_after_s.to_string()));
         }
         resp.json(body)
     }

@@ -31,6 +31,10 @@ pub fn identity(
              could end the assumed role (identity.allow_raw_sql is off)",
         ));
     }
+    let user = match asked.claims.get("sub") {
+        Some(sub) => format!("{}\nsub:{sub}", asked.role),
+        None => String::new(),
+    };
     // serde_json writes an object's keys sorted: the same claims are always the same text.
     let claims = Value::Object(asked.claims).to_string();
     if claims.len() > MAX_CLAIMS_BYTES {
@@ -39,10 +43,16 @@ pub fn identity(
             format!("at most {MAX_CLAIMS_BYTES} bytes as JSON"),
         ));
     }
+    let user = if user.is_empty() {
+        format!("{}\nclaims:{claims}", asked.role)
+    } else {
+        user
+    };
     Ok(Some(Arc::new(SessionIdentity {
         role: asked.role,
         claims,
         setting: c.claims_setting.clone(),
+        user,
     })))
 }
 

@@ -26,6 +26,14 @@ pub async fn batch(
         .map(|(i, r)| plan::read(&config, r, &format!("reads[{i}].")))
         .collect();
     let valid: Vec<&plan::ReadPlan> = plans.iter().filter_map(|p| p.as_ref().ok()).collect();
+    // Each end user in the batch counts once for the whole batch.
+    let mut users: Vec<&crate::store::identity::SessionIdentity> =
+        valid.iter().filter_map(|p| p.identity.as_deref()).collect();
+    users.sort_by(|a, b| a.user.cmp(&b.user));
+    users.dedup_by(|a, b| a.user == b.user);
+    for who in users {
+        super::admit_user(&state, &config, Some(who)).await?;
+    }
     let mut lookups = read::lookup_many(&state.reads, &valid).await?.into_iter();
     let jobs: Vec<_> = plans
         .into_iter()

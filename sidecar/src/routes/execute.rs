@@ -19,6 +19,7 @@ pub async fn execute(
     let (sql, named) = plan::statement(&config, e.sql, e.query, "")?;
     let who = identity(&config, e.identity, named.is_none(), "")?;
     let (keys, tags) = plan::invalidation(&config, e.invalidate)?;
+    super::admit_user(&state, &config, who.as_deref()).await?;
     let s = state.clone();
     let params = e.params;
     let resp = state

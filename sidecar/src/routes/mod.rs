@@ -17,6 +17,34 @@ use ferry_shared::api::paths;
 
 pub type State = web::Data<AppState>;
 
+/// Counts a request against its end user's rate (`identity.rate_per_s`), when it has an
+/// identity and the limit is on: 429 `rate_limited` past it. Each request counts once,
+/// however many reads it holds, and whether or not they hit the cache.
+pub(crate) async fn admit_user(
+    state: &State,
+    config: &crate::config::Config,
+    who: Option<&crate::store::identity::SessionIdentity>,
+) -> Result<(), ApiError> {
+    use crate::store::rate_limit::{self, Rate};
+    let c = &config.identity;
+    let (Some(who), true) = (who, c.rate_per_s > 0) else {
+        return Ok(());
+    };
+    let rate = Rate {
+        per_s: c.rate_per_s,
+        burst: c.burst,
+    };
+    let prefix = config.cache.key_prefix.clone();
+    if let Some(v) = rate_limit::check_async(&state.pools, &prefix, &who.user, rate).await {
+        return v;
+    }
+    let (s, user) = (state.clone(), who.user.clone());
+    state
+        .blocking
+        .run(move || rate_limit::check(&s.pools, &prefix, &user, rate))
+        .await
+}
+
 /// Mounts every route, and JSON 404/405 for everything else.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(

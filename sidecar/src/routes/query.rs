@@ -12,7 +12,9 @@ pub async fn query(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let q: QueryRequest = super::signed_json(&state, &req, payload).await?;
-    let plan = plan::read(&state.config(), q, "")?;
+    let config = state.config();
+    let plan = plan::read(&config, q, "")?;
+    super::admit_user(&state, &config, plan.identity.as_deref()).await?;
     let resp = read::read(&state.reads, plan).await?;
     Ok(HttpResponse::Ok().json(resp))
 }

@@ -24,6 +24,9 @@ pub struct SessionIdentity {
     pub claims: String,
     /// The setting that holds them (`identity.claims_setting`).
     pub setting: String,
+    /// Who the end user is, for their rate limit: the role and the `sub` claim (or the whole
+    /// claims when there is no `sub`).
+    pub user: String,
 }
 
 impl SessionIdentity {

@@ -1,0 +1,119 @@
+//! Per-user rate limits (`identity.rate_per_s`, `identity.burst`): one end user flooding the
+//! sidecar gets 429 with Retry-After past their burst, and nothing past the limit runs; another
+//! user is not slowed; a second sidecar on the same Redis shares the count; Redis down lets
+//! requests through (the limit must never fail a read Postgres can serve). Postgres's rows and
+//! Redis's keys judge.
+use ferry_testkit::{Client, Sidecar, Stack, SECRET};
+use serde_json::{json, Value};
+
+/// One request a second on average, ten at once: a burst of 30 within well under a second can
+/// let through 10, or 11 if a second passes meanwhile.
+const BURST: u32 = 10;
+
+fn stack() -> Stack {
+    Stack::start_with(|c| {
+        c.identity.rate_per_s = 1;
+        c.identity.burst = BURST;
+    })
+}
+
+fn who(sub: &str) -> Value {
+    json!({"role": "authenticated", "claims": {"sub": sub}})
+}
+
+fn notes_by(stack: &Stack, owner: &str) -> i64 {
+    stack
+        .pg
+        .client()
+        .query_one("SELECT count(*) FROM notes WHERE owner = $1", &[&owner])
+        .expect("count")
+        .get(0)
+}
+
+/// Sends `n` writes as `sub`, all at once, over the given clients in turn; returns how many
+/// were admitted, after checking every refusal.
+fn flood(clients: &[&Client], sub: &str, n: usize) -> usize {
+    let c = clients[0];
+    let answers = c.block_on(async {
+        let all = (0..n).map(|i| {
+            let body = json!({"query": "add_note", "params": [format!("{sub} {i}")],
+                              "identity": who(sub)});
+            let client = clients[i % clients.len()];
+            async move { client.post("/v1/execute", &body).await }
+        });
+        futures::future::join_all(all).await
+    });
+    let mut admitted = 0;
+    for a in &answers {
+        match a.status {
+            200 => admitted += 1,
+            429 => {
+                assert_eq!(a.code(), "rate_limited", "{}", a.body);
+                let retry: u64 = a.headers["retry-after"]
+                    .to_str()
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .expect("Retry-After in seconds");
+                assert!((1..=2).contains(&retry), "retry after {retry}");
+            }
+            other => panic!("{other}: {}", a.body),
+        }
+    }
+    admitted
+}
+
+#[test]
+fn one_user_cannot_crowd_out_another() {
+    let stack = stack();
+    let c = &stack.client;
+    let admitted = flood(&[c], "mallory", 30);
+    assert!(
+        (BURST as usize..=BURST as usize + 1).contains(&admitted),
+        "{admitted} of 30 admitted"
+    );
+    assert_eq!(
+        notes_by(&stack, "mallory"),
+        admitted as i64,
+        "nothing refused ran"
+    );
+    // Bob, right after: his own bucket, full.
+    assert_eq!(flood(&[c], "bob", BURST as usize), BURST as usize);
+    // Reads count too, cached or not; a caller without an identity is not limited by it.
+    let read = c.query(json!({"query": "my_notes", "identity": who("mallory")}));
+    assert_eq!(read.status, 429, "{}", read.body);
+    for _ in 0..20 {
+        assert_eq!(c.query(json!({"sql": "SELECT 1 AS one"})).status, 200);
+    }
+    // One bucket per user in Redis, and nothing else of the limiter's.
+    let mut r = stack.redis.conn();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("ferry:rl:*")
+        .query(&mut r)
+        .expect("keys");
+    assert_eq!(keys.len(), 2, "{keys:?}");
+}
+
+#[test]
+fn two_sidecars_share_one_count() {
+    let stack = stack();
+    let second = Sidecar::start((*stack.sidecar.state.config()).clone());
+    let other = Client::new(&second.base_url(), SECRET);
+    let admitted = flood(&[&stack.client, &other], "carol", 30);
+    assert!(
+        (BURST as usize..=BURST as usize + 1).contains(&admitted),
+        "{admitted} of 30 admitted across two sidecars"
+    );
+    assert_eq!(notes_by(&stack, "carol"), admitted as i64);
+}
+
+#[test]
+fn redis_down_lets_requests_through() {
+    let mut stack = stack();
+    let c = &stack.client;
+    stack.redis.kill();
+    for i in 0..(BURST + 5) {
+        let a =
+            c.query(json!({"query": "my_notes", "identity": who("dave"), "cache": {"ttl_s": 5}}));
+        assert_eq!(a.status, 200, "read {i} with Redis down: {}", a.body);
+    }
+}
