@@ -26,8 +26,9 @@ if [ "$WASM_MODE" = rustup ]; then
   cargo clippy -p ferry-edge --target wasm32-unknown-unknown -q -- -D warnings
 fi
 
-step "4/9 wasm builds: ferry-shared, and the edge Worker (worker-build)"
+step "4/9 wasm builds: ferry-shared, the README's example Worker, and the edge Worker (worker-build)"
 wasm_cargo build -q -p ferry-shared --target wasm32-unknown-unknown
+wasm_cargo build -q -p ferry-example-worker --target wasm32-unknown-unknown
 bash scripts/build-edge.sh
 
 step "5/9 cargo test (real Redis, Postgres and workerd, private instances)"

@@ -80,10 +80,10 @@ pub use wasm::SidecarClient;
 mod wasm {
     use super::*;
     use ferry_shared::api::{
-        paths, BeginRequest, BeginResponse, CacheCommand, CacheReply, EndRequest, EndResponse,
-        ExecuteRequest, ExecuteResponse, InTransactionRequest, KeyedRequest, KeyedResponse,
-        QueryRequest, QueryResponse, Readiness, StatementResult, TransactionRequest,
-        TransactionResponse,
+        paths, BatchRequest, BatchResponse, BeginRequest, BeginResponse, CacheCommand, CacheReply,
+        EndRequest, EndResponse, ExecuteRequest, ExecuteResponse, InTransactionRequest,
+        KeyedRequest, KeyedResponse, QueryRequest, QueryResponse, Readiness, StatementResult,
+        TransactionRequest, TransactionResponse,
     };
     use futures_util::future::{select, Either};
     use std::time::Duration;
@@ -175,6 +175,12 @@ mod wasm {
 
         pub async fn query(&self, q: &QueryRequest) -> Result<QueryResponse, EdgeError> {
             self.call("POST", paths::QUERY, Some(q)).await
+        }
+
+        /// Many reads in one call, each answered on its own.
+        pub async fn batch(&self, reads: Vec<QueryRequest>) -> Result<BatchResponse, EdgeError> {
+            self.call("POST", paths::BATCH, Some(&BatchRequest { reads }))
+                .await
         }
 
         pub async fn keyed(&self, k: &KeyedRequest) -> Result<KeyedResponse, EdgeError> {

@@ -12,6 +12,8 @@ pub const API_KEY: &str = "FERRY_API_KEY";
 /// Secret binding: the HS256 key end users' JWTs are signed with (at least 32 bytes). Without
 /// it the per-user routes (`/me/...`) refuse everyone.
 pub const JWT_SECRET: &str = "FERRY_JWT_SECRET";
+/// Optional var: `"false"` sends every read on its own instead of batching concurrent ones.
+pub const VAR_AUTO_BATCH: &str = "FERRY_AUTO_BATCH";
 /// Optional vars: the `aud` and `iss` a JWT must carry.
 pub const VAR_JWT_AUDIENCE: &str = "FERRY_JWT_AUDIENCE";
 pub const VAR_JWT_ISSUER: &str = "FERRY_JWT_ISSUER";

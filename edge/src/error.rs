@@ -35,12 +35,29 @@ pub enum EdgeError {
     Unauthorized(String),
 }
 
+/// The runtime's own failures (reading a header or the body): the request could not be read.
+#[cfg(target_arch = "wasm32")]
+impl From<worker::Error> for EdgeError {
+    fn from(_: worker::Error) -> Self {
+        EdgeError::bad_request("the request could not be read")
+    }
+}
+
 impl EdgeError {
     pub fn invalid(field: &str, message: impl Into<String>) -> Self {
         EdgeError::Invalid {
             code: ErrorCode::InvalidValue,
             message: message.into(),
             field: Some(field.to_string()),
+        }
+    }
+
+    /// One failed read of a batch, as if the sidecar had answered it alone.
+    pub fn from_detail(detail: ErrorDetail) -> Self {
+        EdgeError::Sidecar {
+            status: detail.code.http_status(),
+            body: ErrorBody { error: detail },
+            retry_after: None,
         }
     }
 

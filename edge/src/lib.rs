@@ -13,7 +13,11 @@ pub mod access;
 pub mod client;
 pub mod config;
 pub mod error;
+pub mod ferry;
 pub mod jwt;
+
+pub use error::EdgeError;
+pub use ferry::Ferry;
 pub mod requests;
 
 #[cfg(target_arch = "wasm32")]
@@ -33,6 +37,7 @@ mod entry {
             .put_async("/items/:id", routes::put_item)
             .get_async("/cache/:key", routes::get_cache)
             .put_async("/cache/:key", routes::put_cache)
+            .get_async("/page", routes::get_page)
             .get_async("/me/notes", routes::get_my_notes)
             .post_async("/me/notes", routes::post_my_note)
             .get_async("/health", routes::health)
@@ -40,7 +45,7 @@ mod entry {
                 routes::error_response(
                     &routes::request_id(&req),
                     &EdgeError::NotFound(
-                        "no such route: try /items/1, /items?ids=1,2, /cache/greeting, /me/notes, /health"
+                        "no such route: try /items/1, /items?ids=1,2, /cache/greeting, /page?ids=1,2, /me/notes, /health"
                             .into(),
                     ),
                 )

@@ -2,6 +2,7 @@
 //! Pure functions, tested natively.
 
 use crate::error::EdgeError;
+use crate::ferry::{Execute, Ferry, Query};
 use ferry_shared::api::{
     CacheCommand, CachePolicy, ExecuteRequest, Identity, Invalidate, KeyedRequest, QueryRequest,
 };
@@ -145,18 +146,16 @@ pub fn notes_tag(who: &Identity) -> String {
     format!("notes:{}", &digest[..32])
 }
 
-/// `GET /me/notes`: the signed-in user's notes, run as them (row-level security decides which
-/// rows), cached for them alone.
-pub fn my_notes(who: Identity) -> QueryRequest {
-    QueryRequest {
-        query: Some(MY_NOTES_QUERY.into()),
-        cache: Some(CachePolicy {
-            tags: vec![notes_tag(&who)],
-            ..Default::default()
-        }),
-        identity: Some(who),
-        ..Default::default()
-    }
+/// `GET /me/notes`: the signed-in user's notes (`ferry` runs as them: row-level security
+/// decides which rows), cached for them alone.
+pub fn my_notes(ferry: &Ferry) -> Query {
+    let tag = ferry.identity().map(notes_tag).unwrap_or_default();
+    ferry.query(MY_NOTES_QUERY).tag(tag)
+}
+
+/// `GET /page`: one item through the cache, under its own key (as `GET /items/:id`).
+pub fn item(ferry: &Ferry, id: i32) -> Query {
+    ferry.query(ITEM_QUERY).bind(id).key(item_key(id))
 }
 
 #[derive(Deserialize)]
@@ -167,23 +166,15 @@ struct NoteBody {
 
 /// `POST /me/notes` with `{"body": "..."}`: a note owned by the signed-in user (the statement
 /// takes the owner from the verified claims), then their cached notes invalidated.
-pub fn add_note(who: Identity, body: &[u8]) -> Result<ExecuteRequest, EdgeError> {
+pub fn add_note(ferry: &Ferry, body: &[u8]) -> Result<Execute, EdgeError> {
     let note: NoteBody = serde_json::from_slice(body)
         .map_err(|e| EdgeError::bad_request(format!("expected {{\"body\": string}}: {e}")))?;
     let text = note.body.trim();
     if text.is_empty() || text.chars().count() > 500 {
         return Err(EdgeError::invalid("body", "1 to 500 characters"));
     }
-    Ok(ExecuteRequest {
-        query: Some(ADD_NOTE_QUERY.into()),
-        params: vec![json!(text)],
-        invalidate: Some(Invalidate {
-            tags: vec![notes_tag(&who)],
-            ..Default::default()
-        }),
-        identity: Some(who),
-        ..Default::default()
-    })
+    let tag = ferry.identity().map(notes_tag).unwrap_or_default();
+    Ok(ferry.execute(ADD_NOTE_QUERY).bind(text).invalidate_tag(tag))
 }
 
 /// A plain cache key from the URL path: non-empty, at most 200 bytes, no control characters.

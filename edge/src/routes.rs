@@ -4,6 +4,7 @@
 use crate::client::SidecarClient;
 use crate::config::{self, EdgeConfig};
 use crate::error::EdgeError;
+use crate::ferry::Ferry;
 use crate::requests;
 use ferry_shared::api::{CacheCommand, CacheReply, Identity, KeyedStatus, REQUEST_ID_HEADER};
 use serde_json::{json, Value};
@@ -227,8 +228,8 @@ pub async fn get_my_notes(req: Request, ctx: Ctx) -> Result<Response> {
     respond(
         &rid,
         async {
-            let who = end_user(&req, &ctx)?;
-            let r = client(&ctx, &rid)?.query(&requests::my_notes(who)).await?;
+            let ferry = Ferry::from_env(&ctx.env, &rid)?.as_user(end_user(&req, &ctx)?);
+            let r = requests::my_notes(&ferry).response().await?;
             Ok((200, json!({"notes": r.rows, "cache": r.cache})))
         }
         .await,
@@ -241,12 +242,45 @@ pub async fn post_my_note(mut req: Request, ctx: Ctx) -> Result<Response> {
     respond(
         &rid,
         async {
-            let who = end_user(&req, &ctx)?;
-            let write = requests::add_note(who, &body_bytes(&mut req).await?)?;
-            let r = client(&ctx, &rid)?.execute(&write).await?;
+            let ferry = Ferry::from_env(&ctx.env, &rid)?.as_user(end_user(&req, &ctx)?);
+            let r = requests::add_note(&ferry, &body_bytes(&mut req).await?)?
+                .run()
+                .await?;
             Ok((
                 201,
                 json!({"written": r.rows_affected == 1, "invalidation": r.invalidation}),
+            ))
+        }
+        .await,
+    )
+}
+
+/// `GET /page?ids=1,2,3`: a page that reads each item on its own, all at once, as handler code
+/// naturally does: the library sends them to the sidecar as one call (`sidecar_calls`).
+pub async fn get_page(req: Request, ctx: Ctx) -> Result<Response> {
+    let rid = request_id(&req);
+    respond(
+        &rid,
+        async {
+            let url = req.url().map_err(|_| EdgeError::bad_request("bad URL"))?;
+            let ids = requests::parse_ids(url.query())?;
+            let ferry = Ferry::from_env(&ctx.env, &rid)?;
+            let reads = ids
+                .iter()
+                .map(|&id| requests::item(&ferry, id).fetch_optional::<Value>());
+            let found = futures_util::future::join_all(reads).await;
+            let mut items = Vec::new();
+            let mut missing = Vec::new();
+            for (id, item) in ids.iter().zip(found) {
+                match item? {
+                    Some(item) => items.push(item),
+                    None => missing.push(*id),
+                }
+            }
+            let calls = ferry.sidecar_calls();
+            Ok((
+                200,
+                json!({"items": items, "missing": missing, "sidecar_calls": calls}),
             ))
         }
         .await,

@@ -27,6 +27,17 @@ pub fn test_config(redis: &RedisServer, pg: &PgServer) -> Config {
     c
 }
 
+/// Requests the in-process sidecars of this test process have answered on `route` (the
+/// sidecar's own `ferry_requests_total`, every status).
+pub fn requests_on(route: &str) -> u64 {
+    let text = ferry_sidecar::http::metrics::global().render(&[]);
+    let prefix = format!("ferry_requests_total{{route=\"{route}\",");
+    text.lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
 pub struct Sidecar {
     pub addr: SocketAddr,
     pub state: Arc<AppState>,

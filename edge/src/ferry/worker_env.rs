@@ -1,0 +1,56 @@
+//! The Worker's side: a [`Ferry`] from the Worker's bindings, over the signed HTTP client.
+
+use super::{Ferry, Transport, Writer};
+use crate::client::SidecarClient;
+use crate::config::{self, EdgeConfig};
+use crate::error::EdgeError;
+use ferry_shared::api::{
+    BatchResult, ExecuteRequest, ExecuteResponse, QueryRequest, QueryResponse,
+};
+use futures_util::future::LocalBoxFuture;
+use std::rc::Rc;
+use worker::Env;
+
+impl Transport for Rc<SidecarClient> {
+    fn query(&self, read: QueryRequest) -> LocalBoxFuture<'_, Result<QueryResponse, EdgeError>> {
+        Box::pin(async move { SidecarClient::query(self, &read).await })
+    }
+
+    fn batch(
+        &self,
+        reads: Vec<QueryRequest>,
+    ) -> LocalBoxFuture<'_, Result<Vec<BatchResult>, EdgeError>> {
+        Box::pin(async move { SidecarClient::batch(self, reads).await.map(|b| b.results) })
+    }
+}
+
+impl Writer for SidecarClient {
+    fn execute(
+        &self,
+        write: ExecuteRequest,
+    ) -> LocalBoxFuture<'_, Result<ExecuteResponse, EdgeError>> {
+        Box::pin(async move { SidecarClient::execute(self, &write).await })
+    }
+}
+
+impl Ferry {
+    /// From the Worker's bindings: `FERRY_SIDECAR_URL`, `FERRY_SECRET` (a secret),
+    /// `FERRY_TIMEOUT_MS` and `FERRY_ALLOW_HTTP` (optional), and `FERRY_AUTO_BATCH = "false"`
+    /// to send every read on its own. `request_id` goes to the sidecar's logs with each call.
+    pub fn from_env(env: &Env, request_id: &str) -> Result<Ferry, EdgeError> {
+        let var = |name: &str| env.var(name).ok().map(|v| v.to_string());
+        let cfg = EdgeConfig::from_bindings(
+            var(config::VAR_SIDECAR_URL),
+            var(config::VAR_TIMEOUT_MS),
+            var(config::VAR_ALLOW_HTTP),
+            env.secret(config::SECRET).ok().map(|s| s.to_string()),
+        )?;
+        let batching = var(config::VAR_AUTO_BATCH).as_deref() != Some("false");
+        let client = Rc::new(SidecarClient::new(cfg, request_id.to_string()));
+        Ok(Ferry::with_transport(
+            Box::new(client.clone()),
+            client,
+            batching,
+        ))
+    }
+}
