@@ -14,6 +14,8 @@ pub const API_KEY: &str = "FERRY_API_KEY";
 pub const JWT_SECRET: &str = "FERRY_JWT_SECRET";
 /// Optional var: `"false"` sends every read on its own instead of batching concurrent ones.
 pub const VAR_AUTO_BATCH: &str = "FERRY_AUTO_BATCH";
+/// Optional var: the JWKS URL of the auth provider, for RS256 and ES256 tokens.
+pub const VAR_JWKS_URL: &str = "FERRY_JWKS_URL";
 /// Optional vars: the `aud` and `iss` a JWT must carry.
 pub const VAR_JWT_AUDIENCE: &str = "FERRY_JWT_AUDIENCE";
 pub const VAR_JWT_ISSUER: &str = "FERRY_JWT_ISSUER";
@@ -39,6 +41,63 @@ fn is_loopback(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// A URL binding, checked: http(s) with a host and no user information; plain http only to a
+/// loopback host unless `http_ok` (`FERRY_ALLOW_HTTP=true`).
+fn checked_url(var: &str, raw: Option<String>, http_ok: bool) -> Result<String, EdgeError> {
+    let url = raw
+        .filter(|u| !u.trim().is_empty())
+        .ok_or_else(|| EdgeError::Misconfigured(format!("{var} is not set")))?;
+    let url = url.trim().trim_end_matches('/').to_string();
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| EdgeError::Misconfigured(format!("{var} must start with https://")))?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    // A user-info part ("http://127.0.0.1@evil.example") names no host: refused.
+    if authority.contains('@') {
+        return Err(EdgeError::Misconfigured(format!(
+            "{var} must not contain user information (user@host)"
+        )));
+    }
+    let host = authority;
+    let host_only = match host.rsplit_once(':') {
+        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
+        _ => host,
+    };
+    if host_only.is_empty() {
+        return Err(EdgeError::Misconfigured(format!("{var} has no host")));
+    }
+    match scheme {
+        "https" => {}
+        "http" if is_loopback(host_only) || http_ok => {}
+        "http" => {
+            return Err(EdgeError::Misconfigured(format!(
+                "{var} uses plain http to a non-loopback host; use https, or set \
+                 {VAR_ALLOW_HTTP}=true if the link is private"
+            )))
+        }
+        _ => {
+            return Err(EdgeError::Misconfigured(format!(
+                "{var} must be an http(s) URL"
+            )))
+        }
+    }
+    Ok(url)
+}
+
+/// `FERRY_JWKS_URL`, when set: where the end users' RS256/ES256 public keys are published.
+pub fn jwks_url(
+    raw: Option<String>,
+    allow_http: Option<String>,
+) -> Result<Option<String>, EdgeError> {
+    match raw.filter(|u| !u.trim().is_empty()) {
+        None => Ok(None),
+        Some(u) => {
+            let http_ok = allow_http.as_deref().map(str::trim) == Some("true");
+            checked_url(VAR_JWKS_URL, Some(u), http_ok).map(Some)
+        }
+    }
+}
+
 impl EdgeConfig {
     /// Validates raw binding values. Plain http is allowed only to a loopback sidecar, unless
     /// `FERRY_ALLOW_HTTP=true`: the signature protects integrity, not the data's privacy.
@@ -48,46 +107,8 @@ impl EdgeConfig {
         allow_http: Option<String>,
         secret: Option<String>,
     ) -> Result<EdgeConfig, EdgeError> {
-        let url = sidecar_url
-            .filter(|u| !u.trim().is_empty())
-            .ok_or_else(|| EdgeError::Misconfigured(format!("{VAR_SIDECAR_URL} is not set")))?;
-        let url = url.trim().trim_end_matches('/').to_string();
-        let (scheme, rest) = url.split_once("://").ok_or_else(|| {
-            EdgeError::Misconfigured(format!("{VAR_SIDECAR_URL} must start with https://"))
-        })?;
-        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-        // A user-info part ("http://127.0.0.1@evil.example") names no host: refused.
-        if authority.contains('@') {
-            return Err(EdgeError::Misconfigured(format!(
-                "{VAR_SIDECAR_URL} must not contain user information (user@host)"
-            )));
-        }
-        let host = authority;
-        let host_only = match host.rsplit_once(':') {
-            Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
-            _ => host,
-        };
-        if host_only.is_empty() {
-            return Err(EdgeError::Misconfigured(format!(
-                "{VAR_SIDECAR_URL} has no host"
-            )));
-        }
         let http_ok = allow_http.as_deref().map(str::trim) == Some("true");
-        match scheme {
-            "https" => {}
-            "http" if is_loopback(host_only) || http_ok => {}
-            "http" => {
-                return Err(EdgeError::Misconfigured(format!(
-                    "{VAR_SIDECAR_URL} uses plain http to a non-loopback host; use https, or set \
-                     {VAR_ALLOW_HTTP}=true if the link is private"
-                )))
-            }
-            _ => {
-                return Err(EdgeError::Misconfigured(format!(
-                    "{VAR_SIDECAR_URL} must be an http(s) URL"
-                )))
-            }
-        }
+        let url = checked_url(VAR_SIDECAR_URL, sidecar_url, http_ok)?;
         let timeout_ms = match timeout_ms.as_deref().map(str::trim) {
             None | Some("") => DEFAULT_TIMEOUT_MS,
             Some(t) => t

@@ -33,6 +33,9 @@ pub enum EdgeError {
     Misconfigured(String),
     /// The route needs the API key (writes and the cache routes), and it was not given.
     Unauthorized(String),
+    /// The auth provider's keys (`FERRY_JWKS_URL`) could not be fetched: not the caller's
+    /// fault, and worth a retry.
+    KeysUnavailable,
 }
 
 /// The runtime's own failures (reading a header or the body): the request could not be read.
@@ -87,13 +90,16 @@ impl EdgeError {
             EdgeError::AuthFailed => ErrorCode::SidecarAuthFailed,
             EdgeError::Misconfigured(_) => ErrorCode::EdgeMisconfigured,
             EdgeError::Unauthorized(_) => ErrorCode::Unauthorized,
+            EdgeError::KeysUnavailable => ErrorCode::UpstreamError,
         }
     }
 
     pub fn retry_after(&self) -> Option<&str> {
         match self {
             EdgeError::Sidecar { retry_after, .. } => retry_after.as_deref(),
-            EdgeError::Unreachable | EdgeError::Timeout { .. } => Some("1"),
+            EdgeError::Unreachable | EdgeError::Timeout { .. } | EdgeError::KeysUnavailable => {
+                Some("1")
+            }
             _ => None,
         }
     }
@@ -106,6 +112,10 @@ impl EdgeError {
             EdgeError::Invalid { message, field, .. } => (message.clone(), field.clone()),
             EdgeError::NotFound(m) | EdgeError::Unauthorized(m) => (m.clone(), None),
             EdgeError::Unreachable => ("the sidecar could not be reached".into(), None),
+            EdgeError::KeysUnavailable => (
+                "the auth provider's signing keys could not be fetched; retry".into(),
+                None,
+            ),
             EdgeError::Timeout { after_ms } => (
                 format!("the sidecar did not answer within {after_ms} ms"),
                 None,

@@ -1,8 +1,9 @@
-//! The end user's JWT, verified at the edge (HS256, RFC 7519), turned into the identity the
-//! sidecar runs their statements as.
+//! The end user's JWT, verified at the edge (RFC 7519), turned into the identity the sidecar
+//! runs their statements as. HS256 here, with the Worker's secret; RS256 and ES256 against the
+//! provider's JWKS in `jwks.rs`.
 //!
-//! Strict by design: only `alg: HS256` (no `none`, and no other algorithm a key confusion
-//! could ride on), no `crit` extensions, an `exp` required, `nbf`, `aud` and `iss` checked when
+//! Strict by design: an algorithm only with its own kind of key (no `none`; an HS256 token is
+//! never checked with a public key, nor RS256 with the secret), no `crit` extensions, an `exp` required, `nbf`, `aud` and `iss` checked when
 //! present or configured. The MAC is compared in constant time. Nothing here trusts the token
 //! before its signature has checked out, except its length and header.
 
@@ -42,6 +43,10 @@ pub enum JwtError {
     NotYetValid,
     Audience,
     Issuer,
+    /// No key of the JWKS fits the token's `kid` and `alg`.
+    UnknownKey,
+    /// The JWKS could not be fetched or read.
+    KeysUnavailable,
 }
 
 impl JwtError {
@@ -55,6 +60,8 @@ impl JwtError {
             JwtError::NotYetValid => "token not valid yet (nbf)".into(),
             JwtError::Audience => "token audience not accepted".into(),
             JwtError::Issuer => "token issuer not accepted".into(),
+            JwtError::UnknownKey => "token signed with a key this Worker does not know".into(),
+            JwtError::KeysUnavailable => "the signing keys could not be fetched; retry".into(),
         }
     }
 }
@@ -71,6 +78,70 @@ pub fn bearer(authorization: Option<&str>) -> Result<&str, JwtError> {
         .ok_or(JwtError::Missing)
 }
 
+/// A token split, its header read and its signature decoded: nothing in it is trusted yet.
+pub struct Parsed<'a> {
+    /// The header's `alg`.
+    pub alg: String,
+    /// The header's `kid`, naming the key in a JWKS.
+    pub kid: Option<String>,
+    /// What the signature covers: `header.payload`, as sent.
+    pub signing_input: &'a str,
+    pub signature: Vec<u8>,
+    payload: &'a str,
+}
+
+/// Splits a compact JWS and reads its header: three base64url parts, a JSON object header
+/// with a string `alg` and no `crit`.
+pub fn parse(token: &str) -> Result<Parsed<'_>, JwtError> {
+    if token.len() > MAX_TOKEN_LEN {
+        return Err(JwtError::Malformed("too long"));
+    }
+    let (Some((signing_input, s64)), true) =
+        (token.rsplit_once('.'), token.matches('.').count() == 2)
+    else {
+        return Err(JwtError::Malformed("not three dot-separated parts"));
+    };
+    let Some((h64, payload)) = signing_input.split_once('.') else {
+        return Err(JwtError::Malformed("not three dot-separated parts"));
+    };
+    let header = object(h64, "header")?;
+    let alg = header
+        .get("alg")
+        .and_then(Value::as_str)
+        .ok_or(JwtError::Algorithm)?
+        .to_string();
+    if header.contains_key("crit") {
+        return Err(JwtError::Malformed("crit extensions are not supported"));
+    }
+    let signature = URL_SAFE_NO_PAD
+        .decode(s64)
+        .map_err(|_| JwtError::Malformed("signature is not base64url"))?;
+    Ok(Parsed {
+        alg,
+        kid: header
+            .get("kid")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        signing_input,
+        signature,
+        payload,
+    })
+}
+
+impl Parsed<'_> {
+    /// The claims, checked against the clock and `rules`. Call only once the signature has
+    /// been verified.
+    pub fn verified_claims(
+        &self,
+        rules: &Rules,
+        now_s: u64,
+    ) -> Result<Map<String, Value>, JwtError> {
+        let claims = object(self.payload, "payload")?;
+        check_claims(&claims, rules, now_s)?;
+        Ok(claims)
+    }
+}
+
 /// Verifies `token` with `secret` at `now_s` (Unix seconds) and returns its claims.
 pub fn verify_hs256(
     token: &str,
@@ -78,32 +149,18 @@ pub fn verify_hs256(
     rules: &Rules,
     now_s: u64,
 ) -> Result<Map<String, Value>, JwtError> {
-    if token.len() > MAX_TOKEN_LEN {
-        return Err(JwtError::Malformed("too long"));
-    }
-    let mut parts = token.split('.');
-    let (Some(h64), Some(p64), Some(s64), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(JwtError::Malformed("not three dot-separated parts"));
-    };
-    let header = object(h64, "header")?;
-    if header.get("alg").and_then(Value::as_str) != Some("HS256") {
+    let p = parse(token)?;
+    if p.alg != "HS256" {
         return Err(JwtError::Algorithm);
     }
-    if header.contains_key("crit") {
-        return Err(JwtError::Malformed("crit extensions are not supported"));
-    }
-    let signature = URL_SAFE_NO_PAD
-        .decode(s64)
-        .map_err(|_| JwtError::Malformed("signature is not base64url"))?;
     let mut mac = Hmac::<Sha256>::new_from_slice(secret).map_err(|_| JwtError::BadSignature)?;
-    mac.update(h64.as_bytes());
-    mac.update(b".");
-    mac.update(p64.as_bytes());
-    mac.verify_slice(&signature)
+    mac.update(p.signing_input.as_bytes());
+    mac.verify_slice(&p.signature)
         .map_err(|_| JwtError::BadSignature)?;
-    let claims = object(p64, "payload")?;
+    p.verified_claims(rules, now_s)
+}
+
+fn check_claims(claims: &Map<String, Value>, rules: &Rules, now_s: u64) -> Result<(), JwtError> {
     let time = |name: &str| claims.get(name).map(|v| v.as_u64());
     match time("exp") {
         Some(Some(exp)) if now_s <= exp.saturating_add(LEEWAY_S) => {}
@@ -133,7 +190,7 @@ pub fn verify_hs256(
             return Err(JwtError::Issuer);
         }
     }
-    Ok(claims)
+    Ok(())
 }
 
 /// The identity a verified token's claims run as: its `role` claim, or `authenticated`. The

@@ -14,9 +14,12 @@ pub mod client;
 pub mod config;
 pub mod error;
 pub mod ferry;
+pub mod jwks;
 pub mod jwt;
 
 pub use error::EdgeError;
+#[cfg(target_arch = "wasm32")]
+pub use ferry::end_user;
 pub use ferry::Ferry;
 pub mod requests;
 

@@ -6,7 +6,7 @@ use crate::config::{self, EdgeConfig};
 use crate::error::EdgeError;
 use crate::ferry::Ferry;
 use crate::requests;
-use ferry_shared::api::{CacheCommand, CacheReply, Identity, KeyedStatus, REQUEST_ID_HEADER};
+use ferry_shared::api::{CacheCommand, CacheReply, KeyedStatus, REQUEST_ID_HEADER};
 use serde_json::{json, Value};
 use worker::{Headers, Request, Response, Result, RouteContext};
 
@@ -208,19 +208,6 @@ pub async fn put_cache(mut req: Request, ctx: Ctx) -> Result<Response> {
     )
 }
 
-/// The signed-in user, from their JWT (see `access::end_user`).
-fn end_user(req: &Request, ctx: &Ctx) -> std::result::Result<Identity, EdgeError> {
-    let var = |name: &str| ctx.var(name).ok().map(|v| v.to_string());
-    let rules = crate::jwt::Rules {
-        audience: var(config::VAR_JWT_AUDIENCE).filter(|v| !v.is_empty()),
-        issuer: var(config::VAR_JWT_ISSUER).filter(|v| !v.is_empty()),
-    };
-    let given = req.headers().get("authorization").ok().flatten();
-    let secret = ctx.secret(config::JWT_SECRET).ok().map(|s| s.to_string());
-    let now_s = worker::Date::now().as_millis() / 1000;
-    crate::access::end_user(given.as_deref(), secret.as_deref(), &rules, now_s)
-}
-
 /// `GET /me/notes` (JWT): the signed-in user's notes, as Postgres's row-level security lets
 /// them see, cached for them alone.
 pub async fn get_my_notes(req: Request, ctx: Ctx) -> Result<Response> {
@@ -228,7 +215,8 @@ pub async fn get_my_notes(req: Request, ctx: Ctx) -> Result<Response> {
     respond(
         &rid,
         async {
-            let ferry = Ferry::from_env(&ctx.env, &rid)?.as_user(end_user(&req, &ctx)?);
+            let ferry = Ferry::from_env(&ctx.env, &rid)?
+                .as_user(crate::ferry::end_user(&req, &ctx.env).await?);
             let r = requests::my_notes(&ferry).response().await?;
             Ok((200, json!({"notes": r.rows, "cache": r.cache})))
         }
@@ -242,7 +230,8 @@ pub async fn post_my_note(mut req: Request, ctx: Ctx) -> Result<Response> {
     respond(
         &rid,
         async {
-            let ferry = Ferry::from_env(&ctx.env, &rid)?.as_user(end_user(&req, &ctx)?);
+            let ferry = Ferry::from_env(&ctx.env, &rid)?
+                .as_user(crate::ferry::end_user(&req, &ctx.env).await?);
             let r = requests::add_note(&ferry, &body_bytes(&mut req).await?)?
                 .run()
                 .await?;

@@ -19,6 +19,16 @@ fn repo_root() -> PathBuf {
 impl WranglerDev {
     /// Starts the built Worker (edge/build/, from scripts/build-edge.sh) with these bindings.
     pub fn start(sidecar_url: &str, secret: &str, timeout_ms: u64) -> WranglerDev {
+        Self::start_with_vars(sidecar_url, secret, timeout_ms, &[])
+    }
+
+    /// The same, with more vars (`FERRY_JWKS_URL`...).
+    pub fn start_with_vars(
+        sidecar_url: &str,
+        secret: &str,
+        timeout_ms: u64,
+        extra: &[(&str, &str)],
+    ) -> WranglerDev {
         let root = repo_root();
         let main = root.join("edge/build/index.js");
         assert!(
@@ -28,12 +38,14 @@ impl WranglerDev {
             main.display()
         );
         let timeout = timeout_ms.to_string();
+        let mut vars = vec![
+            ("FERRY_SIDECAR_URL", sidecar_url),
+            ("FERRY_TIMEOUT_MS", timeout.as_str()),
+        ];
+        vars.extend_from_slice(extra);
         Self::start_worker(
             &main,
-            &[
-                ("FERRY_SIDECAR_URL", sidecar_url),
-                ("FERRY_TIMEOUT_MS", &timeout),
-            ],
+            &vars,
             &[
                 ("FERRY_SECRET", secret),
                 ("FERRY_API_KEY", super::API_KEY),

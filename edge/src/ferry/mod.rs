@@ -266,4 +266,9 @@ impl Execute {
 }
 
 #[cfg(target_arch = "wasm32")]
+mod user;
+#[cfg(target_arch = "wasm32")]
 mod worker_env;
+
+#[cfg(target_arch = "wasm32")]
+pub use user::{end_user, KEYS_TTL_S, REFETCH_MIN_S};

@@ -3,7 +3,7 @@
 //! the `worker` crate only builds for wasm32.
 #![cfg(target_arch = "wasm32")]
 
-use ferry_edge::{access, jwt, EdgeError, Ferry};
+use ferry_edge::{end_user, EdgeError, Ferry};
 use serde::Deserialize;
 use worker::*;
 
@@ -16,10 +16,8 @@ struct Note {
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
     let answer = async {
-        let auth = req.headers().get("authorization")?;
-        let key = env.secret("FERRY_JWT_SECRET").ok().map(|s| s.to_string());
-        let now = Date::now().as_millis() / 1000;
-        let user = access::end_user(auth.as_deref(), key.as_deref(), &jwt::Rules::default(), now)?;
+        // The bearer JWT: HS256 (FERRY_JWT_SECRET), or RS256/ES256 (FERRY_JWKS_URL).
+        let user = end_user(&req, &env).await?;
         let ferry = Ferry::from_env(&env, "my-request")?.as_user(user);
         let notes: Vec<Note> = ferry.query("my_notes").cache(30).fetch_all().await?;
         Ok::<_, EdgeError>(notes)
