@@ -1,6 +1,6 @@
 //! `/v1/transaction`'s wire types (re-exported from `api`).
 
-use crate::api::{Invalidate, InvalidationStatus, Row};
+use crate::api::{Identity, Invalidate, InvalidationStatus, Row};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -20,6 +20,9 @@ pub struct TransactionRequest {
     pub deferrable: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invalidate: Option<Invalidate>,
+    /// The end user every statement runs as (see [`Identity`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<Identity>,
 }
 
 /// `POST /v1/transaction/begin`: opens an interactive transaction on one pooled connection.
@@ -32,6 +35,10 @@ pub struct BeginRequest {
     pub read_only: bool,
     #[serde(default)]
     pub deferrable: bool,
+    /// The end user the transaction runs as. Every later request on it must name the same
+    /// user (role and `sub`), or the transaction is not found for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<Identity>,
 }
 
 /// The open transaction: its id (unguessable), and how long it may idle and live.
@@ -53,6 +60,9 @@ pub struct InTransactionRequest {
     pub query: Option<String>,
     #[serde(default)]
     pub params: Vec<Value>,
+    /// The user the transaction was begun as, if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<Identity>,
 }
 
 /// `POST /v1/transaction/commit` (with invalidations after it) or `/rollback`.
@@ -62,6 +72,9 @@ pub struct EndRequest {
     pub id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invalidate: Option<Invalidate>,
+    /// The user the transaction was begun as, if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<Identity>,
 }
 
 /// The answer to a commit or rollback.

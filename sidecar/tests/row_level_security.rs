@@ -291,3 +291,86 @@ fn identities_the_sidecar_does_not_allow_are_refused() {
     }
     assert_eq!(notes(), 3, "no refused write reached the table");
 }
+
+#[test]
+fn transactions_run_as_their_user_and_stay_theirs() {
+    let s = start();
+    let c = &s.client;
+    let owners = || -> Vec<String> {
+        s.pg.client()
+            .query("SELECT owner FROM notes ORDER BY id", &[])
+            .expect("rows")
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    // One request, two statements, as Alice: her write, then her view of the table.
+    let t = c.block_on(c.post(
+        "/v1/transaction",
+        &json!({"identity": as_user("alice"), "statements": [
+            {"query": "add_note", "params": ["alice", "in a transaction"]},
+            {"query": "my_notes"}
+        ]}),
+    ));
+    assert_eq!(t.status, 200, "{}", t.body);
+    let seen: Vec<&str> = t.body["results"][1]["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r["owner"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(seen, ["alice", "alice", "alice"]);
+    // A forged row fails its statement; the whole transaction rolls back.
+    let forged = c.block_on(c.post(
+        "/v1/transaction",
+        &json!({"identity": as_user("alice"), "statements": [
+            {"query": "add_note", "params": ["alice", "rolled back"]},
+            {"query": "add_note", "params": ["bob", "forged"]}
+        ]}),
+    ));
+    assert_eq!(
+        (forged.status, forged.body["error"]["statement"].clone()),
+        (400, json!(1))
+    );
+    assert_eq!(owners(), ["alice", "alice", "bob", "alice"]);
+
+    // Interactive, begun as Alice: her statements see her rows; nobody else can use the id.
+    let b = c.block_on(c.post(
+        "/v1/transaction/begin",
+        &json!({"identity": as_user("alice")}),
+    ));
+    assert_eq!(b.status, 200, "{}", b.body);
+    let id = b.body["id"].as_str().expect("id").to_string();
+    let q = |who: Option<Value>| {
+        let mut body = json!({"id": id, "query": "my_notes"});
+        if let Some(w) = who {
+            body["identity"] = w;
+        }
+        c.block_on(c.post("/v1/transaction/query", &body))
+    };
+    let mine = q(Some(as_user("alice")));
+    assert_eq!(mine.status, 200, "{}", mine.body);
+    assert_eq!(mine.body["rows"].as_array().map(Vec::len), Some(3));
+    for (what, who) in [("bob", Some(as_user("bob"))), ("no identity", None)] {
+        let r = q(who.clone());
+        assert_eq!(
+            (r.status, r.code()),
+            (404, "transaction_not_found"),
+            "{what}"
+        );
+        let mut end = json!({"id": id});
+        if let Some(w) = who {
+            end["identity"] = w;
+        }
+        let e = c.block_on(c.post("/v1/transaction/commit", &end));
+        assert_eq!(e.status, 404, "{what}: {}", e.body);
+    }
+    let done = c.block_on(c.post(
+        "/v1/transaction/commit",
+        &json!({"id": id, "identity": as_user("alice")}),
+    ));
+    assert_eq!(done.status, 200, "{}", done.body);
+    // And the session it held is the sidecar's again.
+    let who = c.query(json!({"query": "whoami"}));
+    assert_eq!(who.body["rows"][0]["role"], "ferry_app", "{}", who.body);
+}

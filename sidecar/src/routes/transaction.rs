@@ -3,15 +3,18 @@
 //! `query`, `commit`, `rollback`), bounded by `store::interactive`.
 
 use super::State;
-use crate::config::ReadLimits;
+use crate::config::{Config, ReadLimits};
 use crate::http::error::ApiError;
+use crate::read::identity::identity;
 use crate::read::plan;
+use crate::store::identity::SessionIdentity;
 use crate::store::transaction::{self, TxPlan};
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::{
-    BeginRequest, BeginResponse, EndRequest, EndResponse, InTransactionRequest, Isolation,
+    BeginRequest, BeginResponse, EndRequest, EndResponse, Identity, InTransactionRequest,
     TransactionRequest, TransactionResponse,
 };
+use std::sync::Arc;
 
 pub async fn transaction(
     state: State,
@@ -29,6 +32,7 @@ pub async fn transaction(
         ));
     }
     limits.transaction_statements("statements", t.statements.len())?;
+    let raw_sql = t.statements.iter().any(|s| s.sql.is_some());
     let statements = t
         .statements
         .into_iter()
@@ -39,13 +43,16 @@ pub async fn transaction(
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
     transaction::check(&statements)?;
+    let who = identity(&config, t.identity, raw_sql, "")?;
     let (keys, tags) = plan::invalidation(&config, t.invalidate)?;
+    super::admit_user(&state, &config, who.as_deref()).await?;
     let tx = TxPlan {
         statements,
         isolation: t.isolation,
         read_only: t.read_only,
         deferrable: t.deferrable,
         limits: limits.read,
+        identity: who,
     };
     let s = state.clone();
     let resp = state
@@ -65,14 +72,31 @@ pub async fn transaction(
 }
 
 /// The options of a transaction (no statements: those come one per request).
-fn options(isolation: Isolation, read_only: bool, deferrable: bool, limits: ReadLimits) -> TxPlan {
+fn options(b: BeginRequest, limits: ReadLimits, who: Option<Arc<SessionIdentity>>) -> TxPlan {
     TxPlan {
         statements: Vec::new(),
-        isolation,
-        read_only,
-        deferrable,
+        isolation: b.isolation,
+        read_only: b.read_only,
+        deferrable: b.deferrable,
         limits,
+        identity: who,
     }
+}
+
+/// Who may use an interactive transaction: the credential that signed the request and, when
+/// it was begun as an end user, that user. Any other pair finds no such transaction.
+fn owner(
+    config: &Config,
+    credential: String,
+    asked: Option<Identity>,
+    raw_sql: bool,
+) -> Result<(String, Option<Arc<SessionIdentity>>), ApiError> {
+    let who = identity(config, asked, raw_sql, "")?;
+    let owner = match &who {
+        Some(w) => format!("{credential}\nuser:{}", w.user),
+        None => credential,
+    };
+    Ok((owner, who))
 }
 
 /// `POST /v1/transaction/begin`: an interactive transaction on one pooled connection.
@@ -84,11 +108,13 @@ pub async fn begin(
     let (b, credential): (BeginRequest, String) =
         super::signed_json_as(&state, &req, payload).await?;
     let config = state.config();
-    let plan = options(b.isolation, b.read_only, b.deferrable, config.limits().read);
+    let (owner, who) = owner(&config, credential, b.identity.clone(), false)?;
+    super::admit_user(&state, &config, who.as_deref()).await?;
+    let plan = options(b, config.limits().read, who);
     let s = state.clone();
     let id = state
         .blocking
-        .run(move || s.transactions.begin(&s.pools, &plan, credential))
+        .run(move || s.transactions.begin(&s.pools, &plan, owner))
         .await?;
     Ok(HttpResponse::Ok().json(BeginResponse {
         id,
@@ -106,15 +132,15 @@ pub async fn query(
     let (q, credential): (InTransactionRequest, String) =
         super::signed_json_as(&state, &req, payload).await?;
     let config = state.config();
+    let raw_sql = q.sql.is_some();
     let (sql, _) = plan::statement(&config, q.sql, q.query, "")?;
+    let (owner, who) = owner(&config, credential, q.identity, raw_sql)?;
+    super::admit_user(&state, &config, who.as_deref()).await?;
     let limits = config.limits().read;
     let s = state.clone();
     let result = state
         .blocking
-        .run(move || {
-            s.transactions
-                .query(&q.id, &credential, &sql, &q.params, limits)
-        })
+        .run(move || s.transactions.query(&q.id, &owner, &sql, &q.params, limits))
         .await?;
     Ok(HttpResponse::Ok().json(result))
 }
@@ -147,11 +173,12 @@ async fn end(
         super::signed_json_as(&state, &req, payload).await?;
     let config = state.config();
     let (keys, tags) = plan::invalidation(&config, e.invalidate)?;
+    let (owner, _) = owner(&config, credential, e.identity, false)?;
     let s = state.clone();
     let resp = state
         .blocking
         .run(move || {
-            s.transactions.end(&e.id, &credential, commit)?;
+            s.transactions.end(&e.id, &owner, commit)?;
             let invalidation = if commit {
                 s.flights.forget(&keys, &tags);
                 s.cache.invalidate(&s.pools, &keys, &tags)

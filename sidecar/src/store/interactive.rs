@@ -87,6 +87,13 @@ impl OpenTransactions {
                 .client
                 .batch_execute(&plan.begin())
                 .map_err(|e| Failure::from(e).into_api())?;
+            if let Some(who) = &plan.identity {
+                // A failure leaves the session in a transaction: it is closed, not pooled.
+                who.assume(&mut session.client).map_err(|f| {
+                    session.poisoned = true;
+                    f.into_api()
+                })?;
+            }
             Ok(session)
         });
         match opened {

@@ -4,10 +4,12 @@
 use super::db::{check_columns, read_rows, run_prepared, with_session, Failure};
 use crate::config::ReadLimits;
 use crate::http::error::ApiError;
+use crate::store::identity::SessionIdentity;
 use crate::store::pools::Pools;
 use crate::store::statement::{self, Route};
 use ferry_shared::api::{Isolation, StatementResult};
 use serde_json::Value;
+use std::sync::Arc;
 
 /// A transaction ready to run: statements checked, options resolved.
 #[derive(Debug, Clone)]
@@ -18,6 +20,8 @@ pub struct TxPlan {
     pub deferrable: bool,
     /// Bounds for each statement's returned rows.
     pub limits: ReadLimits,
+    /// The end user every statement runs as (taken on right after BEGIN).
+    pub identity: Option<Arc<SessionIdentity>>,
 }
 
 impl TxPlan {
@@ -61,6 +65,12 @@ pub fn run(pools: &Pools, plan: &TxPlan) -> Result<Vec<StatementResult>, ApiErro
     check(&plan.statements)?;
     with_session(pools, |s| {
         s.client.batch_execute(&plan.begin())?;
+        if let Some(who) = &plan.identity {
+            if let Err(f) = who.assume(&mut s.client) {
+                rollback(s);
+                return Err(f);
+            }
+        }
         let mut out = Vec::with_capacity(plan.statements.len());
         for (i, (sql, params)) in plan.statements.iter().enumerate() {
             let ran = run_prepared(s, sql, params, check_columns, |mut rows| {
