@@ -12,9 +12,13 @@ use serde::Serialize;
 /// One HTTP request to the sidecar, ready to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
+    /// The HTTP method.
     pub method: &'static str,
+    /// The sidecar URL and path.
     pub url: String,
+    /// Content type and the three signature headers.
     pub headers: Vec<(&'static str, String)>,
+    /// The JSON body (empty for GET).
     pub body: Vec<u8>,
 }
 
@@ -89,6 +93,7 @@ mod wasm {
     use std::time::Duration;
     use worker::{AbortController, Date, Delay, Fetch, Headers, Method, Request, RequestInit};
 
+    /// The signed HTTP client to one sidecar, for one request (its id travels with each call).
     pub struct SidecarClient {
         cfg: EdgeConfig,
         /// Sent as `x-ferry-request-id`, so the sidecar logs this request under the same id.
@@ -111,6 +116,7 @@ mod wasm {
     }
 
     impl SidecarClient {
+        /// A client with these bindings, tagging its calls with `request_id`.
         pub fn new(cfg: EdgeConfig, request_id: String) -> Self {
             SidecarClient { cfg, request_id }
         }
@@ -173,6 +179,7 @@ mod wasm {
             interpret(status, retry_after, &bytes)
         }
 
+        /// `POST /v1/query`: one read.
         pub async fn query(&self, q: &QueryRequest) -> Result<QueryResponse, EdgeError> {
             self.call("POST", paths::QUERY, Some(q)).await
         }
@@ -183,10 +190,12 @@ mod wasm {
                 .await
         }
 
+        /// `POST /v1/batch/keyed`: rows of a keyspace by id.
         pub async fn keyed(&self, k: &KeyedRequest) -> Result<KeyedResponse, EdgeError> {
             self.call("POST", paths::BATCH_KEYED, Some(k)).await
         }
 
+        /// `POST /v1/execute`: one write, then its invalidations.
         pub async fn execute(&self, e: &ExecuteRequest) -> Result<ExecuteResponse, EdgeError> {
             self.call("POST", paths::EXECUTE, Some(e)).await
         }
@@ -206,6 +215,7 @@ mod wasm {
             self.call("POST", paths::TRANSACTION_BEGIN, Some(b)).await
         }
 
+        /// `POST /v1/transaction/query`: one statement in an open transaction.
         pub async fn in_transaction(
             &self,
             q: &InTransactionRequest,
@@ -213,15 +223,18 @@ mod wasm {
             self.call("POST", paths::TRANSACTION_QUERY, Some(q)).await
         }
 
+        /// `POST /v1/transaction/commit`: then the invalidations.
         pub async fn commit(&self, e: &EndRequest) -> Result<EndResponse, EdgeError> {
             self.call("POST", paths::TRANSACTION_COMMIT, Some(e)).await
         }
 
+        /// `POST /v1/transaction/rollback`.
         pub async fn rollback(&self, e: &EndRequest) -> Result<EndResponse, EdgeError> {
             self.call("POST", paths::TRANSACTION_ROLLBACK, Some(e))
                 .await
         }
 
+        /// `POST /v1/cache`: a plain cache command.
         pub async fn cache(&self, c: &CacheCommand) -> Result<CacheReply, EdgeError> {
             self.call("POST", paths::CACHE, Some(c)).await
         }

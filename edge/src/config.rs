@@ -3,9 +3,13 @@
 
 use crate::error::EdgeError;
 
+/// Var: the sidecar's base URL (https, or http to a loopback address).
 pub const VAR_SIDECAR_URL: &str = "FERRY_SIDECAR_URL";
+/// Var: the per-call timeout, in milliseconds.
 pub const VAR_TIMEOUT_MS: &str = "FERRY_TIMEOUT_MS";
+/// Var: `"true"` allows plain http to a non-loopback sidecar (a private link).
 pub const VAR_ALLOW_HTTP: &str = "FERRY_ALLOW_HTTP";
+/// Secret: the HMAC key shared with the sidecar.
 pub const SECRET: &str = "FERRY_SECRET";
 /// The bearer key for writes and the cache routes (a secret: `wrangler secret put`).
 pub const API_KEY: &str = "FERRY_API_KEY";
@@ -18,16 +22,20 @@ pub const VAR_AUTO_BATCH: &str = "FERRY_AUTO_BATCH";
 pub const VAR_JWKS_URL: &str = "FERRY_JWKS_URL";
 /// Optional vars: the `aud` and `iss` a JWT must carry.
 pub const VAR_JWT_AUDIENCE: &str = "FERRY_JWT_AUDIENCE";
+/// Var: the `iss` every end-user token must carry.
 pub const VAR_JWT_ISSUER: &str = "FERRY_JWT_ISSUER";
 
 /// Per-call timeout when `FERRY_TIMEOUT_MS` is not set, in milliseconds.
 pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// The Worker's validated bindings for reaching the sidecar.
 pub struct EdgeConfig {
     /// Base URL without a trailing slash, e.g. `https://sidecar.example.com`.
     pub sidecar_url: String,
+    /// Per-call timeout, in milliseconds.
     pub timeout_ms: u64,
+    /// The HMAC key shared with the sidecar (never logged).
     pub secret: String,
 }
 

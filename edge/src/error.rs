@@ -5,11 +5,15 @@ use ferry_shared::error::ErrorDetail;
 use ferry_shared::{ErrorBody, ErrorCode};
 
 #[derive(Debug, Clone, PartialEq)]
+/// Every failure the edge answers with; [`EdgeError::status`] and [`EdgeError::body`] make the response.
 pub enum EdgeError {
     /// The client's request is wrong (bad id, bad body...).
     Invalid {
+        /// The stable code.
         code: ErrorCode,
+        /// What is wrong, for humans.
         message: String,
+        /// The request field to blame, if one is.
         field: Option<String>,
     },
     /// The thing asked for does not exist.
@@ -17,16 +21,25 @@ pub enum EdgeError {
     /// The sidecar answered with an error of its own: passed through as is (its bodies never
     /// carry internal detail), with its Retry-After when it sent one.
     Sidecar {
+        /// The sidecar's status.
         status: u16,
+        /// The sidecar's JSON error, as it sent it.
         body: ErrorBody,
+        /// The sidecar's Retry-After, if any.
         retry_after: Option<String>,
     },
     /// The sidecar could not be reached (connection refused, DNS, TLS...).
     Unreachable,
     /// The sidecar did not answer in time.
-    Timeout { after_ms: u64 },
+    Timeout {
+        /// The timeout that passed, in milliseconds.
+        after_ms: u64,
+    },
     /// The sidecar answered with something that is not the expected JSON.
-    BadResponse { status: u16 },
+    BadResponse {
+        /// The status it answered with.
+        status: u16,
+    },
     /// The sidecar refused our signature: FERRY_SECRET differs between the two halves.
     AuthFailed,
     /// A binding is missing or invalid; names the binding, never its value.
@@ -47,6 +60,7 @@ impl From<worker::Error> for EdgeError {
 }
 
 impl EdgeError {
+    /// 400 `invalid_value`, naming the field.
     pub fn invalid(field: &str, message: impl Into<String>) -> Self {
         EdgeError::Invalid {
             code: ErrorCode::InvalidValue,
@@ -64,6 +78,7 @@ impl EdgeError {
         }
     }
 
+    /// 400 `bad_request`.
     pub fn bad_request(message: impl Into<String>) -> Self {
         EdgeError::Invalid {
             code: ErrorCode::BadRequest,
@@ -72,6 +87,7 @@ impl EdgeError {
         }
     }
 
+    /// The HTTP status to answer with.
     pub fn status(&self) -> u16 {
         match self {
             EdgeError::Sidecar { status, .. } => *status,
@@ -79,6 +95,7 @@ impl EdgeError {
         }
     }
 
+    /// The stable error code.
     pub fn code(&self) -> ErrorCode {
         match self {
             EdgeError::Invalid { code, .. } => *code,
@@ -94,6 +111,7 @@ impl EdgeError {
         }
     }
 
+    /// The Retry-After to send, in seconds, when a retry may help.
     pub fn retry_after(&self) -> Option<&str> {
         match self {
             EdgeError::Sidecar { retry_after, .. } => retry_after.as_deref(),
@@ -104,6 +122,7 @@ impl EdgeError {
         }
     }
 
+    /// The JSON error body to send.
     pub fn body(&self) -> ErrorBody {
         if let EdgeError::Sidecar { body, .. } = self {
             return body.clone();

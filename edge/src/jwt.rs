@@ -35,13 +35,21 @@ pub struct Rules {
 /// Why a token was refused. The message says what is wrong, never what was expected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JwtError {
+    /// No bearer token.
     Missing,
+    /// Not a well-formed JWT; what is wrong.
     Malformed(&'static str),
+    /// An algorithm this Worker does not accept for it.
     Algorithm,
+    /// The signature does not match.
     BadSignature,
+    /// Past `exp`.
     Expired,
+    /// Before `nbf`.
     NotYetValid,
+    /// Not for this audience.
     Audience,
+    /// Not from this issuer.
     Issuer,
     /// No key of the JWKS fits the token's `kid` and `alg`.
     UnknownKey,
@@ -50,6 +58,7 @@ pub enum JwtError {
 }
 
 impl JwtError {
+    /// A message safe to show the caller.
     pub fn message(&self) -> String {
         match self {
             JwtError::Missing => "this route needs Authorization: Bearer <JWT>".into(),
@@ -86,6 +95,7 @@ pub struct Parsed<'a> {
     pub kid: Option<String>,
     /// What the signature covers: `header.payload`, as sent.
     pub signing_input: &'a str,
+    /// The signature, decoded.
     pub signature: Vec<u8>,
     payload: &'a str,
 }
@@ -143,6 +153,19 @@ impl Parsed<'_> {
 }
 
 /// Verifies `token` with `secret` at `now_s` (Unix seconds) and returns its claims.
+///
+/// ```
+/// use ferry_edge::jwt::{sign_hs256, verify_hs256, JwtError, Rules};
+/// let key = b"0123456789abcdef0123456789abcdef";
+/// let token = sign_hs256(&serde_json::json!({"sub": "alice", "exp": 2_000_000_000}), key);
+/// let claims = verify_hs256(&token, key, &Rules::default(), 1_900_000_000).unwrap();
+/// assert_eq!(claims["sub"], "alice");
+/// let other = b"another key of 32 bytes or more!";
+/// assert_eq!(
+///     verify_hs256(&token, other, &Rules::default(), 1_900_000_000),
+///     Err(JwtError::BadSignature)
+/// );
+/// ```
 pub fn verify_hs256(
     token: &str,
     secret: &[u8],

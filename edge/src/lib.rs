@@ -8,6 +8,7 @@
 
 // A panic kills the isolate: unwrap/expect are denied outside tests.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![warn(missing_docs)]
 
 pub mod access;
 pub mod client;

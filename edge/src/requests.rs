@@ -3,19 +3,20 @@
 
 use crate::error::EdgeError;
 use crate::ferry::{Execute, Ferry, Query};
-use ferry_shared::api::{
-    CacheCommand, CachePolicy, ExecuteRequest, Identity, Invalidate, KeyedRequest, QueryRequest,
-};
+use ferry_shared::api::{CacheCommand, Identity};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// The statements and keyspace the edge uses, all configured on the sidecar
 /// (`deploy/ferry.toml`): the edge sends no raw SQL, so it works with `allow_raw_sql = false`.
 pub const ITEM_QUERY: &str = "item";
+/// The sidecar's named write of one item.
 pub const UPSERT_QUERY: &str = "upsert_item";
+/// The sidecar's keyspace of items by id.
 pub const ITEMS_KEYSPACE: &str = "items";
 /// Run as the end user (`identity`): row-level security keeps each user to their own notes.
 pub const MY_NOTES_QUERY: &str = "my_notes";
+/// The sidecar's named write of a note, owned by the signed-in user.
 pub const ADD_NOTE_QUERY: &str = "add_note";
 /// Most ids one batch read may ask for.
 pub const MAX_BATCH: usize = 100;
@@ -76,28 +77,6 @@ pub fn parse_ids(query: Option<&str>) -> Result<Vec<i32>, EdgeError> {
     Ok(ids)
 }
 
-/// One item, read through the cache under its own key (TTL, stale-while-revalidate and tags
-/// come from the sidecar's config for the `item` query).
-pub fn item_query(id: i32) -> QueryRequest {
-    QueryRequest {
-        query: Some(ITEM_QUERY.into()),
-        params: vec![json!(id)],
-        cache: Some(CachePolicy {
-            key: Some(item_key(id)),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-/// Many items in one call: one Redis MGET, the misses from one Postgres query.
-pub fn items_request(ids: &[i32]) -> KeyedRequest {
-    KeyedRequest {
-        keyspace: ITEMS_KEYSPACE.into(),
-        ids: ids.iter().map(|id| json!(id)).collect(),
-    }
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ItemBody {
@@ -107,7 +86,7 @@ struct ItemBody {
 
 /// `PUT /items/:id` with `{"name": "...", "price": "12.50"}`: create or replace the item,
 /// then invalidate its cache entry.
-pub fn item_upsert(id: i32, body: &[u8]) -> Result<ExecuteRequest, EdgeError> {
+pub fn item_upsert(ferry: &Ferry, id: i32, body: &[u8]) -> Result<Execute, EdgeError> {
     let item: ItemBody = serde_json::from_slice(body).map_err(|e| {
         EdgeError::bad_request(format!(
             "expected {{\"name\": string, \"price\": number or decimal string}}: {e}"
@@ -127,15 +106,12 @@ pub fn item_upsert(id: i32, body: &[u8]) -> Result<ExecuteRequest, EdgeError> {
             ))
         }
     };
-    Ok(ExecuteRequest {
-        query: Some(UPSERT_QUERY.into()),
-        params: vec![json!(id), json!(name), json!(price)],
-        invalidate: Some(Invalidate {
-            keys: vec![item_key(id)],
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
+    Ok(ferry
+        .execute(UPSERT_QUERY)
+        .bind(id)
+        .bind(name)
+        .bind(price)
+        .invalidate_key(item_key(id)))
 }
 
 /// The tag of one user's notes: a hash of who they are, so any `sub` makes a valid, bounded tag,
@@ -153,7 +129,8 @@ pub fn my_notes(ferry: &Ferry) -> Query {
     ferry.query(MY_NOTES_QUERY).tag(tag)
 }
 
-/// `GET /page`: one item through the cache, under its own key (as `GET /items/:id`).
+/// One item, read through the cache under its own key (TTL, stale-while-revalidate and tags
+/// come from the sidecar's config for the `item` query).
 pub fn item(ferry: &Ferry, id: i32) -> Query {
     ferry.query(ITEM_QUERY).bind(id).key(item_key(id))
 }
@@ -227,6 +204,7 @@ pub fn cache_set(key: &str, body: &[u8]) -> Result<CacheCommand, EdgeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn ids() {
@@ -246,28 +224,36 @@ mod tests {
         assert!(parse_ids(Some(&format!("ids={many}"))).is_err());
     }
 
+    /// A handle whose calls are never made: these tests look at the requests only.
+    fn ferry() -> Ferry {
+        crate::ferry::tests::unused()
+    }
+
     #[test]
     fn item_requests() {
-        let q = item_query(7);
+        let q = item(&ferry(), 7);
+        let q = q.request();
         assert_eq!(q.query.as_deref(), Some("item"));
         assert!(q.sql.is_none(), "the edge sends no raw SQL");
         assert_eq!(q.params, vec![json!(7)]);
-        assert_eq!(q.cache.and_then(|c| c.key).as_deref(), Some("items:7"));
-        let k = items_request(&[1, 2]);
-        assert_eq!(k.keyspace, "items");
-        assert_eq!(k.ids, vec![json!(1), json!(2)]);
+        assert_eq!(
+            q.cache.as_ref().and_then(|c| c.key.as_deref()),
+            Some("items:7")
+        );
     }
 
     #[test]
     fn upserts() {
-        let e = item_upsert(3, br#"{"name": " lamp ", "price": "12.50"}"#).expect("valid");
+        let f = ferry();
+        let e = item_upsert(&f, 3, br#"{"name": " lamp ", "price": "12.50"}"#).expect("valid");
+        let e = e.request();
         assert_eq!(e.params, vec![json!(3), json!("lamp"), json!("12.50")]);
         assert_eq!(e.query.as_deref(), Some("upsert_item"));
         assert_eq!(
-            e.invalidate.map(|i| i.keys),
+            e.invalidate.as_ref().map(|i| i.keys.clone()),
             Some(vec!["items:3".to_string()])
         );
-        assert!(item_upsert(3, br#"{"name": "x", "price": 2.5}"#).is_ok());
+        assert!(item_upsert(&f, 3, br#"{"name": "x", "price": 2.5}"#).is_ok());
         for bad in [
             &br#"{"name": "", "price": 1}"#[..],
             br#"{"name": "x"}"#,
@@ -275,7 +261,7 @@ mod tests {
             br#"{"name": "x", "price": 1, "extra": 1}"#,
             b"not json",
         ] {
-            assert!(item_upsert(3, bad).is_err());
+            assert!(item_upsert(&f, 3, bad).is_err());
         }
     }
 

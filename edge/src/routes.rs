@@ -1,8 +1,7 @@
 //! One handler per route. Each turns the request into sidecar calls (see `requests.rs`) and
 //! every outcome, good or bad, into a JSON response.
 
-use crate::client::SidecarClient;
-use crate::config::{self, EdgeConfig};
+use crate::config;
 use crate::error::EdgeError;
 use crate::ferry::Ferry;
 use crate::requests;
@@ -36,18 +35,6 @@ fn require_api_key(req: &Request, ctx: &Ctx) -> std::result::Result<(), EdgeErro
     let given = req.headers().get("authorization").ok().flatten();
     let configured = ctx.secret(config::API_KEY).ok().map(|s| s.to_string());
     crate::access::require_api_key(given.as_deref(), configured.as_deref())
-}
-
-/// The sidecar client from the bindings, or why not.
-fn client(ctx: &Ctx, request_id: &str) -> std::result::Result<SidecarClient, EdgeError> {
-    let var = |name: &str| ctx.var(name).ok().map(|v| v.to_string());
-    let cfg = EdgeConfig::from_bindings(
-        var(config::VAR_SIDECAR_URL),
-        var(config::VAR_TIMEOUT_MS),
-        var(config::VAR_ALLOW_HTTP),
-        ctx.secret(config::SECRET).ok().map(|s| s.to_string()),
-    )?;
-    Ok(SidecarClient::new(cfg, request_id.to_string()))
 }
 
 /// Renders a handler's outcome. Building a response can itself fail only if the runtime is
@@ -98,7 +85,8 @@ pub async fn get_item(req: Request, ctx: Ctx) -> Result<Response> {
         &rid,
         async {
             let id = requests::parse_id(param(&ctx, "id"))?;
-            let r = client(&ctx, &rid)?.query(&requests::item_query(id)).await?;
+            let ferry = Ferry::from_env(&ctx.env, &rid)?;
+            let r = requests::item(&ferry, id).response().await?;
             let item = r
                 .rows
                 .into_iter()
@@ -124,9 +112,8 @@ pub async fn get_items(req: Request, ctx: Ctx) -> Result<Response> {
         async {
             let url = req.url().map_err(|_| EdgeError::bad_request("bad URL"))?;
             let ids = requests::parse_ids(url.query())?;
-            let r = client(&ctx, &rid)?
-                .keyed(&requests::items_request(&ids))
-                .await?;
+            let ferry = Ferry::from_env(&ctx.env, &rid)?;
+            let r = ferry.keyed(requests::ITEMS_KEYSPACE, &ids).await?;
             let mut items = Vec::new();
             let mut missing = Vec::new();
             let mut hits = 0;
@@ -156,8 +143,10 @@ pub async fn put_item(mut req: Request, ctx: Ctx) -> Result<Response> {
         async {
             require_api_key(&req, &ctx)?;
             let id = requests::parse_id(param(&ctx, "id"))?;
-            let write = requests::item_upsert(id, &body_bytes(&mut req).await?)?;
-            let r = client(&ctx, &rid)?.execute(&write).await?;
+            let ferry = Ferry::from_env(&ctx.env, &rid)?;
+            let r = requests::item_upsert(&ferry, id, &body_bytes(&mut req).await?)?
+                .run()
+                .await?;
             Ok((
                 200,
                 json!({"id": id, "written": r.rows_affected == 1, "invalidation": r.invalidation}),
@@ -178,7 +167,7 @@ pub async fn get_cache(req: Request, ctx: Ctx) -> Result<Response> {
             let cmd = CacheCommand::Get {
                 key: requests::edge_cache_key(&key),
             };
-            match client(&ctx, &rid)?.cache(&cmd).await? {
+            match Ferry::from_env(&ctx.env, &rid)?.cache(cmd).await? {
                 CacheReply::Get { value: Some(v) } => Ok((200, json!({"key": key, "value": v}))),
                 CacheReply::Get { value: None } => {
                     Err(EdgeError::NotFound(format!("no key {key}")))
@@ -199,7 +188,7 @@ pub async fn put_cache(mut req: Request, ctx: Ctx) -> Result<Response> {
             require_api_key(&req, &ctx)?;
             let key = requests::parse_cache_key(param(&ctx, "key"))?;
             let cmd = requests::cache_set(&key, &body_bytes(&mut req).await?)?;
-            match client(&ctx, &rid)?.cache(&cmd).await? {
+            match Ferry::from_env(&ctx.env, &rid)?.cache(cmd).await? {
                 CacheReply::Set {} => Ok((200, json!({"key": key, "stored": true}))),
                 _ => Err(EdgeError::BadResponse { status: 200 }),
             }
@@ -283,7 +272,7 @@ pub async fn health(req: Request, ctx: Ctx) -> Result<Response> {
     respond(
         &rid,
         async {
-            let ready = client(&ctx, &rid)?.readiness().await?;
+            let ready = Ferry::from_env(&ctx.env, &rid)?.readiness().await?;
             let status = if ready.ready { 200 } else { 503 };
             Ok((status, json!({"edge": "up", "sidecar": ready})))
         }

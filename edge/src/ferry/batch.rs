@@ -21,7 +21,9 @@ pub const MAX_BATCH: usize = 100;
 
 /// How reads reach the sidecar: the signed HTTP client on wasm32, a fake in tests.
 pub trait Transport {
+    /// One read (`/v1/query`).
     fn query(&self, read: QueryRequest) -> LocalBoxFuture<'_, Result<QueryResponse, EdgeError>>;
+    /// Many reads in one call (`/v1/batch`), answered in order.
     fn batch(
         &self,
         reads: Vec<QueryRequest>,
@@ -40,6 +42,7 @@ pub struct Batcher {
 }
 
 impl Batcher {
+    /// A queue over `transport`; `enabled: false` sends each read on its own.
     pub fn new(transport: Box<dyn Transport>, enabled: bool) -> Self {
         Batcher {
             transport,

@@ -24,32 +24,47 @@
 //! can answer with it as it is.
 
 mod batch;
+mod query;
+mod transaction;
 
 pub use batch::{Batcher, Transport, MAX_BATCH};
+pub use query::{Execute, Query};
+pub use transaction::Transaction;
 
 use crate::error::EdgeError;
 use ferry_shared::api::{
-    CachePolicy, ExecuteRequest, ExecuteResponse, Identity, Invalidate, QueryRequest,
-    QueryResponse, Row,
+    CacheCommand, CacheReply, ExecuteRequest, ExecuteResponse, Identity, KeyedRequest,
+    KeyedResponse, QueryRequest, Readiness, TransactionRequest, TransactionResponse,
 };
-use serde::de::DeserializeOwned;
+use futures_util::future::LocalBoxFuture;
 use serde::Serialize;
-use serde_json::Value;
 use std::rc::Rc;
 
-/// Runs writes: the signed HTTP client on wasm32, a fake in tests.
-pub trait Writer {
+/// The sidecar calls other than reads: the signed HTTP client on wasm32, a fake in tests.
+pub trait Calls {
+    /// `POST /v1/execute`.
     fn execute(
         &self,
         write: ExecuteRequest,
-    ) -> futures_util::future::LocalBoxFuture<'_, Result<ExecuteResponse, EdgeError>>;
+    ) -> LocalBoxFuture<'_, Result<ExecuteResponse, EdgeError>>;
+    /// `POST /v1/batch/keyed`.
+    fn keyed(&self, read: KeyedRequest) -> LocalBoxFuture<'_, Result<KeyedResponse, EdgeError>>;
+    /// `POST /v1/cache`.
+    fn cache(&self, command: CacheCommand) -> LocalBoxFuture<'_, Result<CacheReply, EdgeError>>;
+    /// `POST /v1/transaction`.
+    fn transaction(
+        &self,
+        tx: TransactionRequest,
+    ) -> LocalBoxFuture<'_, Result<TransactionResponse, EdgeError>>;
+    /// `GET /readyz`.
+    fn readiness(&self) -> LocalBoxFuture<'_, Result<Readiness, EdgeError>>;
 }
 
 /// One request's handle on the sidecar. Cheap to clone; clones share one batch queue.
 #[derive(Clone)]
 pub struct Ferry {
     reads: Rc<Batcher>,
-    writes: Rc<dyn Writer>,
+    calls: Rc<dyn Calls>,
     identity: Option<Identity>,
 }
 
@@ -58,12 +73,12 @@ impl Ferry {
     /// `batching: false` sends every read on its own.
     pub fn with_transport(
         reads: Box<dyn Transport>,
-        writes: Rc<dyn Writer>,
+        calls: Rc<dyn Calls>,
         batching: bool,
     ) -> Ferry {
         Ferry {
             reads: Rc::new(Batcher::new(reads, batching)),
-            writes,
+            calls,
             identity: None,
         }
     }
@@ -116,6 +131,41 @@ impl Ferry {
         }
     }
 
+    /// Statements in one transaction, all committed or none (as this handle's user, if any).
+    pub fn transaction(&self) -> Transaction {
+        Transaction::new(self.clone())
+    }
+
+    /// Rows of a keyspace (`[keyspaces.NAME]` in the sidecar's config) by id, in one call:
+    /// hits from Redis, the rest from one Postgres query.
+    pub async fn keyed(
+        &self,
+        keyspace: &str,
+        ids: &[impl Serialize],
+    ) -> Result<KeyedResponse, EdgeError> {
+        let mut error = None;
+        let ids = ids.iter().map(|id| query::param(&mut error, id)).collect();
+        if let Some(e) = error {
+            return Err(e);
+        }
+        self.calls
+            .keyed(KeyedRequest {
+                keyspace: keyspace.to_string(),
+                ids,
+            })
+            .await
+    }
+
+    /// A plain cache command (`GET`, `SET`, `DEL`... on the sidecar's plain keys).
+    pub async fn cache(&self, command: CacheCommand) -> Result<CacheReply, EdgeError> {
+        self.calls.cache(command).await
+    }
+
+    /// The sidecar's readiness (its background snapshot: never touches its pools).
+    pub async fn readiness(&self) -> Result<Readiness, EdgeError> {
+        self.calls.readiness().await
+    }
+
     /// The end user this handle runs as, if any.
     pub fn identity(&self) -> Option<&Identity> {
         self.identity.as_ref()
@@ -127,141 +177,79 @@ impl Ferry {
     }
 }
 
-/// Turns a parameter into JSON, remembering the first that could not be.
-fn param(error: &mut Option<EdgeError>, value: impl Serialize) -> Value {
-    serde_json::to_value(value).unwrap_or_else(|e| {
-        error.get_or_insert(EdgeError::bad_request(format!(
-            "a parameter cannot be sent: {e}"
-        )));
-        Value::Null
-    })
-}
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use ferry_shared::api::QueryResponse;
 
-/// A read being built: parameters, then the cache policy, then one of the `fetch` calls.
-pub struct Query {
-    ferry: Ferry,
-    req: QueryRequest,
-    error: Option<EdgeError>,
-}
+    /// Fails every call: for tests that only look at the requests built.
+    struct Unused;
 
-impl Query {
-    /// The next positional parameter (`$1`, `$2`...).
-    pub fn bind(mut self, value: impl Serialize) -> Self {
-        let v = param(&mut self.error, value);
-        self.req.params.push(v);
-        self
+    fn no<T>() -> LocalBoxFuture<'static, Result<T, EdgeError>> {
+        Box::pin(async { Err(EdgeError::Misconfigured("no calls in this test".into())) })
     }
 
-    /// Read through the cache, fresh for `ttl_s` seconds.
-    pub fn cache(mut self, ttl_s: u64) -> Self {
-        self.policy().ttl_s = Some(ttl_s);
-        self
-    }
-
-    /// Name the cache entry, so a write can invalidate it by name.
-    pub fn key(mut self, key: impl Into<String>) -> Self {
-        self.policy().key = Some(key.into());
-        self
-    }
-
-    /// Tag the cache entry, so a write can invalidate every entry with the tag.
-    pub fn tag(mut self, tag: impl Into<String>) -> Self {
-        self.policy().tags.push(tag.into());
-        self
-    }
-
-    /// A table the result depends on: any committed change to it drops the entry (with the
-    /// sidecar's change stream on).
-    pub fn table(mut self, table: impl Into<String>) -> Self {
-        self.policy().tables.push(table.into());
-        self
-    }
-
-    fn policy(&mut self) -> &mut CachePolicy {
-        self.req.cache.get_or_insert_with(CachePolicy::default)
-    }
-
-    /// The request as it will be sent.
-    pub fn request(&self) -> &QueryRequest {
-        &self.req
-    }
-
-    /// The sidecar's whole answer: rows, and where they came from (`cache`, `age_ms`).
-    pub async fn response(self) -> Result<QueryResponse, EdgeError> {
-        if let Some(e) = self.error {
-            return Err(e);
+    impl Transport for Unused {
+        fn query(&self, _: QueryRequest) -> LocalBoxFuture<'_, Result<QueryResponse, EdgeError>> {
+            no()
         }
-        self.ferry.reads.read(self.req).await
-    }
-
-    /// Every row, as `T`.
-    pub async fn fetch_all<T: DeserializeOwned>(self) -> Result<Vec<T>, EdgeError> {
-        let rows = self.response().await?.rows;
-        rows.into_iter().map(decode).collect()
-    }
-
-    /// The first row as `T`, or None when there is none.
-    pub async fn fetch_optional<T: DeserializeOwned>(self) -> Result<Option<T>, EdgeError> {
-        let rows = self.response().await?.rows;
-        rows.into_iter().next().map(decode).transpose()
-    }
-
-    /// The first row as `T`; no row is 404 `not_found`.
-    pub async fn fetch_one<T: DeserializeOwned>(self) -> Result<T, EdgeError> {
-        self.fetch_optional()
-            .await?
-            .ok_or_else(|| EdgeError::NotFound("no row".into()))
-    }
-}
-
-/// A row as the caller's type: a mismatch is the Worker's bug, reported without the row.
-fn decode<T: DeserializeOwned>(row: Row) -> Result<T, EdgeError> {
-    serde_json::from_value(Value::Object(row.into_iter().collect()))
-        .map_err(|e| EdgeError::Misconfigured(format!("a row does not fit the Worker's type: {e}")))
-}
-
-/// A write being built: parameters, what it invalidates, then [`Execute::run`].
-pub struct Execute {
-    ferry: Ferry,
-    req: ExecuteRequest,
-    error: Option<EdgeError>,
-}
-
-impl Execute {
-    /// The next positional parameter (`$1`, `$2`...).
-    pub fn bind(mut self, value: impl Serialize) -> Self {
-        let v = param(&mut self.error, value);
-        self.req.params.push(v);
-        self
-    }
-
-    fn invalidate(&mut self) -> &mut Invalidate {
-        self.req.invalidate.get_or_insert_with(Invalidate::default)
-    }
-
-    /// After the commit, drop the entry named `key`.
-    pub fn invalidate_key(mut self, key: impl Into<String>) -> Self {
-        self.invalidate().keys.push(key.into());
-        self
-    }
-
-    /// After the commit, drop every entry tagged `tag`.
-    pub fn invalidate_tag(mut self, tag: impl Into<String>) -> Self {
-        self.invalidate().tags.push(tag.into());
-        self
-    }
-
-    /// The request as it will be sent.
-    pub fn request(&self) -> &ExecuteRequest {
-        &self.req
-    }
-
-    /// Commits the write and applies its invalidations, then answers.
-    pub async fn run(self) -> Result<ExecuteResponse, EdgeError> {
-        if let Some(e) = self.error {
-            return Err(e);
+        fn batch(
+            &self,
+            _: Vec<QueryRequest>,
+        ) -> LocalBoxFuture<'_, Result<Vec<ferry_shared::api::BatchResult>, EdgeError>> {
+            no()
         }
-        self.ferry.writes.execute(self.req).await
+    }
+
+    impl Calls for Unused {
+        fn execute(
+            &self,
+            _: ExecuteRequest,
+        ) -> LocalBoxFuture<'_, Result<ExecuteResponse, EdgeError>> {
+            no()
+        }
+        fn keyed(&self, _: KeyedRequest) -> LocalBoxFuture<'_, Result<KeyedResponse, EdgeError>> {
+            no()
+        }
+        fn cache(&self, _: CacheCommand) -> LocalBoxFuture<'_, Result<CacheReply, EdgeError>> {
+            no()
+        }
+        fn transaction(
+            &self,
+            _: TransactionRequest,
+        ) -> LocalBoxFuture<'_, Result<TransactionResponse, EdgeError>> {
+            no()
+        }
+        fn readiness(&self) -> LocalBoxFuture<'_, Result<Readiness, EdgeError>> {
+            no()
+        }
+    }
+
+    pub(crate) fn unused() -> Ferry {
+        Ferry::with_transport(Box::new(Unused), Rc::new(Unused), true)
+    }
+
+    #[test]
+    fn requests_carry_the_user_and_the_first_bad_parameter_stops_the_call() {
+        let who = Identity {
+            role: "authenticated".into(),
+            claims: Default::default(),
+        };
+        let f = unused().as_user(who.clone());
+        assert_eq!(f.query("q").request().identity.as_ref(), Some(&who));
+        assert_eq!(f.execute("w").request().identity.as_ref(), Some(&who));
+        let tx = f.transaction().statement("w", &[1, 2]).read_only();
+        assert_eq!(tx.request().identity.as_ref(), Some(&who));
+        assert_eq!(
+            tx.request().statements[0].params,
+            vec![serde_json::json!(1), serde_json::json!(2)]
+        );
+        assert!(unused().query("q").request().identity.is_none());
+        // A map with non-string keys cannot be JSON: the call fails before it is sent.
+        let bad: std::collections::HashMap<Vec<u8>, i32> = [(vec![1u8], 1)].into_iter().collect();
+        let q = unused().query("q").bind(bad);
+        let e = futures::executor::block_on(q.response()).expect_err("refused");
+        assert_eq!(e.status(), 400);
     }
 }
 

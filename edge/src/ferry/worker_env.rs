@@ -1,11 +1,12 @@
 //! The Worker's side: a [`Ferry`] from the Worker's bindings, over the signed HTTP client.
 
-use super::{Ferry, Transport, Writer};
+use super::{Calls, Ferry, Transport};
 use crate::client::SidecarClient;
 use crate::config::{self, EdgeConfig};
 use crate::error::EdgeError;
 use ferry_shared::api::{
-    BatchResult, ExecuteRequest, ExecuteResponse, QueryRequest, QueryResponse,
+    BatchResult, CacheCommand, CacheReply, ExecuteRequest, ExecuteResponse, KeyedRequest,
+    KeyedResponse, QueryRequest, QueryResponse, Readiness, TransactionRequest, TransactionResponse,
 };
 use futures_util::future::LocalBoxFuture;
 use std::rc::Rc;
@@ -24,12 +25,31 @@ impl Transport for Rc<SidecarClient> {
     }
 }
 
-impl Writer for SidecarClient {
+impl Calls for SidecarClient {
     fn execute(
         &self,
         write: ExecuteRequest,
     ) -> LocalBoxFuture<'_, Result<ExecuteResponse, EdgeError>> {
         Box::pin(async move { SidecarClient::execute(self, &write).await })
+    }
+
+    fn keyed(&self, read: KeyedRequest) -> LocalBoxFuture<'_, Result<KeyedResponse, EdgeError>> {
+        Box::pin(async move { SidecarClient::keyed(self, &read).await })
+    }
+
+    fn cache(&self, command: CacheCommand) -> LocalBoxFuture<'_, Result<CacheReply, EdgeError>> {
+        Box::pin(async move { SidecarClient::cache(self, &command).await })
+    }
+
+    fn transaction(
+        &self,
+        tx: TransactionRequest,
+    ) -> LocalBoxFuture<'_, Result<TransactionResponse, EdgeError>> {
+        Box::pin(async move { SidecarClient::transaction(self, &tx).await })
+    }
+
+    fn readiness(&self) -> LocalBoxFuture<'_, Result<Readiness, EdgeError>> {
+        Box::pin(async move { SidecarClient::readiness(self).await })
     }
 }
 
