@@ -131,3 +131,30 @@ fn each_signed_in_user_sees_only_their_own_notes() {
         "no refused write landed"
     );
 }
+
+#[test]
+fn one_user_flooding_gets_429_with_retry_after_through_the_edge() {
+    // One request a second, five at once: 80 at once cannot all pass, however slow the machine.
+    let stack = Stack::start_with(|c| {
+        c.identity.rate_per_s = 1;
+        c.identity.burst = 5;
+    });
+    let edge = WranglerDev::start(&stack.sidecar.base_url(), kit::SECRET, 5_000);
+    let c = Client::new(&edge.url(), kit::SECRET);
+    let carol = user("carol");
+    let answers = c.block_on(async {
+        let auth = [("authorization", format!("Bearer {carol}"))];
+        let all = (0..80).map(|_| c.send_raw("GET", "/me/notes", Vec::new(), &auth));
+        futures::future::join_all(all).await
+    });
+    let ok = answers.iter().filter(|a| a.status == 200).count();
+    let limited: Vec<&Answer> = answers.iter().filter(|a| a.status == 429).collect();
+    assert_eq!(ok + limited.len(), 80, "only 200s and 429s");
+    assert!((5..40).contains(&ok), "{ok} admitted of 80");
+    for a in &limited {
+        assert_eq!(a.code(), "rate_limited");
+        assert!(a.headers.contains_key("retry-after"), "{:?}", a.headers);
+    }
+    // Another user is not held back by Carol.
+    assert_eq!(get(&c, Some(&user("bob"))).status, 200);
+}
