@@ -72,6 +72,12 @@ fn param<'a>(ctx: &'a Ctx, name: &str) -> &'a str {
     ctx.param(name).map(String::as_str).unwrap_or_default()
 }
 
+/// The `ids=1,2,3` of the request's query string.
+fn ids_asked(req: &Request) -> std::result::Result<Vec<i32>, EdgeError> {
+    let url = req.url().map_err(|_| EdgeError::bad_request("bad URL"))?;
+    requests::parse_ids(url.query())
+}
+
 async fn body_bytes(req: &mut Request) -> std::result::Result<Vec<u8>, EdgeError> {
     req.bytes()
         .await
@@ -110,8 +116,7 @@ pub async fn get_items(req: Request, ctx: Ctx) -> Result<Response> {
     respond(
         &rid,
         async {
-            let url = req.url().map_err(|_| EdgeError::bad_request("bad URL"))?;
-            let ids = requests::parse_ids(url.query())?;
+            let ids = ids_asked(&req)?;
             let ferry = Ferry::from_env(&ctx.env, &rid)?;
             let r = ferry.keyed(requests::ITEMS_KEYSPACE, &ids).await?;
             let mut items = Vec::new();
@@ -240,8 +245,7 @@ pub async fn get_page(req: Request, ctx: Ctx) -> Result<Response> {
     respond(
         &rid,
         async {
-            let url = req.url().map_err(|_| EdgeError::bad_request("bad URL"))?;
-            let ids = requests::parse_ids(url.query())?;
+            let ids = ids_asked(&req)?;
             let ferry = Ferry::from_env(&ctx.env, &rid)?;
             let reads = ids
                 .iter()
