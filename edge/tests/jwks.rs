@@ -262,6 +262,7 @@ fn provider_keys_sign_users_in_and_nothing_else_does() {
     let rotated = notes(&c, &sign(&e2, &claims("alice"), d));
     assert_eq!(rotated.status, 200, "{}", rotated.body);
     assert_eq!(fetches.load(Ordering::SeqCst), 2);
+    let refetched = Instant::now();
     let retired = notes(&c, &sign(&r1, &claims("alice"), d));
     assert_eq!(retired.status, 401, "{}", retired.body);
 
@@ -273,9 +274,8 @@ fn provider_keys_sign_users_in_and_nothing_else_does() {
         );
         assert_eq!(r.status, 401, "{}", r.body);
     }
-    assert_eq!(
-        fetches.load(Ordering::SeqCst),
-        2,
-        "one fetch per window at most"
-    );
+    // One fetch per 10 s window at most (a very slow run may see one more window open).
+    let bound = 2 + refetched.elapsed().as_secs() as usize / 10;
+    let n = fetches.load(Ordering::SeqCst);
+    assert!(n <= bound, "{n} fetches, at most {bound}");
 }
