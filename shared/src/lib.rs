@@ -13,6 +13,7 @@
 
 pub mod api;
 pub mod error;
+pub mod identity;
 pub mod sign;
 pub mod transaction;
 
