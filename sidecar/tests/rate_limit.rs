@@ -1,9 +1,12 @@
 //! Per-user rate limits (`identity.rate_per_s`, `identity.burst`): one end user flooding the
 //! sidecar gets 429 with Retry-After past their burst, and nothing past the limit runs; another
-//! user is not slowed; a second sidecar on the same Redis shares the count; Redis down lets
+//! user is not slowed; two sidecar binaries on the same Redis share the count; Redis down lets
 //! requests through (the limit must never fail a read Postgres can serve). Postgres's rows and
 //! Redis's keys judge.
-use ferry_testkit::{Client, Sidecar, Stack, SECRET};
+use ferry_testkit::{Client, PgServer, RedisServer, SidecarProcess, Stack};
+use std::process::Stdio;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
 use serde_json::{json, Value};
 
 /// One request a second on average, ten at once: a burst of 30 lets through 10, plus one for
@@ -101,17 +104,33 @@ fn one_user_cannot_crowd_out_another() {
     assert_eq!(keys.len(), 2, "{keys:?}");
 }
 
+/// Two sidecar binaries on one Redis and Postgres, configured as in production (the sample
+/// config and environment overrides): a user's requests spread over both share one bucket.
 #[test]
 fn two_sidecars_share_one_count() {
-    let stack = stack();
-    let second = Sidecar::start((*stack.sidecar.state.config()).clone());
-    let other = Client::new(&second.base_url(), SECRET);
-    let (admitted, bound) = flood(&[&stack.client, &other], "carol", 30);
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    pg.setup_demo_schema();
+    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/ferry.toml");
+    let burst = BURST.to_string();
+    let env = [
+        ("FERRY_CONFIG", sample),
+        ("FERRY_IDENTITY_RATE_PER_S", "1"),
+        ("FERRY_IDENTITY_BURST", burst.as_str()),
+    ];
+    let start = || SidecarProcess::start(BIN, &redis.url(), &pg.url(), &env, Stdio::null());
+    let (one, two) = (start(), start());
+    let (admitted, bound) = flood(&[&one.client, &two.client], "carol", 30);
     assert!(
         (BURST as usize..=bound).contains(&admitted),
         "{admitted} of 30 admitted across two sidecars (at most {bound})"
     );
-    assert_eq!(notes_by(&stack, "carol"), admitted as i64);
+    let landed: i64 = pg
+        .client()
+        .query_one("SELECT count(*) FROM notes WHERE owner = 'carol'", &[])
+        .expect("count")
+        .get(0);
+    assert_eq!(landed, admitted as i64);
 }
 
 #[test]
