@@ -279,3 +279,58 @@ fn provider_keys_sign_users_in_and_nothing_else_does() {
     let n = fetches.load(Ordering::SeqCst);
     assert!(n <= bound, "{n} fetches, at most {bound}");
 }
+
+/// The provider dying: its keys cannot be fetched, because nothing listens, or because it
+/// accepts connections and never answers. The Worker answers a clear, retryable 502 (not a 401
+/// that would sign the user out, and never a pass), within its 3 s fetch timeout, not hanging.
+#[test]
+fn a_dead_or_hung_provider_is_a_fast_502_never_a_pass() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = rsa_key(dir.path(), "r1");
+    // Hung: accepts, reads nothing, answers nothing, keeps the connections open.
+    let hung = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let hung_url = format!("http://{}/jwks.json", hung.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in hung.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    // Dead: a port nothing listens on.
+    let dead_url = format!("http://127.0.0.1:{}/jwks.json", kit::free_port());
+    let stack = Stack::start();
+    let token = sign(
+        &key,
+        &json!({"sub": "alice", "exp": kit::client::now_s() + 600}),
+        dir.path(),
+    );
+    for (what, url) in [("hung", hung_url), ("dead", dead_url)] {
+        let edge = WranglerDev::start_with_vars(
+            &stack.sidecar.base_url(),
+            kit::SECRET,
+            5_000,
+            &[("FERRY_JWKS_URL", url.as_str())],
+        );
+        let c = Client::new(&edge.url(), kit::SECRET);
+        let started = Instant::now();
+        let r = notes(&c, &token);
+        let took = started.elapsed();
+        assert_eq!(
+            (r.status, r.code()),
+            (502, "upstream_error"),
+            "{what}: {}",
+            r.body
+        );
+        assert_eq!(r.headers["retry-after"], "1", "{what}");
+        assert!(
+            took < Duration::from_secs(10),
+            "{what}: answered after {took:?}"
+        );
+        // HS256 users (the Worker's own key) are not held up by the provider.
+        let hs = ferry_edge::jwt::sign_hs256(
+            &json!({"sub": "bob", "exp": kit::client::now_s() + 600}),
+            kit::JWT_SECRET.as_bytes(),
+        );
+        assert_eq!(notes(&c, &hs).status, 200, "{what}");
+    }
+}
