@@ -25,6 +25,10 @@ END $$;
 REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 GRANT USAGE ON SCHEMA public TO ferry_app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON items TO ferry_app;
+-- Writes' nonces, shared by every sidecar so none runs a replayed write (auth.replay =
+-- "shared"). The sidecar creates this table itself when its role may; ferry_app may not.
+CREATE TABLE ferry_nonces (nonce bytea PRIMARY KEY, expires_at timestamptz NOT NULL);
+GRANT SELECT, INSERT, DELETE ON ferry_nonces TO ferry_app;
 
 -- Change-stream invalidation (deploy/ferry.toml [changes]): the stream reads a logical
 -- replication slot as its own role, ferry_changes, with REPLICATION and SELECT on the watched

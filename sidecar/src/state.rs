@@ -17,6 +17,8 @@ pub struct AppState {
     pub cache: Arc<Cache>,
     pub flights: Arc<Flights>,
     pub verifier: Verifier,
+    /// The nonce stores every sidecar shares (`auth.replay`).
+    pub nonces: crate::store::nonces::SharedNonces,
     pub blocking: Blocking,
     pub readiness: Arc<crate::store::readiness::Readiness>,
     /// Interactive transactions held open across requests (a reaper ends abandoned ones).
@@ -62,6 +64,14 @@ impl AppState {
             config.server.body_limit_bytes,
             timeout,
         );
+        let nonces = crate::store::nonces::SharedNonces::new(
+            config.auth.replay == crate::config::ReplayScope::Shared,
+            &config.cache.key_prefix,
+            &crate::config::table_name(&config.auth.nonce_table)
+                .unwrap_or_else(|| "public.ferry_nonces".into()),
+            config.auth.max_skew_s,
+        );
+        nonces.spawn_sweeper(Arc::downgrade(&pools));
         let blocking = Blocking::new(config.server.max_in_flight, timeout);
         spawn_invalidation_retry(
             Arc::downgrade(&cache),
@@ -81,11 +91,19 @@ impl AppState {
         ));
         spawn_reaper(Arc::downgrade(&transactions));
         let flights = Arc::new(Flights::default());
+        let leases = crate::store::leases::Leases::new(
+            &config.cache.key_prefix,
+            pools.has_wakeup_connection(),
+        );
+        leases.spawn_listener(
+            crate::store::redis::redis_client(&config.redis).map_err(ApiError::internal)?,
+        );
         let reads = crate::read::Reads {
             pools: pools.clone(),
             cache: cache.clone(),
             flights: flights.clone(),
             blocking: blocking.clone(),
+            leases,
         };
         Ok(Arc::new(AppState {
             config: RwLock::new(Arc::new(config)),
@@ -93,6 +111,7 @@ impl AppState {
             cache,
             flights,
             verifier,
+            nonces,
             blocking,
             readiness,
             changes,

@@ -138,6 +138,21 @@ pub struct AuthConfig {
     pub allow_raw_sql: bool,
     /// During a secret rotation: the old secret, still accepted alongside `secret`. Empty: none.
     pub previous_secret: Redacted<String>,
+    /// Where nonces are remembered: `shared` (in Redis and, for writes, in Postgres, so a
+    /// request one sidecar accepted is refused by every other) or `local` (this process only:
+    /// safe with one sidecar, never behind a balancer).
+    pub replay: ReplayScope,
+    /// The Postgres table of writes' nonces with `replay = "shared"` (`schema.table`; created if
+    /// missing, when the login role may).
+    pub nonce_table: String,
+}
+
+/// `auth.replay`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplayScope {
+    Shared,
+    Local,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -285,6 +300,8 @@ impl Default for AuthConfig {
             max_skew_s: ferry_shared::sign::DEFAULT_MAX_SKEW_S,
             allow_raw_sql: false,
             previous_secret: Redacted::default(),
+            replay: ReplayScope::Shared,
+            nonce_table: "ferry_nonces".into(),
         }
     }
 }

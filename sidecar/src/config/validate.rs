@@ -49,6 +49,12 @@ impl Config {
         if !self.auth.previous_secret.is_empty() && self.auth.previous_secret.len() < 16 {
             return invalid("auth.previous_secret", "must be empty or at least 16 bytes");
         }
+        if super::changes::table_name(&self.auth.nonce_table).is_none() {
+            return invalid(
+                "auth.nonce_table",
+                "must be a table name, optionally schema-qualified (unquoted identifiers)",
+            );
+        }
         if self.redis.pool_size == 0 {
             return invalid("redis.pool_size", "must be at least 1");
         }

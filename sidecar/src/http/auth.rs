@@ -2,12 +2,20 @@
 //! never seen before. Runs before the body is parsed and before any Redis or Postgres work.
 
 use crate::http::error::ApiError;
-use crate::http::replay::NonceStore;
+use crate::http::replay::{NonceStore, Seen};
 use actix_web::{web, HttpRequest};
 use bytes::{Bytes, BytesMut};
 use ferry_shared::sign::{self, HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 use futures_util::StreamExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Who signed a request: a digest of the secret that matched (stable across reloads, naming
+/// no secret), for what must stay with its caller; and its nonce, for the shared stores.
+#[derive(Debug, Clone)]
+pub struct Signer {
+    pub credential: String,
+    pub nonce: Seen,
+}
 
 pub struct Verifier {
     secrets: Vec<Vec<u8>>,
@@ -70,13 +78,12 @@ impl Verifier {
             .map(|(body, _)| body)
     }
 
-    /// The same, with the credential that signed it: a digest of the secret that matched
-    /// (stable across reloads, and naming no secret), for what must stay with its caller.
+    /// The same, with who signed it.
     pub async fn authenticate_as(
         &self,
         req: &HttpRequest,
         payload: web::Payload,
-    ) -> Result<(Bytes, String), ApiError> {
+    ) -> Result<(Bytes, Signer), ApiError> {
         let headers = sign::parse_headers(
             header(req, HEADER_TIMESTAMP)?,
             header(req, HEADER_NONCE)?,
@@ -101,7 +108,8 @@ impl Verifier {
         };
         let verified =
             sign::verify(&secrets, &signed, now, self.max_skew_s).map_err(ApiError::Auth)?;
-        self.nonces
+        let nonce = self
+            .nonces
             .check_and_insert(&verified.nonce, verified.timestamp, now)?;
         let credential = self
             .secrets
@@ -111,7 +119,7 @@ impl Verifier {
                 hex::encode(&sha2::Sha256::digest(s)[..8])
             })
             .unwrap_or_default();
-        Ok((body, credential))
+        Ok((body, Signer { credential, nonce }))
     }
 
     /// The body, within `server.body_limit_bytes` and the body deadline.

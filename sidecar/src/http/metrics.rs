@@ -67,6 +67,8 @@ pub struct Metrics {
     pub redis_waiting: AtomicI64,
     pub pg_waiting: AtomicI64,
     pub flights_joined: AtomicU64,
+    /// Fills waited on another sidecar's lease: woken by its fill, or out of patience.
+    fill_waits: [AtomicU64; 2],
 }
 
 pub fn global() -> &'static Metrics {
@@ -81,6 +83,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Metrics {
     pub fn cache_outcome(&self, status: &'static str) {
         *lock(&self.cache).entry(status).or_default() += 1;
+    }
+
+    pub fn fill_wait(&self, woken: bool) {
+        self.fill_waits[usize::from(!woken)].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn error(&self, code: &'static str) {
@@ -132,6 +138,11 @@ impl Metrics {
             "ferry_singleflight_joined_total {}",
             self.flights_joined.load(Ordering::Relaxed)
         );
+        out.push_str("# HELP ferry_fill_waits_total Misses that waited on another sidecar's fill (store::leases), by how the wait ended.\n# TYPE ferry_fill_waits_total counter\n");
+        for (i, outcome) in ["woken", "timed_out"].iter().enumerate() {
+            let n = self.fill_waits[i].load(Ordering::Relaxed);
+            let _ = writeln!(out, "ferry_fill_waits_total{{outcome=\"{outcome}\"}} {n}");
+        }
         out.push_str("# HELP ferry_errors_total Failures answered, by error code.\n# TYPE ferry_errors_total counter\n");
         for (code, n) in lock(&self.errors).iter() {
             let _ = writeln!(out, "ferry_errors_total{{code=\"{code}\"}} {n}");

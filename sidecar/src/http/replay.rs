@@ -24,6 +24,22 @@ pub struct NonceStore {
     dropped_through: AtomicU64,
 }
 
+/// A request's nonce, for the stores other sidecars share (`store::nonces`).
+#[derive(Debug, Clone, Copy)]
+pub struct Seen {
+    /// 128 bits of SHA-256 of the lower-cased nonce.
+    pub fingerprint: u128,
+    /// Seconds until the request's timestamp leaves the clock window (at least 1): after that
+    /// the timestamp check alone refuses it.
+    pub window_left_s: u64,
+}
+
+impl Seen {
+    pub fn hex(&self) -> String {
+        format!("{:032x}", self.fingerprint)
+    }
+}
+
 #[derive(Default)]
 struct Bucket {
     second: u64,
@@ -58,13 +74,13 @@ impl NonceStore {
     }
 
     /// Records `nonce` (signed with `timestamp`, already checked to be within the window of
-    /// `now_s`); refuses one already recorded.
+    /// `now_s`); refuses one already recorded. Returns it for the shared stores.
     pub fn check_and_insert(
         &self,
         nonce: &str,
         timestamp: u64,
         now_s: u64,
-    ) -> Result<(), ApiError> {
+    ) -> Result<Seen, ApiError> {
         self.drop_expired(now_s);
         let key = fingerprint(nonce);
         let old = {
@@ -83,7 +99,12 @@ impl NonceStore {
         };
         // Freed outside the lock (one deallocation: the keys own no memory).
         drop(old);
-        Ok(())
+        Ok(Seen {
+            fingerprint: key,
+            window_left_s: (timestamp + self.max_skew_s + 1)
+                .saturating_sub(now_s)
+                .max(1),
+        })
     }
 
     /// Once a second: empties the bucket of the second that just left the window, so memory

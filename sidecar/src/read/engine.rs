@@ -6,6 +6,7 @@ use crate::http::error::ApiError;
 use crate::read::flight::Flights;
 use crate::read::flight::{Fetched, Outcome};
 use crate::read::plan::{CachePlan, ReadFormat, ReadPlan};
+use crate::read::shared_flight::{self, Fill};
 use crate::store::blocking::Blocking;
 use crate::store::cache::Cache;
 use crate::store::cache::{Lookup, Observed, Probe, Stored};
@@ -25,6 +26,8 @@ pub struct Reads {
     pub cache: Arc<Cache>,
     pub flights: Arc<Flights>,
     pub blocking: Blocking,
+    /// Single flight across sidecars (`read::shared_flight`).
+    pub leases: Arc<crate::store::leases::Leases>,
 }
 
 type State = Reads;
@@ -314,8 +317,7 @@ fn fill(
     plan: &ReadPlan,
     cache: &CachePlan,
     observed: Observed,
-) -> impl FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Fetched, ApiError>>>>
-{
+) -> impl FnOnce() -> Fill {
     let s = state.clone();
     let (limits, format, who) = (plan.limits, plan.format, plan.identity.clone());
     let (sql, params, key, entry) = (
@@ -369,13 +371,20 @@ fn fill(
     }
 }
 
-/// A miss: joins or starts the single flight for the key.
+/// A miss: joins or starts the single flight for the key, whose leader shares the fill with
+/// other sidecars (no-cache reads fill on their own: they asked to skip what others found).
 async fn fetch(state: &State, plan: &ReadPlan, cache: &CachePlan, observed: Observed) -> Outcome {
+    let identity = cache.flight_identity();
     let work = fill(state, plan, cache, observed);
+    let work: Box<dyn FnOnce() -> Fill> = if cache.mode == CacheMode::NoCache {
+        Box::new(work)
+    } else {
+        Box::new(shared_flight::leased(state, plan, identity.clone(), work))
+    };
     state
         .flights
         .run(
-            &cache.flight_identity(),
+            &identity,
             &cache.key,
             &cache.tags,
             state.blocking.timeout(),

@@ -1,6 +1,7 @@
 //! The read engine. `plan` turns a request into what will run (all validation, before any
 //! I/O; `identity` the end user it runs as); `engine` looks reads up in one pipeline and answers each: hit, stale-while-revalidate,
-//! a fill from Postgres through `flight` (single-flight), or stale-if-error; `keyed` serves
+//! a fill from Postgres through `flight` (single-flight; across sidecars with
+//! `shared_flight`), or stale-if-error; `keyed` serves
 //! rows of a keyspace by id.
 
 pub mod engine;
@@ -8,5 +9,6 @@ pub mod flight;
 pub mod identity;
 pub mod keyed;
 pub mod plan;
+pub mod shared_flight;
 
 pub use engine::{answer, approx_bytes, lookup_many, read, Reads};

@@ -13,7 +13,7 @@ pub async fn execute(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let e: ExecuteRequest = super::signed_json(&state, &req, payload).await?;
+    let (e, signer): (ExecuteRequest, _) = super::signed_json_as(&state, &req, payload).await?;
     // Plan: one config snapshot, every check before any I/O.
     let config = state.config();
     let (sql, named) = plan::statement(&config, e.sql, e.query, "")?;
@@ -22,10 +22,12 @@ pub async fn execute(
     super::admit_user(&state, &config, who.as_deref()).await?;
     let s = state.clone();
     let params = e.params;
+    let nonce = state.nonces.for_write(signer.nonce);
     let resp = state
         .blocking
         .run(move || {
-            let rows_affected = db::execute(&s.pools, &sql, &params, who.as_deref())?;
+            let rows_affected =
+                db::execute(&s.pools, &sql, &params, who.as_deref(), nonce.as_ref())?;
             // Only after the commit: invalidating first would let a read refill the old value.
             // Flights first, so no later read joins a query that began before the write.
             s.flights.forget(&keys, &tags);

@@ -10,6 +10,7 @@ pub mod query;
 pub mod transaction;
 pub mod upstash;
 
+use crate::http::auth::Signer;
 use crate::http::error::ApiError;
 use crate::state::AppState;
 use actix_web::{web, HttpResponse, ResponseError};
@@ -138,13 +139,15 @@ pub async fn signed_json<T: serde::de::DeserializeOwned>(
     signed_json_as(state, req, payload).await.map(|(t, _)| t)
 }
 
-/// The same, with the credential that signed the request (`Verifier::authenticate_as`).
+/// The same, with who signed the request (`Verifier::authenticate_as`). The nonce is checked
+/// against every other sidecar's (`store::nonces`) before the body is parsed.
 pub async fn signed_json_as<T: serde::de::DeserializeOwned>(
     state: &State,
     req: &actix_web::HttpRequest,
     payload: web::Payload,
-) -> Result<(T, String), ApiError> {
-    let (body, credential) = state.verifier.authenticate_as(req, payload).await?;
+) -> Result<(T, Signer), ApiError> {
+    let (body, signer) = state.verifier.authenticate_as(req, payload).await?;
+    state.nonces.check(&state.pools, signer.nonce).await?;
     // Absent is fine (the body must still be JSON); anything but JSON is refused.
     if let Some(ct) = req.headers().get(actix_web::http::header::CONTENT_TYPE) {
         let ct = ct.to_str().unwrap_or_default().to_ascii_lowercase();
@@ -153,5 +156,5 @@ pub async fn signed_json_as<T: serde::de::DeserializeOwned>(
             return Err(ApiError::UnsupportedMediaType);
         }
     }
-    crate::http::json::parse(&body).map(|t| (t, credential))
+    crate::http::json::parse(&body).map(|t| (t, signer))
 }

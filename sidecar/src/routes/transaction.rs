@@ -21,7 +21,7 @@ pub async fn transaction(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let t: TransactionRequest = super::signed_json(&state, &req, payload).await?;
+    let (t, signer): (TransactionRequest, _) = super::signed_json_as(&state, &req, payload).await?;
     // Plan: one config snapshot, every check (statement classes included) before any I/O.
     let config = state.config();
     let limits = config.limits();
@@ -53,6 +53,7 @@ pub async fn transaction(
         deferrable: t.deferrable,
         limits: limits.read,
         identity: who,
+        nonce: state.nonces.for_write(signer.nonce),
     };
     let s = state.clone();
     let resp = state
@@ -80,6 +81,10 @@ fn options(b: BeginRequest, limits: ReadLimits, who: Option<Arc<SessionIdentity>
         deferrable: b.deferrable,
         limits,
         identity: who,
+        // An interactive transaction lives on the sidecar that began it: its later requests
+        // name its id, which no other sidecar knows, and that sidecar's own store refuses
+        // their replays.
+        nonce: None,
     }
 }
 
@@ -105,8 +110,8 @@ pub async fn begin(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let (b, credential): (BeginRequest, String) =
-        super::signed_json_as(&state, &req, payload).await?;
+    let (b, signer): (BeginRequest, _) = super::signed_json_as(&state, &req, payload).await?;
+    let credential = signer.credential;
     let config = state.config();
     let (owner, who) = owner(&config, credential, b.identity.clone(), false)?;
     super::admit_user(&state, &config, who.as_deref()).await?;
@@ -129,8 +134,9 @@ pub async fn query(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let (q, credential): (InTransactionRequest, String) =
+    let (q, signer): (InTransactionRequest, _) =
         super::signed_json_as(&state, &req, payload).await?;
+    let credential = signer.credential;
     let config = state.config();
     let raw_sql = q.sql.is_some();
     let (sql, _) = plan::statement(&config, q.sql, q.query, "")?;
@@ -169,8 +175,8 @@ async fn end(
     payload: web::Payload,
     commit: bool,
 ) -> Result<HttpResponse, ApiError> {
-    let (e, credential): (EndRequest, String) =
-        super::signed_json_as(&state, &req, payload).await?;
+    let (e, signer): (EndRequest, _) = super::signed_json_as(&state, &req, payload).await?;
+    let credential = signer.credential;
     let config = state.config();
     let (keys, tags) = plan::invalidation(&config, e.invalidate)?;
     let (owner, _) = owner(&config, credential, e.identity, false)?;

@@ -3,6 +3,7 @@
 use crate::config::ReadLimits;
 use crate::http::error::ApiError;
 use crate::store::identity::SessionIdentity;
+use crate::store::nonces::{self, WriteNonce};
 use crate::store::param_types::{self, ParamTypes};
 use crate::store::pg_json::{self, Raw};
 use crate::store::pg_params::{self, TextParam};
@@ -26,6 +27,21 @@ use serde_json::Value;
 /// (The reset spelled out as ROLLBACK, BEGIN, ten statements and COMMIT cost Postgres about
 /// four times as much, and its ROLLBACK wrote a warning to the server log on every request.)
 pub const RESET: &str = "DISCARD ALL";
+
+/// [`with_session`], once more on another session when the first was found lost before the
+/// caller's statements were sent (`Failure::Unsent`): a write that never left is safe to send.
+pub(super) fn with_sent_session<T>(
+    pools: &Pools,
+    mut work: impl FnMut(&mut PgSession) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    match with_session(pools, &mut work) {
+        Err(Failure::Unsent(e)) => {
+            tracing::debug!(error = %e, "postgres session lost before the write; another one");
+            with_session(pools, work)
+        }
+        out => out,
+    }
+}
 
 /// Runs `work` on a pooled session, then resets the session for the next request. A session
 /// whose reset fails (or that `work` poisoned) is closed instead of pooled.
@@ -92,12 +108,13 @@ pub fn execute(
     sql: &str,
     params: &[Value],
     who: Option<&SessionIdentity>,
+    nonce: Option<&WriteNonce>,
 ) -> Result<u64, ApiError> {
     statement::check(sql, Route::Write)?;
-    with_session(pools, |s| {
-        // This one statement's implicit transaction may write; the reset turns it back.
-        s.client
-            .batch_execute("SET default_transaction_read_only = off")?;
+    with_sent_session(pools, |s| {
+        // This one statement's implicit transaction may write; the reset turns it back. The
+        // nonce's row goes first, in the same round trip.
+        nonces::record_then(s, nonce, "SET default_transaction_read_only = off")?;
         if let Some(who) = who {
             who.assume(&mut s.client)?;
         }
@@ -114,6 +131,13 @@ pub fn execute(
         )
     })
     .map_err(Failure::into_api)
+}
+
+/// Ends a failed transaction so the session can be reset; a session that cannot is closed.
+pub(super) fn rollback(s: &mut PgSession) {
+    if s.client.is_closed() || s.client.batch_execute("ROLLBACK").is_err() {
+        s.poisoned = true;
+    }
 }
 
 /// Postgres ping for /readyz.
@@ -310,6 +334,9 @@ pub(super) fn refs(params: &[TextParam]) -> Vec<&(dyn ToSql + Sync)> {
 /// A Postgres failure, split by whether a retry on a fresh connection makes sense.
 pub(super) enum Failure {
     Closed(postgres::Error),
+    /// The session was lost before any of the caller's statements was sent (a write's first
+    /// round trip): safe to run the write on another session.
+    Unsent(postgres::Error),
     Pg(postgres::Error),
     Api(ApiError),
 }
@@ -328,7 +355,7 @@ impl Failure {
     pub(super) fn into_api(self) -> ApiError {
         match self {
             Failure::Api(a) => a,
-            Failure::Closed(e) => ApiError::DatabaseUnavailable {
+            Failure::Closed(e) | Failure::Unsent(e) => ApiError::DatabaseUnavailable {
                 internal: e.to_string(),
             },
             Failure::Pg(e) => map_pg_error(e),

@@ -2,7 +2,8 @@
 //! `blocking`: `Blocking::run`, the only way handlers do blocking work. Postgres: `postgres`
 //! (sessions, connection settings, the role check), `db` (reads, writes, the reset after each
 //! request), `pg_async` and `db_async` (plain reads on the worker's event loop), `identity` (a statement run as
-//! an end user's role and claims), `rate_limit` (each end user's request rate, in Redis), `param_types` (what Postgres said about each statement's parameters), `statement`
+//! an end user's role and claims), `rate_limit` (each end user's request rate, in Redis), `nonces` (replay protection shared
+//! by every sidecar, in Redis and Postgres), `leases` (single flight across sidecars), `param_types` (what Postgres said about each statement's parameters), `statement`
 //! (what may run at all), `pg_json` and `pg_params` (values both ways).
 //! Redis: `redis` (client and manager), `cache` (the read-through layout, versions and
 //! invalidation), `commands` (plain cache commands). `readiness`: the background probe.
@@ -14,6 +15,8 @@ pub mod db;
 pub mod db_async;
 pub mod identity;
 pub mod interactive;
+pub mod leases;
+pub mod nonces;
 pub mod param_types;
 pub mod pg_async;
 pub mod pg_json;

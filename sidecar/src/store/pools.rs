@@ -44,6 +44,8 @@ pub struct Pools {
     /// Parameter types of the statements seen, so repeated ones run in one round trip.
     pub param_types: ParamTypes,
     redis_size: u32,
+    /// Whether `redis.pool_size` leaves a connection for fill wake-ups.
+    wakeups: bool,
     pg_size: u32,
     /// The r2d2 pool's share of `pg_size` (the rest are the workers' sessions).
     pg_pooled: u32,
@@ -72,7 +74,9 @@ impl Pools {
             Duration::from_millis(r.io_timeout_ms),
             multiplexed,
         );
-        let pooled = r.pool_size - multiplexed as u32;
+        // One more listens for other sidecars' fills (`store::leases`), from 3 connections up.
+        let wakeups = u32::from(r.pool_size >= 3);
+        let pooled = r.pool_size - multiplexed as u32 - wakeups;
         let redis = r2d2::Pool::builder()
             .max_size(pooled)
             .min_idle(Some(r.min_idle.min(pooled)))
@@ -118,6 +122,7 @@ impl Pools {
             pg_checkout_timeout: Duration::from_millis(p.checkout_timeout_ms),
             param_types: ParamTypes::default(),
             redis_size: r.pool_size,
+            wakeups: wakeups == 1,
             pg_size: p.pool_size,
             pg_pooled,
             redis_down_until_ms: AtomicU64::new(0),
@@ -177,6 +182,11 @@ impl Pools {
     /// Forgets this worker's multiplexed connection after a failure on it.
     pub fn drop_redis_async(&self) {
         self.redis_async.drop_conn();
+    }
+
+    /// Whether a connection is set aside for fill wake-ups (`redis.pool_size` ≥ 3).
+    pub fn has_wakeup_connection(&self) -> bool {
+        self.wakeups
     }
 
     /// True while Redis is considered up (no failure since the last success). While the

@@ -1,7 +1,8 @@
 //! Several statements in one transaction on one pooled session (`/v1/transaction`): all commit
 //! or none does, and the session goes back to the pool exactly as fresh as after any request.
 
-use super::db::{check_columns, read_rows, run_prepared, with_session, Failure};
+use super::db::{check_columns, read_rows, rollback, run_prepared, with_sent_session, Failure};
+use super::nonces::{self, WriteNonce};
 use crate::config::ReadLimits;
 use crate::http::error::ApiError;
 use crate::store::identity::SessionIdentity;
@@ -22,6 +23,8 @@ pub struct TxPlan {
     pub limits: ReadLimits,
     /// The end user every statement runs as (taken on right after BEGIN).
     pub identity: Option<Arc<SessionIdentity>>,
+    /// The request's nonce, recorded in the same round trip as BEGIN (`store::nonces`).
+    pub nonce: Option<WriteNonce>,
 }
 
 impl TxPlan {
@@ -63,8 +66,8 @@ pub fn check(statements: &[(String, Vec<Value>)]) -> Result<(), ApiError> {
 /// the statement (the COMMIT counts as the one after the last). Never retried.
 pub fn run(pools: &Pools, plan: &TxPlan) -> Result<Vec<StatementResult>, ApiError> {
     check(&plan.statements)?;
-    with_session(pools, |s| {
-        s.client.batch_execute(&plan.begin())?;
+    with_sent_session(pools, |s| {
+        nonces::record_then(s, plan.nonce.as_ref(), &plan.begin())?;
         if let Some(who) = &plan.identity {
             if let Err(f) = who.assume(&mut s.client) {
                 rollback(s);
@@ -105,11 +108,4 @@ pub fn run(pools: &Pools, plan: &TxPlan) -> Result<Vec<StatementResult>, ApiErro
         Ok(out)
     })
     .map_err(Failure::into_api)
-}
-
-/// Ends a failed transaction so the session can be reset; a session that cannot is closed.
-fn rollback(s: &mut crate::store::postgres::PgSession) {
-    if s.client.is_closed() || s.client.batch_execute("ROLLBACK").is_err() {
-        s.poisoned = true;
-    }
 }

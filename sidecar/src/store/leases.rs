@@ -1,0 +1,208 @@
+//! Single flight across sidecars: the first sidecar to miss on a read takes a short lease in
+//! Redis (`SET NX PX`) and fills it; another sidecar that misses meanwhile waits to be woken
+//! by the fill instead of running the same query. The holder's release deletes the lease and
+//! publishes the lease's name on one channel in the same script; each sidecar keeps one
+//! subscriber connection and wakes its own waiters. No polling: a waiter sleeps on a channel
+//! until it is woken or its wait (half the request deadline) runs out.
+//!
+//! No wake-up is lost: a waiter registers before it tries the lease, and the holder publishes
+//! only after deleting it, so a lease seen taken has not yet published. A holder that dies
+//! mid-fill leaves its lease to expire (it lasts as long as a fill may): waiters then run the
+//! query themselves when their wait runs out. Redis down: no lease is taken and each sidecar
+//! runs its own query (its local single flight still holds).
+
+use crate::store::pools::Pools;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// KEYS[1] the lease; ARGV[1] the holder's token, ARGV[2] the channel.
+static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+        if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+        redis.call('PUBLISH', ARGV[2], KEYS[1])
+        return 1
+        ",
+    )
+});
+
+pub struct Leases {
+    /// False without a connection for wake-ups: misses are then not shared across sidecars
+    /// (a waiter would sleep until its wait ran out).
+    enabled: bool,
+    prefix: String,
+    channel: String,
+    /// Lease name -> the waiters of this sidecar.
+    waiting: Mutex<HashMap<String, watch::Sender<bool>>>,
+}
+
+/// What trying a lease gave.
+pub enum Lease {
+    /// This sidecar fills; release it when done.
+    Held { key: String, token: String },
+    /// Another sidecar fills: wait on it.
+    Taken(Waiter),
+    /// Redis unavailable: fill without a lease.
+    Unavailable,
+}
+
+pub struct Waiter {
+    key: String,
+    rx: watch::Receiver<bool>,
+    leases: Arc<Leases>,
+}
+
+impl Leases {
+    pub fn new(prefix: &str, enabled: bool) -> Arc<Leases> {
+        Arc::new(Leases {
+            enabled,
+            prefix: prefix.to_string(),
+            channel: format!("{prefix}filled"),
+            waiting: Mutex::default(),
+        })
+    }
+
+    fn waiting(&self) -> MutexGuard<'_, HashMap<String, watch::Sender<bool>>> {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Tries the lease of the read `identity` (`CachePlan::flight_identity`) for `ttl`.
+    pub async fn acquire(self: &Arc<Self>, pools: &Pools, identity: &str, ttl: Duration) -> Lease {
+        if !self.enabled {
+            return Lease::Unavailable;
+        }
+        let digest = hex::encode(Sha256::digest(identity.as_bytes()));
+        let key = format!("{}lease:{}", self.prefix, &digest[..32]);
+        // Registered first, so a release between our SET and our wait still wakes us.
+        let rx = self
+            .waiting()
+            .entry(key.clone())
+            .or_insert_with(|| watch::channel(false).0)
+            .subscribe();
+        let waiter = Waiter {
+            key: key.clone(),
+            rx,
+            leases: self.clone(),
+        };
+        let Ok(Some(mut conn)) = pools.redis_async().await else {
+            return Lease::Unavailable;
+        };
+        let token = hex::encode(rand::random::<[u8; 16]>());
+        let set = redis::cmd("SET")
+            .arg(&key)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl.as_millis().max(1) as u64)
+            .query_async::<Option<String>>(&mut conn)
+            .await;
+        match set {
+            Ok(Some(_)) => Lease::Held { key, token },
+            Ok(None) => Lease::Taken(waiter),
+            Err(e) => {
+                pools.drop_redis_async();
+                tracing::debug!(error = %e, "no fill lease: redis failed");
+                Lease::Unavailable
+            }
+        }
+    }
+
+    /// Ends a fill (done or failed): deletes the lease if still ours and wakes every waiter.
+    pub async fn release(&self, pools: &Pools, key: &str, token: &str) {
+        let Ok(Some(mut conn)) = pools.redis_async().await else {
+            return;
+        };
+        let done = RELEASE
+            .key(key)
+            .arg(token)
+            .arg(&self.channel)
+            .invoke_async::<i64>(&mut conn)
+            .await;
+        if let Err(e) = done {
+            pools.drop_redis_async();
+            tracing::debug!(error = %e, "fill lease not released: it expires");
+        }
+    }
+
+    fn wake(&self, key: &str) {
+        if let Some(tx) = self.waiting().remove(key) {
+            tx.send_replace(true);
+        }
+    }
+
+    /// The subscriber: one connection of its own, reconnecting after failures, until the
+    /// leases go.
+    pub fn spawn_listener(self: &Arc<Self>, client: redis::Client) {
+        if !self.enabled {
+            return;
+        }
+        let leases = Arc::downgrade(self);
+        let channel = self.channel.clone();
+        let spawned = std::thread::Builder::new()
+            .name("ferry-fill-wakes".into())
+            .spawn(move || listen(leases, &client, &channel));
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the fill wake-up listener");
+        }
+    }
+}
+
+fn listen(leases: Weak<Leases>, client: &redis::Client, channel: &str) {
+    while leases.strong_count() > 0 {
+        let subscribed = client
+            .get_connection_with_timeout(Duration::from_secs(1))
+            .and_then(|mut conn| {
+                // A read timeout lets the loop notice when the sidecar goes.
+                conn.set_read_timeout(Some(Duration::from_secs(1)))?;
+                let mut ps = conn.as_pubsub();
+                ps.subscribe(channel)?;
+                loop {
+                    match ps.get_message() {
+                        Ok(msg) => {
+                            let Some(l) = leases.upgrade() else {
+                                return Ok(());
+                            };
+                            if let Ok(key) = msg.get_payload::<String>() {
+                                l.wake(&key);
+                            }
+                        }
+                        Err(e) if e.is_timeout() => {
+                            if leases.strong_count() == 0 {
+                                return Ok(());
+                            }
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            });
+        if let Err(e) = subscribed {
+            tracing::debug!(error = %e, "fill wake-ups: redis failed; reconnecting");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+impl Waiter {
+    /// Waits for the holder's fill, at most `most`; true when woken.
+    pub async fn wait(mut self, most: Duration) -> bool {
+        tokio::time::timeout(most, self.rx.wait_for(|v| *v))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        // The last waiter (or a holder, who registered before it knew) leaves no registration.
+        let mut waiting = self.leases.waiting();
+        if waiting
+            .get(&self.key)
+            .is_some_and(|tx| tx.receiver_count() <= 1)
+        {
+            waiting.remove(&self.key);
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! Replay protection across sidecars (`auth.replay = "shared"`, the default). Every sidecar
+//! first checks its own memory (`http::replay`), which alone is enough for one sidecar. Behind
+//! a load balancer a captured request could be replayed to another one, so each nonce is also
+//! recorded where every sidecar looks:
+//!
+//! - in Redis, for every signed request: one `SET NX EX` that lives until the request's
+//!   timestamp leaves the clock window (about 90 bytes of Redis memory per request/s per second
+//!   of window). Redis down: the check is skipped and the request goes on with its sidecar's
+//!   own check (a replayed read changes nothing, and writes have the next line);
+//! - in Postgres, for every write (`/v1/execute`, `/v1/transaction`): a row in `auth.nonce_table`,
+//!   inserted in the same round trip as the write's first statement and committed before it
+//!   runs, so a write is never run twice, with Redis up or down and however many sidecars.
+//!   Rows are swept once their window has passed.
+
+use crate::http::error::ApiError;
+use crate::http::replay::Seen;
+use crate::store::db::{rollback, with_session, Failure};
+use crate::store::pools::Pools;
+use crate::store::postgres::PgSession;
+use postgres::error::SqlState;
+use std::sync::Weak;
+use std::time::Duration;
+
+/// Where nonces are shared, fixed at startup.
+#[derive(Debug, Clone)]
+pub struct SharedNonces {
+    /// None: `auth.replay = "local"` (one sidecar only).
+    shared: Option<Shared>,
+}
+
+#[derive(Debug, Clone)]
+struct Shared {
+    /// `cache.key_prefix`.
+    prefix: String,
+    /// `auth.nonce_table`, validated (`schema.table`, unquoted identifiers).
+    table: String,
+    /// Seconds a write's row is kept: twice the clock window, whatever the clocks say.
+    keep_s: u64,
+}
+
+/// A write's nonce, for its first round trip to Postgres.
+#[derive(Debug, Clone)]
+pub struct WriteNonce {
+    table: String,
+    hex: String,
+    keep_s: u64,
+}
+
+impl SharedNonces {
+    pub fn new(shared: bool, prefix: &str, table: &str, max_skew_s: u64) -> SharedNonces {
+        SharedNonces {
+            shared: shared.then(|| Shared {
+                prefix: prefix.to_string(),
+                table: table.to_string(),
+                keep_s: 2 * max_skew_s + 2,
+            }),
+        }
+    }
+
+    /// Records a request's nonce in Redis; refuses one another sidecar has seen.
+    pub async fn check(&self, pools: &Pools, seen: Seen) -> Result<(), ApiError> {
+        let Some(s) = &self.shared else {
+            return Ok(());
+        };
+        let key = format!("{}n:{}", s.prefix, seen.hex());
+        let set = || {
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(&key)
+                .arg(1)
+                .arg("NX")
+                .arg("EX")
+                .arg(seen.window_left_s);
+            cmd
+        };
+        let reply = match pools.redis_async().await {
+            Ok(Some(mut conn)) => {
+                let r = set().query_async::<Option<String>>(&mut conn).await;
+                if r.is_err() {
+                    pools.drop_redis_async();
+                }
+                r
+            }
+            // No multiplexed connection while the breaker is open: Redis is down.
+            Ok(None) | Err(_) => return Ok(()),
+        };
+        match reply {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(ApiError::Replayed),
+            Err(e) => {
+                tracing::debug!(error = %e, "shared replay check skipped: redis failed");
+                Ok(())
+            }
+        }
+    }
+
+    /// The row a write records before it runs (None with `auth.replay = "local"`).
+    pub fn for_write(&self, seen: Seen) -> Option<WriteNonce> {
+        self.shared.as_ref().map(|s| WriteNonce {
+            table: s.table.clone(),
+            hex: seen.hex(),
+            keep_s: s.keep_s,
+        })
+    }
+
+    /// Creates the table if missing, then deletes expired rows every 10 s, until the pools
+    /// go (each sidecar sweeps; a row deleted twice is no harm).
+    pub fn spawn_sweeper(&self, pools: Weak<Pools>) {
+        let Some(s) = self.shared.clone() else {
+            return;
+        };
+        let spawned = std::thread::Builder::new()
+            .name("ferry-nonce-sweep".into())
+            .spawn(move || loop {
+                let Some(pools) = pools.upgrade() else {
+                    return;
+                };
+                let swept = with_session(&pools, |session| {
+                    ensure_table(session, &s.table)?;
+                    session
+                        .client
+                        .batch_execute(&format!(
+                            "BEGIN READ WRITE; DELETE FROM {} WHERE expires_at < now(); COMMIT",
+                            s.table
+                        ))
+                        .map_err(|e| {
+                            rollback(session);
+                            Failure::from(e)
+                        })
+                });
+                if let Err(e) = swept {
+                    tracing::debug!(error = %e.into_api(), "nonce sweep skipped");
+                }
+                drop(pools);
+                std::thread::sleep(Duration::from_secs(10));
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the nonce sweeper thread");
+        }
+    }
+}
+
+impl WriteNonce {
+    fn insert(&self) -> String {
+        // Only our own hex and a validated table name are spliced in (decode: no backslash,
+        // whatever standard_conforming_strings says).
+        format!(
+            "BEGIN READ WRITE; INSERT INTO {} (nonce, expires_at) \
+             VALUES (decode('{}', 'hex'), now() + make_interval(secs => {})); COMMIT",
+            self.table, self.hex, self.keep_s
+        )
+    }
+}
+
+/// Sends `then` on `s`, preceded, in the same round trip, by the write's nonce row (committed
+/// first, so a replay is refused even if the write then fails). A nonce already there: Replayed.
+pub(super) fn record_then(
+    s: &mut PgSession,
+    nonce: Option<&WriteNonce>,
+    then: &str,
+) -> Result<(), Failure> {
+    let Some(n) = nonce else {
+        return s.client.batch_execute(then).map_err(|e| {
+            if connection_lost(&e) {
+                s.poisoned = true;
+                Failure::Unsent(e)
+            } else {
+                Failure::from(e)
+            }
+        });
+    };
+    let batch = format!("{}; {then}", n.insert());
+    let mut created = false;
+    loop {
+        let Err(e) = s.client.batch_execute(&batch) else {
+            return Ok(());
+        };
+        if connection_lost(&e) {
+            // Nothing of the caller's ran: the caller may take another connection.
+            s.poisoned = true;
+            return Err(Failure::Unsent(e));
+        }
+        rollback(s);
+        match e.code() {
+            Some(c) if *c == SqlState::UNIQUE_VIOLATION => {
+                return Err(Failure::Api(ApiError::Replayed))
+            }
+            Some(c) if *c == SqlState::UNDEFINED_TABLE && !created => {
+                // The sweeper has not created it yet (the first write after startup).
+                ensure_table(s, &n.table)?;
+                created = true;
+            }
+            _ => return Err(Failure::from(e)),
+        }
+    }
+}
+
+/// The session is gone (closed, or Postgres terminated it: a restart leaves pooled sessions
+/// that learn it on their next statement), as opposed to a statement that failed.
+fn connection_lost(e: &postgres::Error) -> bool {
+    e.is_closed()
+        || e.code()
+            .is_some_and(|c| c.code().starts_with("57P") || c.code().starts_with("08"))
+}
+
+/// Creates the nonce table if it is missing. The login role needs CREATE on its schema, or
+/// the table made beforehand with INSERT, SELECT and DELETE granted (scripts/demo.sql does).
+fn ensure_table(s: &mut PgSession, table: &str) -> Result<(), Failure> {
+    let exists = s
+        .client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+        .map_err(Failure::from)?
+        .get::<_, bool>(0);
+    if exists {
+        return Ok(());
+    }
+    let create = format!(
+        "BEGIN READ WRITE; CREATE TABLE IF NOT EXISTS {table} \
+         (nonce bytea PRIMARY KEY, expires_at timestamptz NOT NULL); COMMIT"
+    );
+    if let Err(e) = s.client.batch_execute(&create) {
+        rollback(s);
+        // Another sidecar may have created it meanwhile (CREATE ... IF NOT EXISTS races).
+        let now_exists = s
+            .client
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+            .map(|r| r.get::<_, bool>(0))
+            .unwrap_or(false);
+        if !now_exists {
+            tracing::error!(error = %e, table,
+                "auth.nonce_table is missing and cannot be created; create it, or grant CREATE");
+            return Err(Failure::from(e));
+        }
+    }
+    Ok(())
+}

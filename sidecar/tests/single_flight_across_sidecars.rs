@@ -1,0 +1,137 @@
+//! A miss hit by many readers at once, spread over two sidecar binaries on one Redis and one
+//! Postgres, runs on Postgres once: the first sidecar to miss takes a short lease in Redis, the
+//! other waits to be woken by its fill (a message, not a polling loop) and answers from the
+//! cache. A leaseholder killed mid-fill costs the others a wait of at most the lease, never an
+//! error. Postgres's own count of executions judges.
+use ferry_testkit::{Client, PgServer, RedisServer, SidecarProcess};
+use serde_json::{json, Value};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
+
+fn sidecars(redis: &RedisServer, pg: &PgServer, env: &[(&str, &str)]) -> Vec<SidecarProcess> {
+    let mut env = env.to_vec();
+    // Waiters hold no in-flight slot, but each request's lookup briefly does.
+    env.push(("FERRY_SERVER_MAX_IN_FLIGHT", "1024"));
+    (0..2)
+        .map(|_| SidecarProcess::start(BIN, &redis.url(), &pg.url(), &env, Stdio::null()))
+        .collect()
+}
+
+/// `ferry_fill_waits_total{outcome}` of one sidecar, from its own /metrics.
+fn fill_waits(s: &SidecarProcess, outcome: &str) -> u64 {
+    let text = s.client.block_on(async {
+        reqwest::get(format!("http://127.0.0.1:{}/metrics", s.admin_port))
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text")
+    });
+    let line = format!("ferry_fill_waits_total{{outcome=\"{outcome}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&line))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {line} in /metrics"))
+}
+
+fn spread(clients: &[&Client], n: usize, req: &Value) -> Vec<ferry_testkit::client::Answer> {
+    clients[0].block_on(async {
+        let all = (0..n).map(|i| clients[i % clients.len()].query_async(req.clone()));
+        futures::future::join_all(all).await
+    })
+}
+
+#[test]
+fn five_hundred_identical_misses_over_two_sidecars_run_one_query() {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    pg.setup_demo_schema();
+    let s = sidecars(&redis, &pg, &[]);
+    let clients = [&s[0].client, &s[1].client];
+    // Slow enough that every request arrives while the first one's query runs.
+    let req = json!({
+        "sql": "SELECT ferry_test_touch() AS n, pg_sleep(1)::text AS slept",
+        "cache": {"ttl_s": 60}
+    });
+    let answers = spread(&clients, 500, &req);
+    let failed: Vec<_> = answers.iter().filter(|a| a.status != 200).collect();
+    assert!(
+        failed.is_empty(),
+        "{} failed, e.g. {:?}",
+        failed.len(),
+        failed.first()
+    );
+    assert_eq!(
+        pg.reads(),
+        1,
+        "exactly one query ran on Postgres, across both sidecars"
+    );
+    assert!(answers.iter().all(|a| a.body["rows"][0]["n"] == 1));
+    // Both sidecars answered from it, and now from the cache.
+    for c in clients {
+        assert_eq!(c.query(req.clone()).body["cache"], "hit");
+    }
+    assert_eq!(pg.reads(), 1);
+    // The sidecar without the lease was woken by the fill, not by its wait running out.
+    let woken: u64 = s.iter().map(|s| fill_waits(s, "woken")).sum();
+    let timed_out: u64 = s.iter().map(|s| fill_waits(s, "timed_out")).sum();
+    assert!(
+        woken >= 1 && timed_out == 0,
+        "woken {woken}, timed out {timed_out}"
+    );
+    println!(
+        "FIGURES 500 misses over 2 sidecars: {} postgres executions, {woken} fill waits woken",
+        pg.reads()
+    );
+}
+
+#[test]
+fn a_leaseholder_killed_mid_fill_delays_the_other_sidecar_but_fails_nothing() {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    pg.setup_demo_schema();
+    // A 4 s request deadline: the lease lasts as long as a fill may.
+    let mut s = sidecars(&redis, &pg, &[("FERRY_SERVER_REQUEST_TIMEOUT_MS", "4000")]);
+    let req = json!({
+        "sql": "SELECT ferry_test_touch() AS n, pg_sleep(1.5)::text AS slept",
+        "cache": {"ttl_s": 60}
+    });
+    let a = s[0].client.clone();
+    let holder = std::thread::spawn(move || {
+        a.query(json!({
+            "sql": "SELECT ferry_test_touch() AS n, pg_sleep(1.5)::text AS slept",
+            "cache": {"ttl_s": 60}
+        }))
+    });
+    // The first sidecar holds the lease and runs the query.
+    let started = Instant::now();
+    ferry_testkit::wait_until("the first query to start", Duration::from_secs(5), || {
+        pg.reads() == 1
+    });
+    let b = s[1].client.clone();
+    let waiters = std::thread::spawn(move || spread(&[&b], 20, &req));
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &s[0].pid().to_string()])
+        .status();
+    let _ = s[0].child.wait();
+    let _ = holder.join();
+    let answers = waiters.join().expect("waiters");
+    let failed: Vec<_> = answers.iter().filter(|a| a.status != 200).collect();
+    assert!(
+        failed.is_empty(),
+        "{} failed, e.g. {:?}",
+        failed.len(),
+        failed.first()
+    );
+    // The second sidecar ran the query itself once the lease lapsed (or the holder's fill
+    // landed first): at most one more execution, never one per waiter.
+    assert!(pg.reads() <= 2, "{} executions", pg.reads());
+    println!(
+        "FIGURES leaseholder killed: 20/20 answered in {:?}, {} executions",
+        started.elapsed(),
+        pg.reads()
+    );
+}
