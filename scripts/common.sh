@@ -28,6 +28,20 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# nginx, the dev command's load balancer in front of the sidecars. Debian's package starts a
+# server on port 80 when installed; policy-rc.d (the Debian way) keeps it from doing so.
+ensure_balancer() {
+  command -v nginx >/dev/null && return 0
+  local policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null && $SUDO chmod +x "$policy"
+  fi
+  apt_install nginx-light
+  [ -n "$policy" ] && $SUDO rm -f "$policy"
+  return 0
+}
+
 # The Postgres server binaries (Debian keeps them out of PATH).
 pg_bindir() {
   local d

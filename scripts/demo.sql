@@ -29,6 +29,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON items TO ferry_app;
 -- "shared"). The sidecar creates this table itself when its role may; ferry_app may not.
 CREATE TABLE ferry_nonces (nonce bytea PRIMARY KEY, expires_at timestamptz NOT NULL);
 GRANT SELECT, INSERT, DELETE ON ferry_nonces TO ferry_app;
+-- Invalidations deferred while Redis was unreachable, applied by any sidecar (cache.deferred_table).
+CREATE TABLE ferry_deferred (id bigserial PRIMARY KEY, kind text NOT NULL, name text NOT NULL,
+                             deferred_at timestamptz NOT NULL DEFAULT now());
+GRANT SELECT, INSERT, DELETE ON ferry_deferred TO ferry_app;
+GRANT USAGE ON SEQUENCE ferry_deferred_id_seq TO ferry_app;
 
 -- Change-stream invalidation (deploy/ferry.toml [changes]): the stream reads a logical
 -- replication slot as its own role, ferry_changes, with REPLICATION and SELECT on the watched

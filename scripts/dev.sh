@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The dev command: runs all of Ferry locally: private Redis and Postgres (demo data loaded), the
-# sidecar, and the edge Worker in the real Workers runtime (`wrangler dev`, workerd). Prints what
-# to curl; Ctrl-C stops everything it started.
+# sidecars (two, behind nginx), and the edge Worker in the real Workers runtime (`wrangler dev`,
+# workerd). Prints what to curl; Ctrl-C stops everything it started.
 # State (data dirs, logs, the dev secret) lives in .run/ (git-ignored); a second run reuses it.
 #
 # Ports (override by env): FERRY_DEV_REDIS_PORT=6390 FERRY_DEV_PG_PORT=5440
-# FERRY_DEV_SIDECAR_PORT=8787 FERRY_DEV_EDGE_PORT=8788 FERRY_DEV_JS_PORT=8789 (the plain JS
+# FERRY_DEV_SIDECAR_PORT=8787 (nginx, in front of the sidecars on 8790, 8791, ...: set
+# FERRY_DEV_SIDECARS=1 for one) FERRY_DEV_EDGE_PORT=8788 FERRY_DEV_JS_PORT=8789 (the plain JS
 # Worker of examples/js-worker); FERRY_DEV_PROFILE=release builds an
 # optimized sidecar (for measuring; the default debug build compiles faster).
 set -euo pipefail
@@ -15,6 +16,9 @@ cd "$FERRY_ROOT"
 REDIS_PORT=${FERRY_DEV_REDIS_PORT:-6390}
 PG_PORT=${FERRY_DEV_PG_PORT:-5440}
 SIDECAR_PORT=${FERRY_DEV_SIDECAR_PORT:-8787}
+SIDECARS=${FERRY_DEV_SIDECARS:-2}
+FIRST_SIDECAR_PORT=${FERRY_DEV_FIRST_SIDECAR_PORT:-8790}
+case "$SIDECARS" in [1-9]) ;; *) die "FERRY_DEV_SIDECARS must be 1 to 9" ;; esac
 EDGE_PORT=${FERRY_DEV_EDGE_PORT:-8788}
 JS_PORT=${FERRY_DEV_JS_PORT:-8789}
 PROFILE=${FERRY_DEV_PROFILE:-debug}
@@ -52,6 +56,7 @@ command -v curl >/dev/null || apt_install curl
 ensure_wasm_toolchain
 ensure_edge_tools
 ensure_clients
+ensure_balancer
 cargo build -q -p ferry-sidecar "${PROFILE_FLAG[@]}"
 bash scripts/build-edge.sh
 [ -f "$RUN/secret" ] || openssl rand -hex 32 > "$RUN/secret"
@@ -95,27 +100,49 @@ as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg" -l "$RUN/postgres.log" -w \
   -o "-p $PG_PORT -k $RUN -c listen_addresses=127.0.0.1 -c wal_level=logical" start >/dev/null
 PGOPTIONS="-c client_min_messages=warning" psql -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -f scripts/demo.sql
 
-step "4/6 sidecar on 127.0.0.1:$SIDECAR_PORT (config: deploy/ferry.toml, with its named queries)"
+step "4/6 $SIDECARS sidecars on 127.0.0.1:$FIRST_SIDECAR_PORT.. behind nginx on 127.0.0.1:$SIDECAR_PORT (config: deploy/ferry.toml)"
 # As the least-privilege role ferry_app (scripts/demo.sql); the change stream as ferry_changes
-# (REPLICATION, SELECT on items), so writes from psql reach the cache too. Raw SQL is on here, and only here,
-# so the examples printed below can send their own SELECTs; deploy/ferry.toml keeps it off.
+# (REPLICATION, SELECT on items), so writes from psql reach the cache too (one sidecar leads the
+# stream, the others take over if it goes). Raw SQL is on here, and only here, so the examples
+# printed below can send their own SELECTs; deploy/ferry.toml keeps it off. Every sidecar shares
+# Redis and Postgres: replays, invalidations, single flights and rate limits hold across them.
 port_free "$SIDECAR_PORT" || die "port $SIDECAR_PORT is taken (set FERRY_DEV_SIDECAR_PORT)"
-FERRY_CONFIG=$FERRY_ROOT/deploy/ferry.toml \
-FERRY_LISTEN=127.0.0.1:$SIDECAR_PORT \
-FERRY_REDIS_URL=redis://127.0.0.1:$REDIS_PORT \
-FERRY_DATABASE_URL=postgres://ferry_app@127.0.0.1:$PG_PORT/postgres \
-FERRY_AUTH_ALLOW_RAW_SQL=true \
-FERRY_CHANGES_ENABLED=true \
-FERRY_UPSTASH_ENABLED=true \
-FERRY_UPSTASH_TOKEN=$(cat "$RUN/upstash-token") \
-FERRY_NEON_ENABLED=true \
-FERRY_NEON_TOKEN=$(cat "$RUN/neon-token") \
-FERRY_CHANGES_URL=postgres://ferry_changes@127.0.0.1:$PG_PORT/postgres \
-FERRY_SECRET=$SECRET \
-FERRY_LOG=${FERRY_LOG:-info} \
-  "$CARGO_TARGET_DIR/$PROFILE/ferry-sidecar" > "$RUN/sidecar.log" 2>&1 &
+UPSTREAMS=""
+for i in $(seq 0 $((SIDECARS - 1))); do
+  port=$((FIRST_SIDECAR_PORT + i))
+  port_free "$port" || die "port $port is taken (set FERRY_DEV_FIRST_SIDECAR_PORT)"
+  port_free "$((9187 + i))" || die "admin port $((9187 + i)) is taken"
+  FERRY_CONFIG=$FERRY_ROOT/deploy/ferry.toml \
+  FERRY_LISTEN=127.0.0.1:$port \
+  FERRY_SERVER_ADMIN_LISTEN=127.0.0.1:$((9187 + i)) \
+  FERRY_REDIS_URL=redis://127.0.0.1:$REDIS_PORT \
+  FERRY_DATABASE_URL=postgres://ferry_app@127.0.0.1:$PG_PORT/postgres \
+  FERRY_AUTH_ALLOW_RAW_SQL=true \
+  FERRY_CHANGES_ENABLED=true \
+  FERRY_UPSTASH_ENABLED=true \
+  FERRY_UPSTASH_TOKEN=$(cat "$RUN/upstash-token") \
+  FERRY_NEON_ENABLED=true \
+  FERRY_NEON_TOKEN=$(cat "$RUN/neon-token") \
+  FERRY_CHANGES_URL=postgres://ferry_changes@127.0.0.1:$PG_PORT/postgres \
+  FERRY_SECRET=$SECRET \
+  FERRY_LOG=${FERRY_LOG:-info} \
+    "$CARGO_TARGET_DIR/$PROFILE/ferry-sidecar" > "$RUN/sidecar-$i.log" 2>&1 &
+  PIDS+=($!)
+  echo $! > "$RUN/sidecar-$i.pid"
+  wait_for "sidecar $i" curl -sf "http://127.0.0.1:$port/readyz"
+  UPSTREAMS="$UPSTREAMS    server 127.0.0.1:$port max_fails=1 fail_timeout=2s;
+"
+done
+# The balancer (deploy/nginx/ferry-balancer.conf: round robin; a sidecar that refuses
+# connections is skipped; a request in flight when one dies is answered 502, never resent).
+mkdir -p "$RUN/nginx"
+UPSTREAMS=$UPSTREAMS awk -v dir="$RUN/nginx" -v listen="127.0.0.1:$SIDECAR_PORT" '
+  /@UPSTREAMS@/ { printf "%s", ENVIRON["UPSTREAMS"]; next }
+  { gsub(/@DIR@/, dir); gsub(/@LISTEN@/, listen); print }' deploy/nginx/ferry-balancer.conf \
+  > "$RUN/nginx/nginx.conf"
+nginx -p "$RUN/nginx" -c "$RUN/nginx/nginx.conf" -e "$RUN/nginx/error.log" &
 PIDS+=($!)
-wait_for "sidecar" curl -sf "http://127.0.0.1:$SIDECAR_PORT/readyz"
+wait_for "nginx" curl -sf "http://127.0.0.1:$SIDECAR_PORT/readyz"
 
 step "5/6 edge Worker in workerd (wrangler dev) on 127.0.0.1:$EDGE_PORT"
 port_free "$EDGE_PORT" || die "port $EDGE_PORT is taken (set FERRY_DEV_EDGE_PORT)"
@@ -182,6 +209,13 @@ The sidecar directly (signed requests):
   scripts/ferry-curl.sh POST /v1/execute '{"sql":"BEGIN"}'      # 400: sessions are never left open
   scripts/ferry-curl.sh POST /v1/query '{"sql":"DELETE FROM items"}' # 400: reads cannot write
   curl -s http://127.0.0.1:$SIDECAR_PORT/readyz    # from a background snapshot, never the pools
+
+$SIDECARS sidecars behind nginx (127.0.0.1:$SIDECAR_PORT; each answer names its sidecar in x-ferry-upstream):
+
+  for i in 1 2 3 4; do curl -s -o /dev/null -D - http://127.0.0.1:$SIDECAR_PORT/readyz | grep -i x-ferry-upstream; done
+  for i in 1 2 3 4; do curl -s http://127.0.0.1:$EDGE_PORT/items/5 | grep -o '"cache":"[a-z]*"'; done
+                                                         # one miss, then hits, whichever sidecar answers
+  kill \$(cat .run/sidecar-0.pid); curl -s http://127.0.0.1:$EDGE_PORT/items/6   # one sidecar gone: still served
 
 Existing @upstash/redis (or upstash-redis) code, unchanged, pointed at the sidecar:
 

@@ -10,11 +10,12 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$FERRY_ROOT"
 
-step "1/9 packages and tools (redis-server, postgresql, wasm toolchain, worker-build, wrangler, protocol clients)"
+step "1/9 packages and tools (redis-server, postgresql, nginx, wasm toolchain, worker-build, wrangler, protocol clients)"
 ensure_services
 ensure_wasm_toolchain
 ensure_edge_tools
 ensure_clients
+ensure_balancer
 echo "redis $(redis-server --version | awk '{print $3}'); $("$(pg_bindir)/postgres" --version); wasm via $WASM_MODE"
 
 step "2/9 cargo fmt --check"

@@ -77,6 +77,24 @@ pub fn interpret<T: DeserializeOwned>(
     })
 }
 
+/// What one exchange with the sidecar gave: (status, Retry-After, body), or why there was none.
+pub type Exchange = Result<(u16, Option<String>, Vec<u8>), EdgeError>;
+
+/// Whether a read may be sent once more, freshly signed (a new nonce: the same one would be a
+/// replay to every sidecar), after `outcome`: the sidecar could not be reached, or a balancer in
+/// front of several answered for one (a 502, 503 or 504 without a Ferry error body: the sidecar
+/// behind it died or refused the connection). Never after a timeout (the deadline is spent),
+/// never after a sidecar's own answer, and never for writes, which the caller must not run twice.
+pub fn read_again(outcome: &Exchange) -> bool {
+    match outcome {
+        Err(EdgeError::Unreachable) => true,
+        Ok((status, _, body)) => {
+            matches!(status, 502..=504) && serde_json::from_slice::<ErrorBody>(body).is_err()
+        }
+        Err(_) => false,
+    }
+}
+
 #[cfg(target_arch = "wasm32")]
 pub use wasm::SidecarClient;
 
@@ -123,7 +141,7 @@ mod wasm {
 
         /// Sends one call and returns (status, Retry-After, body), bounded by the timeout
         /// (the request is aborted when it fires).
-        async fn send(&self, call: Call) -> Result<(u16, Option<String>, Vec<u8>), EdgeError> {
+        async fn send(&self, call: Call) -> Exchange {
             let headers = Headers::new();
             for (k, v) in &call.headers {
                 headers.set(k, v).map_err(|_| EdgeError::Unreachable)?;
@@ -179,20 +197,40 @@ mod wasm {
             interpret(status, retry_after, &bytes)
         }
 
+        /// A read: sent once more, freshly signed, when the first attempt never reached a
+        /// sidecar or a balancer answered for a dead one ([`read_again`]).
+        async fn read<B: Serialize, T: DeserializeOwned>(
+            &self,
+            path: &str,
+            body: &B,
+        ) -> Result<T, EdgeError> {
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                let now_s = Date::now().as_millis() / 1000;
+                let call = build_call(&self.cfg, "POST", path, Some(body), now_s, &nonce()?)?;
+                let outcome = self.send(call).await;
+                if attempt == 1 && read_again(&outcome) {
+                    continue;
+                }
+                let (status, retry_after, bytes) = outcome?;
+                return interpret(status, retry_after, &bytes);
+            }
+        }
+
         /// `POST /v1/query`: one read.
         pub async fn query(&self, q: &QueryRequest) -> Result<QueryResponse, EdgeError> {
-            self.call("POST", paths::QUERY, Some(q)).await
+            self.read(paths::QUERY, q).await
         }
 
         /// Many reads in one call, each answered on its own.
         pub async fn batch(&self, reads: Vec<QueryRequest>) -> Result<BatchResponse, EdgeError> {
-            self.call("POST", paths::BATCH, Some(&BatchRequest { reads }))
-                .await
+            self.read(paths::BATCH, &BatchRequest { reads }).await
         }
 
         /// `POST /v1/batch/keyed`: rows of a keyspace by id.
         pub async fn keyed(&self, k: &KeyedRequest) -> Result<KeyedResponse, EdgeError> {
-            self.call("POST", paths::BATCH_KEYED, Some(k)).await
+            self.read(paths::BATCH_KEYED, k).await
         }
 
         /// `POST /v1/execute`: one write, then its invalidations.
@@ -339,5 +377,21 @@ mod tests {
 
         let proxy: Result<QueryResponse, _> = interpret(502, None, b"Bad Gateway");
         assert_eq!(proxy, Err(EdgeError::BadResponse { status: 502 }));
+    }
+
+    #[test]
+    fn reads_go_again_only_when_no_sidecar_answered() {
+        let answer = |status: u16, body: &[u8]| -> Exchange { Ok((status, None, body.to_vec())) };
+        // Nobody reached, or a balancer speaking for a dead sidecar: once more.
+        assert!(read_again(&Err(EdgeError::Unreachable)));
+        assert!(read_again(&answer(502, b"<html>502 Bad Gateway</html>")));
+        assert!(read_again(&answer(503, b"")));
+        assert!(read_again(&answer(504, b"Gateway Time-out")));
+        // A sidecar's own answer, even a failure, stands; so does a spent deadline.
+        let ferry = br#"{"error": {"code": "overloaded", "message": "retry"}}"#;
+        assert!(!read_again(&answer(503, ferry)));
+        assert!(!read_again(&answer(200, b"{}")));
+        assert!(!read_again(&answer(500, b"oops")));
+        assert!(!read_again(&Err(EdgeError::Timeout { after_ms: 100 })));
     }
 }

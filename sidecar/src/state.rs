@@ -50,6 +50,9 @@ impl AppState {
         if config.changes.enabled {
             cache = cache.watch_changes(config.changes.max_lag_ms);
         }
+        if let Some(table) = crate::config::table_name(&config.cache.deferred_table) {
+            cache = cache.keep_deferred_in(table);
+        }
         let cache = Arc::new(cache);
         let changes = crate::changes::start(&config, &cache, &pools);
         // During a rotation both the new and the previous secret are accepted.
@@ -142,13 +145,21 @@ fn spawn_reaper(transactions: Weak<crate::store::interactive::OpenTransactions>)
 fn spawn_invalidation_retry(cache: Weak<Cache>, pools: Weak<Pools>, every: Duration) {
     let spawned = std::thread::Builder::new()
         .name("ferry-invalidation-retry".into())
-        .spawn(move || loop {
-            std::thread::sleep(every);
-            let (Some(cache), Some(pools)) = (cache.upgrade(), pools.upgrade()) else {
-                return;
-            };
-            if cache.pending_count() > 0 {
-                cache.flush_pending(&pools);
+        .spawn(move || {
+            // The shared table about once a second (one cheap query while it is empty).
+            let mut table_due = std::time::Instant::now();
+            loop {
+                std::thread::sleep(every);
+                let (Some(cache), Some(pools)) = (cache.upgrade(), pools.upgrade()) else {
+                    return;
+                };
+                if cache.pending_count() > 0 {
+                    cache.flush_pending(&pools);
+                }
+                if table_due.elapsed() >= Duration::from_secs(1) && pools.redis_available() {
+                    table_due = std::time::Instant::now();
+                    cache.flush_deferred_table(&pools);
+                }
             }
         });
     if let Err(e) = spawned {

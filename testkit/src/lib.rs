@@ -2,6 +2,7 @@
 //! sidecar app on port 0, and a signing HTTP client. Never mocks, never the machine's shared
 //! services. A missing binary fails the test loudly, saying what to install.
 
+pub mod balancer;
 pub mod certs;
 pub mod client;
 pub mod clients;
@@ -12,6 +13,7 @@ pub mod redis;
 pub mod sidecar;
 pub mod wrangler;
 
+pub use self::balancer::Balancer;
 pub use self::client::Client;
 pub use self::postgres::PgServer;
 pub use self::process::SidecarProcess;

@@ -212,6 +212,10 @@ pub struct CacheConfig {
     pub max_key_bytes: usize,
     /// How often pending invalidations are retried while Redis is down, in milliseconds.
     pub invalidation_retry_ms: u64,
+    /// The Postgres table deferred invalidations are also kept in, so they outlive the sidecar
+    /// that deferred them and any sidecar applies them (`schema.table`; created if missing,
+    /// when the login role may). Empty: memory only (lost if that sidecar dies meanwhile).
+    pub deferred_table: String,
     /// Results whose cache entry would be larger than this, in bytes, are answered but not
     /// cached (marked bypass).
     pub max_entry_bytes: usize,
@@ -344,6 +348,7 @@ impl Default for CacheConfig {
             max_ttl_s: 30 * 24 * 3600,
             max_key_bytes: 512,
             invalidation_retry_ms: 500,
+            deferred_table: "ferry_deferred".into(),
             max_entry_bytes: 1024 * 1024,
             max_batch: 1000,
         }

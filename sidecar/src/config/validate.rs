@@ -49,6 +49,14 @@ impl Config {
         if !self.auth.previous_secret.is_empty() && self.auth.previous_secret.len() < 16 {
             return invalid("auth.previous_secret", "must be empty or at least 16 bytes");
         }
+        if !self.cache.deferred_table.is_empty()
+            && super::changes::table_name(&self.cache.deferred_table).is_none()
+        {
+            return invalid(
+                "cache.deferred_table",
+                "must be empty or a table name, optionally schema-qualified (unquoted identifiers)",
+            );
+        }
         if super::changes::table_name(&self.auth.nonce_table).is_none() {
             return invalid(
                 "auth.nonce_table",

@@ -13,6 +13,7 @@ pub mod cache;
 pub mod commands;
 pub mod db;
 pub mod db_async;
+pub mod ferry_tables;
 pub mod identity;
 pub mod interactive;
 pub mod leases;

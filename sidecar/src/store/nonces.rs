@@ -15,11 +15,15 @@
 use crate::http::error::ApiError;
 use crate::http::replay::Seen;
 use crate::store::db::{rollback, with_session, Failure};
+use crate::store::ferry_tables;
 use crate::store::pools::Pools;
 use crate::store::postgres::PgSession;
 use postgres::error::SqlState;
 use std::sync::Weak;
 use std::time::Duration;
+
+/// The nonce table's columns (created if missing: `store::ferry_tables`).
+const COLUMNS: &str = "(nonce bytea PRIMARY KEY, expires_at timestamptz NOT NULL)";
 
 /// Where nonces are shared, fixed at startup.
 #[derive(Debug, Clone)]
@@ -115,7 +119,7 @@ impl SharedNonces {
                     return;
                 };
                 let swept = with_session(&pools, |session| {
-                    ensure_table(session, &s.table)?;
+                    ferry_tables::ensure(session, &s.table, COLUMNS)?;
                     session
                         .client
                         .batch_execute(&format!(
@@ -186,7 +190,7 @@ pub(super) fn record_then(
             }
             Some(c) if *c == SqlState::UNDEFINED_TABLE && !created => {
                 // The sweeper has not created it yet (the first write after startup).
-                ensure_table(s, &n.table)?;
+                ferry_tables::ensure(s, &n.table, COLUMNS)?;
                 created = true;
             }
             _ => return Err(Failure::from(e)),
@@ -196,40 +200,8 @@ pub(super) fn record_then(
 
 /// The session is gone (closed, or Postgres terminated it: a restart leaves pooled sessions
 /// that learn it on their next statement), as opposed to a statement that failed.
-fn connection_lost(e: &postgres::Error) -> bool {
+pub(super) fn connection_lost(e: &postgres::Error) -> bool {
     e.is_closed()
         || e.code()
             .is_some_and(|c| c.code().starts_with("57P") || c.code().starts_with("08"))
-}
-
-/// Creates the nonce table if it is missing. The login role needs CREATE on its schema, or
-/// the table made beforehand with INSERT, SELECT and DELETE granted (scripts/demo.sql does).
-fn ensure_table(s: &mut PgSession, table: &str) -> Result<(), Failure> {
-    let exists = s
-        .client
-        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
-        .map_err(Failure::from)?
-        .get::<_, bool>(0);
-    if exists {
-        return Ok(());
-    }
-    let create = format!(
-        "BEGIN READ WRITE; CREATE TABLE IF NOT EXISTS {table} \
-         (nonce bytea PRIMARY KEY, expires_at timestamptz NOT NULL); COMMIT"
-    );
-    if let Err(e) = s.client.batch_execute(&create) {
-        rollback(s);
-        // Another sidecar may have created it meanwhile (CREATE ... IF NOT EXISTS races).
-        let now_exists = s
-            .client
-            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
-            .map(|r| r.get::<_, bool>(0))
-            .unwrap_or(false);
-        if !now_exists {
-            tracing::error!(error = %e, table,
-                "auth.nonce_table is missing and cannot be created; create it, or grant CREATE");
-            return Err(Failure::from(e));
-        }
-    }
-    Ok(())
 }

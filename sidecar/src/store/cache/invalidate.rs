@@ -28,13 +28,14 @@ impl Cache {
                 tracing::warn!(error = %e, keys = keys.len(), tags = tags.len(), "invalidation deferred: redis unavailable");
                 pools.mark_redis_failed();
                 self.pending().add(keys, tags);
+                self.persist_deferred(pools, keys, tags);
                 InvalidationStatus::Deferred
             }
         }
     }
 
     /// Replaces the versions of the chunk's keys and tags (and the epoch) in one MULTI.
-    fn try_invalidate(&self, pools: &Pools, chunk: &Chunk) -> Result<(), String> {
+    pub(super) fn try_invalidate(&self, pools: &Pools, chunk: &Chunk) -> Result<(), String> {
         let mut conn = pools.redis_conn().map_err(|e| e.to_string())?;
         let mut pipe = redis::pipe();
         pipe.atomic();

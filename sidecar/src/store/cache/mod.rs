@@ -29,6 +29,7 @@
 //! sidecar serves no read from Redis, so no read after an acknowledged write can see the old
 //! value through this sidecar.
 
+mod durable;
 mod entry;
 mod freshness;
 mod invalidate;
@@ -122,6 +123,8 @@ pub struct Cache {
     pending: Mutex<Pending>,
     /// The change stream's gate (off unless `[changes]` is on).
     freshness: Freshness,
+    /// Where deferred invalidations are also kept (`cache.deferred_table`; `durable`).
+    deferred_table: Option<String>,
 }
 
 pub fn now_ms() -> u64 {
@@ -149,6 +152,7 @@ impl Cache {
             max_entry_bytes,
             pending: Mutex::new(Pending::new(max_pending)),
             freshness: Freshness::default(),
+            deferred_table: None,
         }
     }
 

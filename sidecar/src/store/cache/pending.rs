@@ -64,6 +64,11 @@ impl Pending {
         self.keys.is_empty() && self.tags.is_empty() && self.everything.is_none()
     }
 
+    /// Past the bound: the whole cache is to be invalidated.
+    pub fn is_everything(&self) -> bool {
+        self.everything.is_some()
+    }
+
     /// Keys and tags waiting (the whole cache counts as one).
     pub fn len(&self) -> usize {
         self.keys.len() + self.tags.len() + usize::from(self.everything.is_some())

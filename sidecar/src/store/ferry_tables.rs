@@ -1,0 +1,31 @@
+//! Ferry's own tables in Postgres (`auth.nonce_table`, `cache.deferred_table`): state every
+//! sidecar must share that has to outlive Redis. Each is created on first use when the login
+//! role may; otherwise an operator creates it beforehand (scripts/demo.sql shows both) and
+//! grants SELECT, INSERT and DELETE on it.
+
+use crate::store::db::{rollback, Failure};
+use crate::store::postgres::PgSession;
+
+/// Creates `table` (validated: `schema.table`, unquoted identifiers) with `columns` unless it
+/// exists. Several sidecars may race here: one creates it, the others find it.
+pub(super) fn ensure(s: &mut PgSession, table: &str, columns: &str) -> Result<(), Failure> {
+    let exists = |s: &mut PgSession| {
+        s.client
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+            .map(|r| r.get::<_, bool>(0))
+    };
+    if exists(s).map_err(Failure::from)? {
+        return Ok(());
+    }
+    let create = format!("BEGIN READ WRITE; CREATE TABLE IF NOT EXISTS {table} {columns}; COMMIT");
+    if let Err(e) = s.client.batch_execute(&create) {
+        rollback(s);
+        // Another sidecar may have created it meanwhile (CREATE ... IF NOT EXISTS races).
+        if !exists(s).unwrap_or(false) {
+            tracing::error!(error = %e, table,
+                "a Ferry table is missing and cannot be created; create it, or grant CREATE");
+            return Err(Failure::from(e));
+        }
+    }
+    Ok(())
+}
