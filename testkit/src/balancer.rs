@@ -64,6 +64,17 @@ impl Balancer {
 
 impl Drop for Balancer {
     fn drop(&mut self) {
+        // SIGTERM: the master stops its workers (SIGKILL would leave them serving the port).
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

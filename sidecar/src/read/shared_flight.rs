@@ -27,14 +27,18 @@ pub fn leased(
     move || {
         Box::pin(async move {
             let deadline = s.blocking.timeout();
-            match s.leases.acquire(&s.pools, &identity, deadline).await {
+            match s.leases.acquire(&s.pools, &identity).await {
                 Lease::Held { key, token } => {
-                    let out = work().await;
+                    let renew = Box::pin(s.leases.renew(&s.pools, &key, &token));
+                    let out = match futures_util::future::select(work(), renew).await {
+                        futures_util::future::Either::Left((out, _)) => out,
+                        futures_util::future::Either::Right(((), fill)) => fill.await,
+                    };
                     s.leases.release(&s.pools, &key, &token).await;
                     out
                 }
                 Lease::Taken(waiter) => {
-                    let woken = waiter.wait(deadline / 2).await;
+                    let woken = waiter.wait(&s.pools, deadline / 2).await;
                     crate::http::metrics::global().fill_wait(woken);
                     if let Ok(mut found) = lookup_many(&s, &[&plan]).await {
                         if let Some(Some(Lookup::Hit { rows, .. })) = found.pop() {

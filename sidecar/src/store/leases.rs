@@ -2,14 +2,15 @@
 //! Redis (`SET NX PX`) and fills it; another sidecar that misses meanwhile waits to be woken
 //! by the fill instead of running the same query. The holder's release deletes the lease and
 //! publishes the lease's name on one channel in the same script; each sidecar keeps one
-//! subscriber connection and wakes its own waiters. No polling: a waiter sleeps on a channel
-//! until it is woken or its wait (half the request deadline) runs out.
+//! subscriber connection and wakes its own waiters. No busy polling: a waiter sleeps on a channel
+//! until it is woken, finds the lease gone (checked about once a second), or its wait (half the
+//! request deadline) runs out.
 //!
 //! No wake-up is lost: a waiter registers before it tries the lease, and the holder publishes
 //! only after deleting it, so a lease seen taken has not yet published. A holder that dies
-//! mid-fill leaves its lease to expire (it lasts as long as a fill may): waiters then run the
-//! query themselves when their wait runs out. Redis down: no lease is taken and each sidecar
-//! runs its own query (its local single flight still holds).
+//! mid-fill stops renewing its lease (2 s, renewed every 0.7 s while the fill runs): its waiters
+//! find it gone within about 3 s and run the query themselves. Redis down: no lease is taken
+//! and each sidecar runs its own query (its local single flight still holds).
 
 use crate::store::pools::Pools;
 use sha2::{Digest, Sha256};
@@ -17,6 +18,23 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 use tokio::sync::watch;
+
+/// How long a lease lasts unless its holder renews it (every `RENEW_EVERY`): a holder that dies
+/// mid-fill frees its read within this.
+pub const LEASE: Duration = Duration::from_millis(2_000);
+const RENEW_EVERY: Duration = Duration::from_millis(700);
+
+/// KEYS[1] the lease; ARGV[1] the holder's token, ARGV[2] milliseconds.
+static RENEW: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+        if redis.call('GET', KEYS[1]) == ARGV[1] then
+          return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+        end
+        return 0
+        ",
+    )
+});
 
 /// KEYS[1] the lease; ARGV[1] the holder's token, ARGV[2] the channel.
 static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
@@ -69,8 +87,8 @@ impl Leases {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Tries the lease of the read `identity` (`CachePlan::flight_identity`) for `ttl`.
-    pub async fn acquire(self: &Arc<Self>, pools: &Pools, identity: &str, ttl: Duration) -> Lease {
+    /// Tries the lease of the read `identity` (`CachePlan::flight_identity`).
+    pub async fn acquire(self: &Arc<Self>, pools: &Pools, identity: &str) -> Lease {
         if !self.enabled {
             return Lease::Unavailable;
         }
@@ -96,7 +114,7 @@ impl Leases {
             .arg(&token)
             .arg("NX")
             .arg("PX")
-            .arg(ttl.as_millis().max(1) as u64)
+            .arg(LEASE.as_millis() as u64)
             .query_async::<Option<String>>(&mut conn)
             .await;
         match set {
@@ -108,6 +126,36 @@ impl Leases {
                 Lease::Unavailable
             }
         }
+    }
+
+    /// Keeps the lease while the fill runs (never returns: drop it when the fill is done).
+    pub async fn renew(&self, pools: &Pools, key: &str, token: &str) {
+        loop {
+            tokio::time::sleep(RENEW_EVERY).await;
+            if let Ok(Some(mut conn)) = pools.redis_async().await {
+                let renewed = RENEW
+                    .key(key)
+                    .arg(token)
+                    .arg(LEASE.as_millis() as u64)
+                    .invoke_async::<i64>(&mut conn)
+                    .await;
+                if renewed.is_err() {
+                    pools.drop_redis_async();
+                }
+            }
+        }
+    }
+
+    /// Whether someone holds the lease `key` now (an error counts as no: fill ourselves).
+    pub async fn held(&self, pools: &Pools, key: &str) -> bool {
+        let Ok(Some(mut conn)) = pools.redis_async().await else {
+            return false;
+        };
+        redis::cmd("EXISTS")
+            .arg(key)
+            .query_async::<i64>(&mut conn)
+            .await
+            .is_ok_and(|n| n == 1)
     }
 
     /// Ends a fill (done or failed): deletes the lease if still ours and wakes every waiter.
@@ -186,11 +234,26 @@ fn listen(leases: Weak<Leases>, client: &redis::Client, channel: &str) {
 }
 
 impl Waiter {
-    /// Waits for the holder's fill, at most `most`; true when woken.
-    pub async fn wait(mut self, most: Duration) -> bool {
-        tokio::time::timeout(most, self.rx.wait_for(|v| *v))
-            .await
-            .is_ok_and(|r| r.is_ok())
+    /// Waits for the holder's fill, at most `most`: woken by its release, or, about once a
+    /// second, finding the lease gone (its holder died and the lease lapsed). True when woken.
+    pub async fn wait(mut self, pools: &Pools, most: Duration) -> bool {
+        let until = tokio::time::Instant::now() + most;
+        loop {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let step = left.min(Duration::from_secs(1));
+            if tokio::time::timeout(step, self.rx.wait_for(|v| *v))
+                .await
+                .is_ok_and(|r| r.is_ok())
+            {
+                return true;
+            }
+            if !self.leases.held(pools, &self.key).await {
+                return false;
+            }
+        }
     }
 }
 
