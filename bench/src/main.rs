@@ -48,10 +48,15 @@ enum Which {
     Replay,
     /// Staleness after a write that bypasses Ferry: change-stream invalidation vs TTLs only.
     Staleness,
+    /// One sidecar vs two, replay store local vs shared: requests/s and CPU per request.
+    Scale,
 }
 
 /// What the scenarios need: addresses, passwords, progress.
 pub struct Ctx {
+    /// URLs the scenarios' own sidecars connect with.
+    pub redis_url: String,
+    pub pg_url: String,
     pub redis_addr: SocketAddr,
     pub redis_password: String,
     pub pg_addr: SocketAddr,
@@ -94,6 +99,7 @@ fn steps(which: Which) -> u64 {
         Which::Throughput => 9,
         Which::Replay => 1,
         Which::Staleness => 2,
+        Which::Scale => 3,
     }
 }
 
@@ -109,6 +115,7 @@ fn main() {
             Which::Throughput,
             Which::Replay,
             Which::Staleness,
+            Which::Scale,
         ],
     };
     let plan = Plan::new(args.quick);
@@ -182,6 +189,8 @@ fn main() {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let ctx = Ctx {
+        redis_url: redis.url(),
+        pg_url: pg_url.clone(),
         redis_addr: ([127, 0, 0, 1], redis.port).into(),
         redis_password: env::REDIS_PASSWORD.into(),
         pg_addr: ([127, 0, 0, 1], pg.port).into(),
@@ -249,6 +258,9 @@ fn main() {
                         scenarios::staleness::run(&ctx, &plan),
                     )
                     .await
+                }
+                Which::Scale => {
+                    scenarios::watch("scale", pid, scenarios::scale::run(&ctx, &plan)).await
                 }
                 Which::Replay => {
                     let rpid = replay_sidecar.pid();

@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::path::Path;
 
+mod scale;
 mod staleness;
 mod targets;
 
@@ -149,6 +150,7 @@ impl Report {
                 f["bytes_per_request_per_s"]
             );
         }
+        self.scale_markdown(&mut s);
         self.staleness_markdown(&mut s);
         if !self.resources.is_empty() {
             let _ = writeln!(s, "## sidecar resources per scenario\n");

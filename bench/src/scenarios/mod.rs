@@ -7,6 +7,7 @@ pub mod open_connections;
 pub mod postgres;
 pub mod redis;
 pub mod replay;
+pub mod scale;
 pub mod staleness;
 pub mod throughput;
 

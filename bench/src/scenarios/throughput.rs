@@ -305,7 +305,7 @@ async fn get_load(concurrency: usize, dur: Duration, url: String) -> (f64, u64) 
 
 /// Runs `concurrency` workers calling `f` until `dur` passes: successful calls per second, and
 /// all calls made.
-async fn load<F, Fut>(concurrency: usize, dur: Duration, f: F) -> (f64, u64)
+pub(super) async fn load<F, Fut>(concurrency: usize, dur: Duration, f: F) -> (f64, u64)
 where
     F: Fn() -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = bool> + Send,

@@ -29,9 +29,10 @@ pub struct NonceStore {
 pub struct Seen {
     /// 128 bits of SHA-256 of the lower-cased nonce.
     pub fingerprint: u128,
-    /// Seconds until the request's timestamp leaves the clock window (at least 1): after that
-    /// the timestamp check alone refuses it.
-    pub window_left_s: u64,
+    /// The signed timestamp (a replay carries the same one).
+    pub timestamp: u64,
+    /// The Unix second after which the timestamp check alone refuses the request.
+    pub until_s: u64,
 }
 
 impl Seen {
@@ -101,9 +102,8 @@ impl NonceStore {
         drop(old);
         Ok(Seen {
             fingerprint: key,
-            window_left_s: (timestamp + self.max_skew_s + 1)
-                .saturating_sub(now_s)
-                .max(1),
+            timestamp,
+            until_s: timestamp + self.max_skew_s + 1,
         })
     }
 

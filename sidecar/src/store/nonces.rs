@@ -3,10 +3,15 @@
 //! a load balancer a captured request could be replayed to another one, so each nonce is also
 //! recorded where every sidecar looks:
 //!
-//! - in Redis, for every signed request: one `SET NX EX` that lives until the request's
-//!   timestamp leaves the clock window (about 90 bytes of Redis memory per request/s per second
-//!   of window). Redis down: the check is skipped and the request goes on with its sidecar's
-//!   own check (a replayed read changes nothing, and writes have the next line);
+//! - in Redis, for every signed request: its 16-byte fingerprint added to one set per signed
+//!   second (`SADD`, 0 = seen before), the set expiring once that second leaves the clock window
+//!   (`EXPIREAT`, in the same round trip). One set per second rather than one key per nonce:
+//!   Redis then neither creates nor expires a key per request. Measured (bench `scale`): a
+//!   signed cache GET cost Redis 3.4x the CPU of the GET alone with a key per nonce, 1.8x with
+//!   sets; memory is 80 bytes a nonce (133 as keys), i.e. 80 B x requests/s x (max_skew_s + 1)
+//!   (75 MB at 30,000 requests/s and the default 30 s window). Redis down: the check is
+//!   skipped and the request goes on with its sidecar's own check (a replayed read changes
+//!   nothing, and writes have the next line);
 //! - in Postgres, for every write (`/v1/execute`, `/v1/transaction`): a row in `auth.nonce_table`,
 //!   inserted in the same round trip as the write's first statement and committed before it
 //!   runs, so a write is never run twice, with Redis up or down and however many sidecars.
@@ -66,19 +71,19 @@ impl SharedNonces {
         let Some(s) = &self.shared else {
             return Ok(());
         };
-        let key = format!("{}n:{}", s.prefix, seen.hex());
-        let set = || {
-            let mut cmd = redis::cmd("SET");
-            cmd.arg(&key)
-                .arg(1)
-                .arg("NX")
-                .arg("EX")
-                .arg(seen.window_left_s);
-            cmd
-        };
+        let key = format!("{}n:{}", s.prefix, seen.timestamp);
+        let mut pipe = redis::pipe();
+        pipe.cmd("SADD")
+            .arg(&key)
+            .arg(&seen.fingerprint.to_le_bytes()[..])
+            // A few seconds past the window, in case Redis's clock is behind ours.
+            .cmd("EXPIREAT")
+            .arg(&key)
+            .arg(seen.until_s + 5)
+            .ignore();
         let reply = match pools.redis_async().await {
             Ok(Some(mut conn)) => {
-                let r = set().query_async::<Option<String>>(&mut conn).await;
+                let r = pipe.query_async::<(i64,)>(&mut conn).await;
                 if r.is_err() {
                     pools.drop_redis_async();
                 }
@@ -88,8 +93,8 @@ impl SharedNonces {
             Ok(None) | Err(_) => return Ok(()),
         };
         match reply {
-            Ok(Some(_)) => Ok(()),
-            Ok(None) => Err(ApiError::Replayed),
+            Ok((1,)) => Ok(()),
+            Ok(_) => Err(ApiError::Replayed),
             Err(e) => {
                 tracing::debug!(error = %e, "shared replay check skipped: redis failed");
                 Ok(())
