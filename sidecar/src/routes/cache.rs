@@ -11,8 +11,21 @@ pub async fn cache(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let cmd: CacheCommand = super::signed_json(&state, &req, payload).await?;
+    let (cmd, unshared): (CacheCommand, _) =
+        super::signed_json_unshared(&state, &req, payload).await?;
     commands::validate(&state.config().limits(), &cmd)?;
-    let reply = commands::run(&state.pools, &state.cache, &state.blocking, cmd).await?;
+    let reply = if matches!(cmd, CacheCommand::Get { .. } | CacheCommand::Mget { .. }) {
+        // A read: the replay check and the command in one write to Redis.
+        let (seen, reply) = futures_util::future::join(
+            unshared.check(&state),
+            commands::run(&state.pools, &state.cache, &state.blocking, cmd),
+        )
+        .await;
+        seen?;
+        reply?
+    } else {
+        unshared.check(&state).await?;
+        commands::run(&state.pools, &state.cache, &state.blocking, cmd).await?
+    };
     Ok(HttpResponse::Ok().json(reply))
 }

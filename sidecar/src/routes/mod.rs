@@ -148,6 +148,36 @@ pub async fn signed_json_as<T: serde::de::DeserializeOwned>(
 ) -> Result<(T, Signer), ApiError> {
     let (body, signer) = state.verifier.authenticate_as(req, payload).await?;
     state.nonces.check(&state.pools, signer.nonce).await?;
+    parse_json(req, &body).map(|t| (t, signer))
+}
+
+/// A request authenticated and refused if this sidecar saw it, whose nonce other sidecars have
+/// yet to be asked about: nothing it asks for may take effect before [`Unshared::check`]. A
+/// read joins that check with its Redis lookup, so both go in one write and one wake-up.
+#[must_use = "the shared replay check must run before the request takes effect"]
+pub struct Unshared(crate::http::replay::Seen);
+
+impl Unshared {
+    pub async fn check(self, state: &State) -> Result<(), ApiError> {
+        state.nonces.check(&state.pools, self.0).await
+    }
+}
+
+/// [`signed_json`] for reads without effects: the shared replay check is the caller's.
+pub async fn signed_json_unshared<T: serde::de::DeserializeOwned>(
+    state: &State,
+    req: &actix_web::HttpRequest,
+    payload: web::Payload,
+) -> Result<(T, Unshared), ApiError> {
+    let (body, signer) = state.verifier.authenticate_as(req, payload).await?;
+    parse_json(req, &body).map(|t| (t, Unshared(signer.nonce)))
+}
+
+/// The content type checked, then the body parsed.
+fn parse_json<T: serde::de::DeserializeOwned>(
+    req: &actix_web::HttpRequest,
+    body: &[u8],
+) -> Result<T, ApiError> {
     // Absent is fine (the body must still be JSON); anything but JSON is refused.
     if let Some(ct) = req.headers().get(actix_web::http::header::CONTENT_TYPE) {
         let ct = ct.to_str().unwrap_or_default().to_ascii_lowercase();
@@ -156,5 +186,5 @@ pub async fn signed_json_as<T: serde::de::DeserializeOwned>(
             return Err(ApiError::UnsupportedMediaType);
         }
     }
-    crate::http::json::parse(&body).map(|t| (t, signer))
+    crate::http::json::parse(body)
 }

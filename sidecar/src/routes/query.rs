@@ -11,10 +11,25 @@ pub async fn query(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let q: QueryRequest = super::signed_json(&state, &req, payload).await?;
+    let (q, unshared): (QueryRequest, _) =
+        super::signed_json_unshared(&state, &req, payload).await?;
     let config = state.config();
     let plan = plan::read(&config, q, "")?;
-    super::admit_user(&state, &config, plan.identity.as_deref()).await?;
-    let resp = read::read(&state.reads, plan).await?;
+    let lookup = if plan.identity.is_some() {
+        // A user's rate is spent only by requests no sidecar has seen.
+        unshared.check(&state).await?;
+        super::admit_user(&state, &config, plan.identity.as_deref()).await?;
+        read::lookup_many(&state.reads, &[&plan]).await
+    } else {
+        // The replay check and the lookup in one write to Redis; a replay's lookup is dropped.
+        let (seen, lookup) = futures_util::future::join(
+            unshared.check(&state),
+            read::lookup_many(&state.reads, &[&plan]),
+        )
+        .await;
+        seen?;
+        lookup
+    };
+    let resp = read::answer(&state.reads, plan, lookup?.pop().flatten()).await?;
     Ok(HttpResponse::Ok().json(resp))
 }
