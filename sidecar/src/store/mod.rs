@@ -28,5 +28,6 @@ pub mod postgres;
 pub mod rate_limit;
 pub mod readiness;
 pub mod redis;
+pub mod session;
 pub mod statement;
 pub mod transaction;

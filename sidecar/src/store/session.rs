@@ -1,0 +1,64 @@
+//! A pooled Postgres session for one request: checked out, used, and reset before anyone else
+//! gets it (or closed when it cannot be).
+
+use crate::store::db::Failure;
+use crate::store::pools::Pools;
+use crate::store::postgres::PgSession;
+
+/// Puts a used session back exactly as a new one: drops every setting (back to the values given
+/// at connection start), role, cursor, listener, advisory lock, temp object, prepared statement
+/// and cached plan a caller may have left, whatever made them (statements are checked up front,
+/// but functions such as `set_config` or `pg_advisory_lock` change the session too). One
+/// statement in one round trip, about as cheap for Postgres as `SELECT 1`. It cannot run inside
+/// a transaction block, and no request leaves one open (transaction control is refused up
+/// front, and a function cannot open one), so should it fail the session is closed instead.
+/// (The reset spelled out as ROLLBACK, BEGIN, ten statements and COMMIT cost Postgres about
+/// four times as much, and its ROLLBACK wrote a warning to the server log on every request.)
+pub const RESET: &str = "DISCARD ALL";
+
+/// [`with_session`], once more on another session when the first was found lost before the
+/// caller's statements were sent (`Failure::Unsent`): a write that never left is safe to send.
+pub(super) fn with_sent_session<T>(
+    pools: &Pools,
+    mut work: impl FnMut(&mut PgSession) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    match with_session(pools, &mut work) {
+        Err(Failure::Unsent(e)) => {
+            tracing::debug!(error = %e, "postgres session lost before the write; another one");
+            with_session(pools, work)
+        }
+        out => out,
+    }
+}
+
+/// Runs `work` on a pooled session, then resets the session for the next request. A session
+/// whose reset fails (or that `work` poisoned) is closed instead of pooled.
+pub(super) fn with_session<T>(
+    pools: &Pools,
+    work: impl FnOnce(&mut PgSession) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    let mut session = pools.pg_conn().map_err(Failure::Api)?;
+    let out = work(&mut session);
+    reset(&mut session);
+    out
+}
+
+fn reset(s: &mut PgSession) {
+    if s.poisoned || s.client.is_closed() {
+        s.poisoned = true;
+        return;
+    }
+    if let Err(e) = s.client.batch_execute(RESET) {
+        tracing::warn!(error = %e, "postgres session reset failed; closing the connection");
+        s.poisoned = true;
+    }
+    // DISCARD ALL dropped the driver's cached type-lookup statements too.
+    s.client.clear_type_cache();
+}
+
+/// Ends a failed transaction so the session can be reset; a session that cannot is closed.
+pub(super) fn rollback(s: &mut PgSession) {
+    if s.client.is_closed() || s.client.batch_execute("ROLLBACK").is_err() {
+        s.poisoned = true;
+    }
+}
