@@ -157,3 +157,38 @@ fn a_leaseholder_killed_mid_fill_delays_the_other_sidecar_but_fails_nothing() {
         pg.reads()
     );
 }
+
+#[test]
+fn an_expired_entry_read_on_two_sidecars_is_refreshed_once() {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    pg.setup_demo_schema();
+    let s = sidecars(&redis, &pg, &[]);
+    let clients = [&s[0].client, &s[1].client];
+    let req = json!({
+        "sql": "SELECT ferry_test_touch() AS n, pg_sleep(0.3)::text AS slept",
+        "cache": {"ttl_s": 1, "swr_s": 60}
+    });
+    assert_eq!(clients[0].query(req.clone()).body["cache"], "miss");
+    std::thread::sleep(Duration::from_millis(1_200));
+    // Forty reads of the expired entry over both sidecars: each is served at once (stale, or a
+    // hit once the refresh landed), and the refresh runs on Postgres once, not once a sidecar.
+    let answers = spread(&clients, 40, &req);
+    assert!(answers
+        .iter()
+        .all(|a| a.status == 200 && (a.body["cache"] == "stale" || a.body["cache"] == "hit")));
+    ferry_testkit::wait_until("the refresh to land", Duration::from_secs(5), || {
+        clients
+            .iter()
+            .all(|c| c.query(req.clone()).body["cache"] == "hit")
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        pg.reads(),
+        2,
+        "one fill, then one refresh across both sidecars"
+    );
+    for c in clients {
+        assert_eq!(c.query(req.clone()).body["rows"][0]["n"], 2);
+    }
+}

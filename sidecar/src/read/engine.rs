@@ -135,10 +135,13 @@ async fn answer_inner(
             age_ms,
             observed,
         } if mode != CacheMode::NoCache => {
+            // One refresh across sidecars too: another sidecar's lease means it is refreshing.
+            let identity = cache.flight_identity();
             let work = fill(state, &plan, &cache, observed);
+            let work = shared_flight::leased(state, &plan, identity.clone(), work);
             state
                 .flights
-                .start(&cache.flight_identity(), &cache.key, &cache.tags, work);
+                .start(&identity, &cache.key, &cache.tags, work);
             let mut r = response(rows, CacheStatus::Stale, age_ms, None);
             r.stale_reason = Some(StaleReason::Revalidating);
             Ok(with_key(r))
