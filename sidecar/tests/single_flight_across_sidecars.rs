@@ -10,13 +10,18 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
 
-fn sidecars(redis: &RedisServer, pg: &PgServer, env: &[(&str, &str)]) -> Vec<SidecarProcess> {
+/// Redis, Postgres with the demo schema, and two sidecar binaries over them.
+fn two_sidecars(env: &[(&str, &str)]) -> (RedisServer, PgServer, Vec<SidecarProcess>) {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    pg.setup_demo_schema();
     let mut env = env.to_vec();
     // Waiters hold no in-flight slot, but each request's lookup briefly does.
     env.push(("FERRY_SERVER_MAX_IN_FLIGHT", "1024"));
-    (0..2)
+    let s = (0..2)
         .map(|_| SidecarProcess::start(BIN, &redis.url(), &pg.url(), &env, Stdio::null()))
-        .collect()
+        .collect();
+    (redis, pg, s)
 }
 
 /// `ferry_fill_waits_total{outcome}` of one sidecar, from its own /metrics.
@@ -45,10 +50,7 @@ fn spread(clients: &[&Client], n: usize, req: &Value) -> Vec<ferry_testkit::clie
 
 #[test]
 fn five_hundred_identical_misses_over_two_sidecars_run_one_query() {
-    let redis = RedisServer::start();
-    let pg = PgServer::start();
-    pg.setup_demo_schema();
-    let s = sidecars(&redis, &pg, &[]);
+    let (_redis, pg, s) = two_sidecars(&[]);
     let clients = [&s[0].client, &s[1].client];
     // Slow enough that every request arrives while the first one's query runs.
     let req = json!({
@@ -89,11 +91,8 @@ fn five_hundred_identical_misses_over_two_sidecars_run_one_query() {
 
 #[test]
 fn a_leaseholder_killed_mid_fill_delays_the_other_sidecar_but_fails_nothing() {
-    let redis = RedisServer::start();
-    let pg = PgServer::start();
-    pg.setup_demo_schema();
     // A 4 s request deadline: the waiters must be answered within it.
-    let mut s = sidecars(&redis, &pg, &[("FERRY_SERVER_REQUEST_TIMEOUT_MS", "4000")]);
+    let (_redis, pg, mut s) = two_sidecars(&[("FERRY_SERVER_REQUEST_TIMEOUT_MS", "4000")]);
     let req = json!({
         "sql": "SELECT ferry_test_touch() AS n, pg_sleep(1.5)::text AS slept",
         "cache": {"ttl_s": 60}
@@ -160,10 +159,7 @@ fn a_leaseholder_killed_mid_fill_delays_the_other_sidecar_but_fails_nothing() {
 
 #[test]
 fn an_expired_entry_read_on_two_sidecars_is_refreshed_once() {
-    let redis = RedisServer::start();
-    let pg = PgServer::start();
-    pg.setup_demo_schema();
-    let s = sidecars(&redis, &pg, &[]);
+    let (_redis, pg, s) = two_sidecars(&[]);
     let clients = [&s[0].client, &s[1].client];
     let req = json!({
         "sql": "SELECT ferry_test_touch() AS n, pg_sleep(0.3)::text AS slept",
