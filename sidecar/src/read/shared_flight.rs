@@ -16,7 +16,11 @@ use std::pin::Pin;
 
 pub type Fill = Pin<Box<dyn Future<Output = Result<Fetched, ApiError>>>>;
 
-/// `work` (a fill of `plan`) behind the read's lease.
+/// `work` (a fill of `plan`) behind the read's lease. Once the lease is answered, the entry is
+/// looked up again: another sidecar may have filled it (and let its lease go) since this read
+/// looked, and then nothing runs. The second lookup must follow the lease's answer, not travel
+/// with it: sent together, Redis may run it first and miss a fill that lands in between (a
+/// refresh ran twice in `single_flight_across_sidecars.rs` that way).
 pub fn leased(
     state: &Reads,
     plan: &ReadPlan,
@@ -26,32 +30,49 @@ pub fn leased(
     let (s, plan) = (state.clone(), plan.clone());
     move || {
         Box::pin(async move {
+            if !s.leases.enabled() {
+                return work().await;
+            }
             let deadline = s.blocking.timeout();
-            match s.leases.acquire(&s.pools, &identity).await {
-                Lease::Held { key, token } => {
-                    let renew = Box::pin(s.leases.renew(&s.pools, &key, &token));
-                    let out = match futures_util::future::select(work(), renew).await {
-                        futures_util::future::Either::Left((out, _)) => out,
-                        futures_util::future::Either::Right(((), fill)) => fill.await,
+            let lease = s.leases.acquire(&s.pools, &identity).await;
+            let found = fresh(&s, &plan).await;
+            match (lease, found) {
+                (Lease::Held { key, token }, found) => {
+                    let out = match found {
+                        Some(fetched) => Ok(fetched),
+                        None => {
+                            let renew = Box::pin(s.leases.renew(&s.pools, &key, &token));
+                            match futures_util::future::select(work(), renew).await {
+                                futures_util::future::Either::Left((out, _)) => out,
+                                futures_util::future::Either::Right(((), fill)) => fill.await,
+                            }
+                        }
                     };
                     s.leases.release(&s.pools, &key, &token).await;
                     out
                 }
-                Lease::Taken(waiter) => {
+                (_, Some(fetched)) => Ok(fetched),
+                (Lease::Taken(waiter), None) => {
                     let woken = waiter.wait(&s.pools, deadline / 2).await;
                     crate::http::metrics::global().fill_wait(woken);
-                    if let Ok(mut found) = lookup_many(&s, &[&plan]).await {
-                        if let Some(Some(Lookup::Hit { rows, .. })) = found.pop() {
-                            return Ok(Fetched {
-                                rows,
-                                too_large: false,
-                            });
-                        }
+                    match fresh(&s, &plan).await {
+                        Some(fetched) => Ok(fetched),
+                        None => work().await,
                     }
-                    work().await
                 }
-                Lease::Unavailable => work().await,
+                (Lease::Unavailable, None) => work().await,
             }
         })
+    }
+}
+
+/// The read's entry, when it is a fresh hit now (checked against the current versions).
+async fn fresh(s: &Reads, plan: &ReadPlan) -> Option<Fetched> {
+    match lookup_many(s, &[plan]).await.ok()?.pop() {
+        Some(Some(Lookup::Hit { rows, .. })) => Some(Fetched {
+            rows,
+            too_large: false,
+        }),
+        _ => None,
     }
 }

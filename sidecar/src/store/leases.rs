@@ -83,6 +83,11 @@ impl Leases {
         })
     }
 
+    /// Whether misses are shared across sidecars (a connection is set aside for wake-ups).
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
     fn waiting(&self) -> MutexGuard<'_, HashMap<String, watch::Sender<bool>>> {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
