@@ -16,7 +16,10 @@ fn an_invalidation_deferred_by_a_sidecar_that_dies_reaches_the_others() {
     let pg = PgServer::start();
     pg.setup_demo_schema();
     let proxy = CutProxy::start(([127, 0, 0, 1], redis.port).into());
-    let start = |url: &str| SidecarProcess::start(BIN, url, &pg.url(), &[], Stdio::null());
+    // As deployed: logged in as the least-privilege role (scripts/demo.sql), which cannot
+    // create tables, so the deferrals table's grants are what this test relies on.
+    let app_url = pg.url().replace("postgres@", "ferry_app@");
+    let start = |url: &str| SidecarProcess::start(BIN, url, &app_url, &[], Stdio::null());
     let mut cut_off = start(&format!("redis://{}", proxy.addr));
     let other = start(&redis.url());
     let read = json!({"sql": "SELECT name FROM items WHERE id = 7",

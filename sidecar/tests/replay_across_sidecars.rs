@@ -66,7 +66,7 @@ fn insert(note: &str) -> serde_json::Value {
 
 #[test]
 fn a_request_accepted_by_one_sidecar_is_refused_by_every_other() {
-    let (_redis, pg, s) = setup();
+    let (redis, pg, s) = setup();
     let refused = |replays: &[(u16, String)]| {
         replays
             .iter()
@@ -92,6 +92,37 @@ fn a_request_accepted_by_one_sidecar_is_refused_by_every_other() {
         let (_, replays) = send_then_replay(first, &others, "/v1/transaction", &tx);
         assert!(refused(&replays), "transaction replay {i}: {replays:?}");
         assert_eq!(writes(&pg, &note), 1, "the transaction ran once");
+        // Cache commands: a write to Redis (INCR, which a replay would count twice), a read,
+        // and a batch of reads.
+        let key = format!("hits{i}");
+        let incr = json!({"op": "incr", "key": key});
+        let (_, replays) = send_then_replay(first, &others, "/v1/cache", &incr);
+        assert!(refused(&replays), "cache incr replay {i}: {replays:?}");
+        let get = json!({"op": "get", "key": key});
+        let (_, replays) = send_then_replay(first, &others, "/v1/cache", &get);
+        assert!(refused(&replays), "cache get replay {i}: {replays:?}");
+        let batch = json!({"reads": [{"sql": "SELECT 1 AS one"}]});
+        let (_, replays) = send_then_replay(first, &others, "/v1/batch", &batch);
+        assert!(refused(&replays), "batch replay {i}: {replays:?}");
+    }
+    // Redis's own count judges the INCRs: each ran once.
+    let mut conn = redis::Client::open(redis.url().as_str())
+        .and_then(|c| c.get_connection())
+        .expect("redis");
+    for i in 0..20 {
+        let n: Vec<u8> = redis::cmd("KEYS")
+            .arg(format!("*hits{i}"))
+            .query::<Vec<String>>(&mut conn)
+            .expect("keys")
+            .first()
+            .map(|k| {
+                redis::cmd("GET")
+                    .arg(k)
+                    .query::<Vec<u8>>(&mut conn)
+                    .expect("get")
+            })
+            .expect("the counter exists");
+        assert_eq!(n, b"1", "hits{i} was incremented once");
     }
 }
 
