@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use crate::identity::Identity;
+pub use crate::position::Position;
 pub use crate::transaction::{
     BeginRequest, BeginResponse, EndRequest, EndResponse, InTransactionRequest, Isolation,
     StatementResult, TransactionRequest, TransactionResponse, TransactionStatement,
@@ -61,6 +62,10 @@ pub struct QueryRequest {
     /// The end user this read runs as (see [`Identity`]). Absent: the sidecar's own role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<Identity>,
+    /// A `position` a write returned: the read is served only by a replica that has replayed
+    /// past it, or by the primary (read-your-writes). Absent: see `replicas.reads`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Position>,
 }
 
 impl QueryRequest {
@@ -219,6 +224,10 @@ pub enum InvalidationStatus {
 pub struct ExecuteResponse {
     pub rows_affected: u64,
     pub invalidation: InvalidationStatus,
+    /// Where the write's commit is in Postgres's log, when the sidecar has replicas: pass it as
+    /// a later read's `after` to read this write back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<Position>,
 }
 
 /// `POST /v1/cache`: plain cache commands on caller-managed keys. Values are UTF-8 strings.

@@ -14,6 +14,7 @@
 pub mod api;
 pub mod error;
 pub mod identity;
+pub mod position;
 pub mod sign;
 pub mod transaction;
 

@@ -1,6 +1,6 @@
 //! `/v1/transaction`'s wire types (re-exported from `api`).
 
-use crate::api::{Identity, Invalidate, InvalidationStatus, Row};
+use crate::api::{Identity, Invalidate, InvalidationStatus, Position, Row};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -82,6 +82,9 @@ pub struct EndRequest {
 pub struct EndResponse {
     pub committed: bool,
     pub invalidation: InvalidationStatus,
+    /// As `ExecuteResponse::position`, after a commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<Position>,
 }
 
 /// One statement of a transaction: exactly one of `sql` and `query`, as for `/v1/execute`.
@@ -121,6 +124,9 @@ pub enum Isolation {
 pub struct TransactionResponse {
     pub results: Vec<StatementResult>,
     pub invalidation: InvalidationStatus,
+    /// As `ExecuteResponse::position`: where the commit is, when the sidecar has replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<Position>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

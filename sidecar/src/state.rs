@@ -29,6 +29,8 @@ pub struct AppState {
     upstash: std::sync::OnceLock<Arc<crate::upstash::Commands>>,
     /// The Upstash tokens' script users' connections.
     pub upstash_scripts: crate::upstash::ScriptConnections,
+    /// Streaming replicas for plain reads (`[replicas]`), and the positions writes return.
+    pub replicas: Arc<crate::store::replicas::Replicas>,
     /// The read engine's handles (the same pools, cache, flights and blocking rule).
     pub reads: crate::read::Reads,
 }
@@ -101,7 +103,10 @@ impl AppState {
         leases.spawn_listener(
             crate::store::redis::redis_client(&config.redis).map_err(ApiError::internal)?,
         );
+        let replicas = Arc::new(crate::store::replicas::Replicas::new(&config)?);
+        replicas.spawn_monitor(Arc::downgrade(&pools));
         let reads = crate::read::Reads {
+            replicas: replicas.clone(),
             pools: pools.clone(),
             cache: cache.clone(),
             flights: flights.clone(),
@@ -118,6 +123,7 @@ impl AppState {
             blocking,
             readiness,
             changes,
+            replicas,
             transactions,
             upstash: std::sync::OnceLock::new(),
             upstash_scripts: Default::default(),
@@ -220,6 +226,9 @@ impl AppState {
         if new.postgres != old.postgres {
             restart.push("postgres".to_string());
         }
+        if new.replicas != old.replicas {
+            restart.push("replicas".to_string());
+        }
         let c = &new.cache;
         if c.key_prefix != old.cache.key_prefix
             || c.max_entry_bytes != old.cache.max_entry_bytes
@@ -265,6 +274,14 @@ pub fn check(config: &Config) -> Result<(), ConfigError> {
         .parse::<postgres::Config>()
         .map_err(|_| invalid("postgres.url", "not a valid postgres URL".into()))?;
     pg::pg_tls(&config.postgres).map_err(|e| invalid("postgres.tls_ca_path", e))?;
+    for (i, url) in config.replicas.urls.iter().enumerate() {
+        pg::pg_url(url).parse::<postgres::Config>().map_err(|_| {
+            invalid(
+                &format!("replicas.urls[{i}]"),
+                "not a valid postgres URL".into(),
+            )
+        })?;
+    }
     if !config.changes.url.is_empty() {
         pg::pg_url(&config.changes.url)
             .parse::<postgres::Config>()

@@ -7,6 +7,7 @@ pub mod certs;
 pub mod client;
 pub mod clients;
 pub mod postgres;
+mod postgres_replica;
 pub mod process;
 pub mod proxy;
 pub mod redis;

@@ -8,10 +8,10 @@ use std::sync::OnceLock;
 
 pub struct PgServer {
     pub port: u16,
-    dir: tempfile::TempDir,
-    running: bool,
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) running: bool,
     /// Extra server options (`-c name=value`), kept across restarts.
-    extra: String,
+    pub(crate) extra: String,
 }
 
 fn is_root() -> bool {
@@ -38,7 +38,7 @@ fn bin(name: &str) -> PathBuf {
 }
 
 /// Runs a Postgres program as the user that may run Postgres.
-fn pg_command(name: &str) -> Command {
+pub(crate) fn pg_command(name: &str) -> Command {
     if is_root() {
         let mut c = Command::new("runuser");
         c.args(["-u", "postgres", "--"]).arg(bin(name));
@@ -48,7 +48,7 @@ fn pg_command(name: &str) -> Command {
     }
 }
 
-fn run(mut c: Command, what: &str) {
+pub(crate) fn run(mut c: Command, what: &str) {
     let out = c
         .output()
         .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
@@ -60,7 +60,7 @@ fn run(mut c: Command, what: &str) {
     );
 }
 
-fn give_to_postgres(path: &Path) {
+pub(crate) fn give_to_postgres(path: &Path) {
     if is_root() {
         let mut c = Command::new("chown");
         c.args(["-R", "postgres:postgres"]).arg(path);
@@ -125,7 +125,8 @@ impl PgServer {
         )
     }
 
-    fn start_with(extra: &str) -> PgServer {
+    /// A server with more options (`-c name=value ...`), kept across restarts.
+    pub fn start_with(extra: &str) -> PgServer {
         let dir = tempfile::tempdir().expect("tempdir for postgres");
         let mut c = Command::new("cp");
         c.arg("-a").arg(template()).arg(dir.path().join("data"));
@@ -196,7 +197,7 @@ impl PgServer {
         signal(pids, "CONT");
     }
 
-    fn data(&self) -> PathBuf {
+    pub(crate) fn data(&self) -> PathBuf {
         self.dir.path().join("data")
     }
 
@@ -207,7 +208,7 @@ impl PgServer {
         }
     }
 
-    fn try_start(&mut self) -> Result<(), String> {
+    pub(crate) fn try_start(&mut self) -> Result<(), String> {
         let opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
              -c full_page_writes=off -c max_connections=100 {}",

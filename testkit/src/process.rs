@@ -67,6 +67,23 @@ impl SidecarProcess {
         }
     }
 
+    /// One sample of this sidecar's own /metrics, by name and labels as exported
+    /// (`ferry_replica_up{replica="0"}`); None when it is not there.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let text = self.client.block_on(async {
+            reqwest::get(format!("http://127.0.0.1:{}/metrics", self.admin_port))
+                .await
+                .expect("metrics")
+                .text()
+                .await
+                .expect("metrics text")
+        });
+        let prefix = format!("{series} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

@@ -14,6 +14,7 @@ mod identity;
 mod limits;
 mod load;
 mod neon;
+mod replicas;
 mod secret;
 mod upstash;
 mod validate;
@@ -23,6 +24,7 @@ pub use identity::{IdentityConfig, MAX_CLAIMS_BYTES};
 pub use limits::{Limits, ReadLimits, MAX_TAGS};
 pub use load::ConfigError;
 pub use neon::{NeonConfig, NeonToken};
+pub use replicas::{ReplicaReads, ReplicasConfig};
 pub use secret::{Redacted, RedactedUrl};
 pub use upstash::{UpstashConfig, UpstashToken};
 
@@ -36,6 +38,7 @@ pub struct Config {
     pub auth: AuthConfig,
     pub redis: RedisConfig,
     pub postgres: PostgresConfig,
+    pub replicas: ReplicasConfig,
     pub cache: CacheConfig,
     pub limits: LimitsConfig,
     pub changes: ChangesConfig,

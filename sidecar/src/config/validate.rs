@@ -133,6 +133,7 @@ impl Config {
         self.validate_changes()?;
         self.validate_upstash()?;
         self.validate_identity()?;
+        self.validate_replicas()?;
         self.validate_neon()
     }
 }

@@ -28,6 +28,8 @@ pub struct Reads {
     pub blocking: Blocking,
     /// Single flight across sidecars (`read::shared_flight`).
     pub leases: Arc<crate::store::leases::Leases>,
+    /// Streaming replicas, for reads that skip the cache (`store::replicas`).
+    pub replicas: Arc<crate::store::replicas::Replicas>,
 }
 
 type State = Reads;
@@ -259,10 +261,31 @@ async fn run_query(state: &State, plan: ReadPlan) -> Result<Vec<Row>, ApiError> 
         limits,
         format,
         identity: who,
+        after,
         ..
     } = plan;
     if let ReadFormat::Text { array_mode } = format {
         return text_query(state, sql, &params, array_mode, limits).await;
+    }
+    if state.replicas.pick(after).is_some() {
+        let s = state.clone();
+        let (q, p, w) = (sql.clone(), params.clone(), who.clone());
+        let on_replica = state
+            .blocking
+            .run(move || {
+                Ok(super::replica_read::run(
+                    &s,
+                    after,
+                    &q,
+                    &p,
+                    limits,
+                    w.as_deref(),
+                ))
+            })
+            .await?;
+        if let Some(rows) = on_replica {
+            return rows;
+        }
     }
     if let Some(answer) = on_event_loop(state, &sql, &params, limits, who.clone()).await {
         return answer;

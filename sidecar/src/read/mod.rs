@@ -2,13 +2,15 @@
 //! I/O; `identity` the end user it runs as); `engine` looks reads up in one pipeline and answers each: hit, stale-while-revalidate,
 //! a fill from Postgres through `flight` (single-flight; across sidecars with
 //! `shared_flight`), or stale-if-error; `keyed` serves
-//! rows of a keyspace by id.
+//! rows of a keyspace by id; `replica_read` sends a read that skips the cache to a streaming
+//! replica that may serve it.
 
 pub mod engine;
 pub mod flight;
 pub mod identity;
 pub mod keyed;
 pub mod plan;
+pub mod replica_read;
 pub mod shared_flight;
 
 pub use engine::{answer, approx_bytes, lookup_many, read, Reads};

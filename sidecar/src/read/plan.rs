@@ -5,7 +5,7 @@ use crate::config::{table_name, Config, NamedQuery, ReadLimits, MAX_TAGS};
 use crate::http::error::ApiError;
 use crate::store::cache::{table_reset_tag, table_tag, Cache, EntryPolicy, HASH_KEY_PREFIX};
 use crate::store::identity::SessionIdentity;
-use ferry_shared::api::{CacheMode, Invalidate, QueryRequest};
+use ferry_shared::api::{CacheMode, Invalidate, Position, QueryRequest};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -20,6 +20,8 @@ pub struct ReadPlan {
     pub format: ReadFormat,
     /// The end user it runs as; None: the sidecar's own role.
     pub identity: Option<Arc<SessionIdentity>>,
+    /// The position the read must see (`after`): it decides whether a replica may serve it.
+    pub after: Option<Position>,
 }
 
 /// How a read's rows come back.
@@ -96,6 +98,7 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
             cache: None,
             format: ReadFormat::Json,
             identity: who,
+            after: req.after,
         });
     }
     let asked = asked.unwrap_or_default();
@@ -158,6 +161,7 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
         }),
         format: ReadFormat::Json,
         identity: who,
+        after: req.after,
     })
 }
 
@@ -198,6 +202,7 @@ pub fn text_read(
         }),
         format: ReadFormat::Text { array_mode },
         identity: None,
+        after: None,
     })
 }
 

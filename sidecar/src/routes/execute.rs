@@ -35,6 +35,7 @@ pub async fn execute(
             Ok(ExecuteResponse {
                 rows_affected,
                 invalidation,
+                position: s.replicas.position_after_write(&s.pools),
             })
         })
         .await?;

@@ -69,6 +69,7 @@ pub async fn metrics(state: State) -> HttpResponse {
         u8::from(pending > 0)
     ));
     state.changes.render(&state.cache, &mut text);
+    state.replicas.render(&mut text);
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(text)

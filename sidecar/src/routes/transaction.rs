@@ -66,6 +66,7 @@ pub async fn transaction(
             Ok(TransactionResponse {
                 results,
                 invalidation,
+                position: s.replicas.position_after_write(&s.pools),
             })
         })
         .await?;
@@ -194,6 +195,11 @@ async fn end(
             Ok(EndResponse {
                 committed: commit,
                 invalidation,
+                position: if commit {
+                    s.replicas.position_after_write(&s.pools)
+                } else {
+                    None
+                },
             })
         })
         .await?;

@@ -51,6 +51,27 @@ pub fn query(
     }
 }
 
+/// A plain read on a replica's session, as [`query`] does it. Not retried here: the caller
+/// sends it to the primary instead.
+pub fn query_replica(
+    pools: &Pools,
+    replica: &crate::store::replicas::Replica,
+    wait: std::time::Duration,
+    sql: &str,
+    params: &[Value],
+    limits: ReadLimits,
+    who: Option<&SessionIdentity>,
+) -> Result<Vec<Row>, ApiError> {
+    statement::check(sql, Route::Read)?;
+    crate::store::session::with_conn(replica.get(wait), |s| {
+        if let Some(who) = who {
+            who.assume(&mut s.client)?;
+        }
+        query_on(s, &pools.param_types, sql, params, limits)
+    })
+    .map_err(Failure::into_api)
+}
+
 /// Runs a write and returns the number of rows it affected; it is committed when this
 /// returns. Never retried: a dead connection may have sent the statement, and only the caller
 /// knows if running it twice is safe.

@@ -6,7 +6,8 @@
 //! by every sidecar, in Redis and Postgres), `leases` (single flight across sidecars), `param_types` (what Postgres said about each statement's parameters), `statement`
 //! (what may run at all), `pg_json` and `pg_params` (values both ways).
 //! Redis: `redis` (client and manager), `cache` (the read-through layout, versions and
-//! invalidation), `commands` (plain cache commands). `readiness`: the background probe.
+//! invalidation), `commands` (plain cache commands). `readiness`: the background probe. `replicas`: streaming replicas for plain reads, and
+//! the positions that give read-your-writes.
 
 pub mod blocking;
 pub mod cache;
@@ -28,6 +29,7 @@ pub mod postgres;
 pub mod rate_limit;
 pub mod readiness;
 pub mod redis;
+pub mod replicas;
 pub mod session;
 pub mod statement;
 pub mod transaction;

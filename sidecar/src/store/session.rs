@@ -37,7 +37,15 @@ pub(super) fn with_session<T>(
     pools: &Pools,
     work: impl FnOnce(&mut PgSession) -> Result<T, Failure>,
 ) -> Result<T, Failure> {
-    let mut session = pools.pg_conn().map_err(Failure::Api)?;
+    with_conn(pools.pg_conn(), work)
+}
+
+/// [`with_session`] on a session already checked out (a replica's).
+pub(super) fn with_conn<T>(
+    conn: Result<crate::store::pools::PgConn, crate::http::error::ApiError>,
+    work: impl FnOnce(&mut PgSession) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    let mut session = conn.map_err(Failure::Api)?;
     let out = work(&mut session);
     reset(&mut session);
     out
