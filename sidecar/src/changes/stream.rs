@@ -128,7 +128,8 @@ async fn session(ctx: &Ctx) -> Result<(), String> {
                 let mut next = first.map_err(|e| format!("replication stream: {e}"))?;
                 let mut in_txn = false;
                 let mut confirm: Option<Lsn> = None;
-                let mut mark: Option<u64> = None;
+                // The latest mark: its time, and its commit's end once that arrives.
+                let mut mark: Option<(u64, Option<u64>)> = None;
                 // Everything already received is gathered, then applied in one round.
                 while let Some(ev) = next {
                     match ev {
@@ -143,12 +144,16 @@ async fn session(ctx: &Ctx) -> Result<(), String> {
                         ReplicationEvent::Commit { end_lsn, commit_time_micros, .. } => {
                             in_txn = false;
                             confirm = Some(end_lsn);
+                            if let Some((_, at @ None)) = &mut mark {
+                                *at = Some(end_lsn.as_u64());
+                            }
                             consumer
                                 .commits_ms
                                 .push(commit_time_micros / 1000 + PG_EPOCH_UNIX_MS);
                         }
                         ReplicationEvent::Message { prefix, content, .. } if prefix == "ferry.mark" => {
-                            mark = std::str::from_utf8(&content).ok().and_then(|s| s.parse().ok());
+                            let ms = std::str::from_utf8(&content).ok().and_then(|s| s.parse().ok());
+                            mark = ms.map(|ms| (ms, None));
                         }
                         // Everything before the server's position has been received: with no
                         // transaction open, that position is safe to confirm once applied.
@@ -167,7 +172,8 @@ async fn session(ctx: &Ctx) -> Result<(), String> {
                         None => None,
                     };
                 }
-                consumer.flush(mark).await?;
+                // A mark counts once its commit is in: every commit before it is then here.
+                consumer.flush(mark.and_then(|(ms, at)| Some((ms, at?)))).await?;
                 if let Some(lsn) = confirm {
                     repl.update_applied_lsn(lsn);
                 }
@@ -231,8 +237,9 @@ impl Consumer<'_> {
     }
 
     /// Applies what is pending, retrying until Redis takes it (the stream waits meanwhile, and
-    /// nothing is confirmed), then publishes `mark` as the watermark.
-    async fn flush(&mut self, mark: Option<u64>) -> Result<(), String> {
+    /// nothing is confirmed), then publishes `mark` (its time, and its commit's end in the
+    /// WAL) as the watermark.
+    async fn flush(&mut self, mark: Option<(u64, u64)>) -> Result<(), String> {
         if !self.pending.is_empty() {
             let keys: Vec<String> = self.pending.keys.iter().cloned().collect();
             let tags: Vec<String> = self.pending.tags.iter().cloned().collect();
@@ -264,7 +271,7 @@ impl Consumer<'_> {
             // Not fatal: the next mark publishes a later one (meanwhile reads bypass).
             if let Err(e) = self
                 .ctx
-                .redis(move |cache, pools| cache.publish_watermark(pools, m))
+                .redis(move |cache, pools| cache.publish_watermark(pools, m.0, m.1))
                 .await
             {
                 tracing::debug!(error = %e, "change stream: the watermark was not published");

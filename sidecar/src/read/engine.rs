@@ -122,6 +122,12 @@ async fn answer_inner(
         let rows = run_query(state, plan).await?;
         return Ok(response(rows, CacheStatus::Bypass, 0, None));
     };
+    if !state.cache.freshness().covers(plan.after) {
+        // The change stream has not yet invalidated up to the write this read must see: an
+        // entry (or a fill already under way) may hold rows from before it.
+        let rows = run_query(state, plan).await?;
+        return Ok(response(rows, CacheStatus::Bypass, 0, Some(cache.key)));
+    }
     let key = Some(cache.key.clone());
     let with_key = |mut r: QueryResponse| {
         r.key = key.clone();

@@ -37,6 +37,9 @@ pub struct Replicas {
     history: Mutex<VecDeque<(Instant, u64)>>,
     /// Reads a replica failed, which the primary then answered.
     fallbacks: AtomicU64,
+    /// Whether writes return their position: some read can use it (a replica, or the change
+    /// stream's watermark for cached reads).
+    positions: bool,
 }
 
 /// One replica: its pool and what the latest check saw.
@@ -88,17 +91,13 @@ impl Replicas {
             next: AtomicUsize::new(0),
             history: Mutex::new(VecDeque::new()),
             fallbacks: AtomicU64::new(0),
+            positions: !r.urls.is_empty() || config.changes.enabled,
         })
     }
 
     /// How long a read or a check waits for a replica's session: a few checks' time.
     pub fn wait(&self) -> Duration {
         (self.poll * 4).max(Duration::from_millis(200))
-    }
-
-    /// Whether any replica is configured (writes then return their position).
-    pub fn configured(&self) -> bool {
-        !self.list.is_empty()
     }
 
     /// The replica a plain read may go to, or None for the primary: one in use whose replay
@@ -295,10 +294,11 @@ fn lsn(conn: &mut PgConn, sql: &str) -> Option<u64> {
 impl Replicas {
     /// What a write that has committed returns: where the primary's log is now, which is at
     /// or past every commit acknowledged before this call, on any session. None without
-    /// replicas (no read needs it), or when the primary does not say: the write stands, and
-    /// a read without a position goes to the primary (unless `replicas.reads = "any"`).
+    /// replicas or the change stream (no read would use it), or when the primary does not
+    /// say: the write stands, and a read without a position goes to the primary (unless
+    /// `replicas.reads = "any"`).
     pub fn position_after_write(&self, pools: &crate::store::pools::Pools) -> Option<Position> {
-        if self.list.is_empty() {
+        if !self.positions {
             return None;
         }
         let at = pools

@@ -11,6 +11,12 @@
 //! that stopped (dead, Redis down, slot lost) turns every sidecar's reads into bypass within
 //! `max_lag_ms`, and a sidecar that was down serves nothing cached until the stream has
 //! replayed what it missed. Clocks: the sidecars' clocks must agree (NTP), as signing needs.
+//!
+//! The watermark also carries the mark's place in the WAL (its commit's end): every commit
+//! before it has been invalidated. A read that carries a write's position (`after`) is served
+//! from the cache only once the watermark has passed that position, so a cached read never
+//! returns rows from before a write whose position it carries, even a write that named no
+//! invalidation of its own (the read skips the cache until then).
 
 use super::Cache;
 use crate::store::pools::Pools;
@@ -21,11 +27,17 @@ const WATERMARK_KEY: &str = "changes:fresh";
 /// The watched tables' definitions the consumer last saw (a hash: table → digest).
 const DEFINITIONS_KEY: &str = "changes:definitions";
 
+/// The mark's place in the WAL, as 16 hex digits (compared as strings: Lua's numbers are
+/// doubles).
+const WATERMARK_POSITION_KEY: &str = "changes:fresh_at";
+
 /// Sets the watermark only forward (a late write from a consumer that lost its lease cannot
-/// move it back).
+/// move it back): its time in KEYS[1], its WAL position in KEYS[2].
 const SET_MAX: &str = r"
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tonumber(ARGV[1]) > cur then redis.call('SET', KEYS[1], ARGV[1]) end
+local at = redis.call('GET', KEYS[2]) or ''
+if ARGV[2] > at then redis.call('SET', KEYS[2], ARGV[2]) end
 return 1";
 
 #[derive(Debug, Default)]
@@ -39,6 +51,8 @@ struct Watch {
     started_ms: u64,
     max_lag_ms: u64,
     watermark_ms: AtomicU64,
+    /// The watermark's place in the WAL (0: none seen yet).
+    watermark_at: AtomicU64,
 }
 
 /// What /readyz and /metrics say about the stream.
@@ -70,6 +84,7 @@ impl Freshness {
                 started_ms: super::now_ms(),
                 max_lag_ms,
                 watermark_ms: AtomicU64::new(0),
+                watermark_at: AtomicU64::new(0),
             }),
         }
     }
@@ -99,9 +114,21 @@ impl Freshness {
         matches!(self.state().0, StreamState::Off | StreamState::CaughtUp)
     }
 
-    fn advance(&self, mark_ms: u64) {
+    /// Whether every commit up to `after` has been invalidated (always, with the stream off:
+    /// then the writes' own invalidations keep the cache fresh).
+    pub fn covers(&self, after: Option<ferry_shared::api::Position>) -> bool {
+        match (&self.watch, after) {
+            (Some(w), Some(p)) => w.watermark_at.load(Ordering::Acquire) >= p.0,
+            _ => true,
+        }
+    }
+
+    fn advance(&self, mark_ms: u64, at: Option<u64>) {
         if let Some(w) = &self.watch {
             w.watermark_ms.fetch_max(mark_ms, Ordering::AcqRel);
+            if let Some(at) = at {
+                w.watermark_at.fetch_max(at, Ordering::AcqRel);
+            }
         }
     }
 }
@@ -117,27 +144,32 @@ impl Cache {
         &self.freshness
     }
 
-    /// The consumer's mark: every commit before `mark_ms` is invalidated. Shared through Redis.
-    pub fn publish_watermark(&self, pools: &Pools, mark_ms: u64) -> Result<(), String> {
+    /// The consumer's mark: every commit before `mark_ms`, and before `at` in the WAL, is
+    /// invalidated. Shared through Redis.
+    pub fn publish_watermark(&self, pools: &Pools, mark_ms: u64, at: u64) -> Result<(), String> {
         let mut conn = pools.redis_conn().map_err(|e| e.to_string())?;
         redis::Script::new(SET_MAX)
             .key(format!("{}{WATERMARK_KEY}", self.prefix))
+            .key(format!("{}{WATERMARK_POSITION_KEY}", self.prefix))
             .arg(mark_ms)
+            .arg(format!("{at:016x}"))
             .invoke::<i64>(&mut *conn)
             .map_err(|e| e.to_string())?;
-        self.freshness.advance(mark_ms);
+        self.freshness.advance(mark_ms, Some(at));
         Ok(())
     }
 
     /// Reads the shared watermark (every sidecar, consumer or not, polls it).
     pub fn refresh_watermark(&self, pools: &Pools) -> Result<(), String> {
         let mut conn = pools.redis_conn().map_err(|e| e.to_string())?;
-        let mark: Option<u64> = redis::cmd("GET")
+        let (mark, at): (Option<u64>, Option<String>) = redis::cmd("MGET")
             .arg(format!("{}{WATERMARK_KEY}", self.prefix))
+            .arg(format!("{}{WATERMARK_POSITION_KEY}", self.prefix))
             .query(&mut *conn)
             .map_err(|e| e.to_string())?;
         if let Some(m) = mark {
-            self.freshness.advance(m);
+            let at = at.and_then(|a| u64::from_str_radix(&a, 16).ok());
+            self.freshness.advance(m, at);
         }
         Ok(())
     }
@@ -185,16 +217,33 @@ mod tests {
         assert!(Freshness::default().serves());
         let f = Freshness::watching(1_000);
         assert_eq!(f.state().0, StreamState::CatchingUp);
-        f.advance(super::super::now_ms() - 60_000);
+        f.advance(super::super::now_ms() - 60_000, None);
         assert_eq!(f.state().0, StreamState::CatchingUp, "older than the start");
         let start = f.watch.as_ref().map(|w| w.started_ms).unwrap_or(0);
-        f.advance(start);
+        f.advance(start, None);
         assert!(f.serves());
         let lagging = Freshness::watching(1);
         let start = lagging.watch.as_ref().map(|w| w.started_ms).unwrap_or(0);
-        lagging.advance(start);
+        lagging.advance(start, None);
         std::thread::sleep(std::time::Duration::from_millis(5));
         assert_eq!(lagging.state().0, StreamState::Lagging);
         assert!(!lagging.serves());
+    }
+
+    #[test]
+    fn a_position_is_covered_once_the_watermark_has_passed_it() {
+        use ferry_shared::api::Position;
+        assert!(
+            Freshness::default().covers(Some(Position(u64::MAX))),
+            "stream off"
+        );
+        let f = Freshness::watching(1_000);
+        assert!(f.covers(None));
+        assert!(!f.covers(Some(Position(1))), "no watermark yet");
+        f.advance(1, Some(500));
+        assert!(f.covers(Some(Position(500))));
+        assert!(!f.covers(Some(Position(501))));
+        f.advance(2, Some(100));
+        assert!(f.covers(Some(Position(500))), "never moves back");
     }
 }
