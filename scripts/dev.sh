@@ -5,6 +5,7 @@
 # State (data dirs, logs, the dev secret) lives in .run/ (git-ignored); a second run reuses it.
 #
 # Ports (override by env): FERRY_DEV_REDIS_PORT=6390 FERRY_DEV_PG_PORT=5440
+# FERRY_DEV_REPLICA_PORT=5441 (a streaming replica of it, replaying each commit 1 s late)
 # FERRY_DEV_SIDECAR_PORT=8787 (nginx, in front of the sidecars on 8790, 8791, ...: set
 # FERRY_DEV_SIDECARS=1 for one) FERRY_DEV_EDGE_PORT=8788 FERRY_DEV_JS_PORT=8789 (the plain JS
 # Worker of examples/js-worker); FERRY_DEV_PROFILE=release builds an
@@ -15,6 +16,7 @@ cd "$FERRY_ROOT"
 
 REDIS_PORT=${FERRY_DEV_REDIS_PORT:-6390}
 PG_PORT=${FERRY_DEV_PG_PORT:-5440}
+REPLICA_PORT=${FERRY_DEV_REPLICA_PORT:-5441}
 SIDECAR_PORT=${FERRY_DEV_SIDECAR_PORT:-8787}
 SIDECARS=${FERRY_DEV_SIDECARS:-2}
 FIRST_SIDECAR_PORT=${FERRY_DEV_FIRST_SIDECAR_PORT:-8790}
@@ -34,6 +36,7 @@ cleanup() {
   [ -n "${WRANGLER_PID:-}" ] && kill -INT "$WRANGLER_PID" 2>/dev/null || true
   [ -n "${JS_PID:-}" ] && kill -INT "$JS_PID" 2>/dev/null || true
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  [ -f "$RUN/pg-replica/postmaster.pid" ] && as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg-replica" -m fast -w stop >/dev/null 2>&1 || true
   [ -f "$RUN/pg/postmaster.pid" ] && as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg" -m fast -w stop >/dev/null 2>&1 || true
   wait 2>/dev/null || true
   echo "stopped."
@@ -99,6 +102,16 @@ fi
 as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg" -l "$RUN/postgres.log" -w \
   -o "-p $PG_PORT -k $RUN -c listen_addresses=127.0.0.1 -c wal_level=logical" start >/dev/null
 PGOPTIONS="-c client_min_messages=warning" psql -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -f scripts/demo.sql
+# A hot standby streaming from it (pg_basebackup -R), holding each commit back 1 s
+# (recovery_min_apply_delay) so that read-your-writes has something to show.
+port_free "$REPLICA_PORT" || die "port $REPLICA_PORT is taken (set FERRY_DEV_REPLICA_PORT)"
+if [ ! -f "$RUN/pg-replica/PG_VERSION" ]; then
+  as_pg "$(pg_bindir)/pg_basebackup" -D "$RUN/pg-replica" -h 127.0.0.1 -p "$PG_PORT" -U postgres \
+    -R -X stream --checkpoint=fast
+fi
+as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg-replica" -l "$RUN/postgres-replica.log" -w \
+  -o "-p $REPLICA_PORT -k $RUN -c listen_addresses=127.0.0.1 -c recovery_min_apply_delay=1s" \
+  start >/dev/null
 
 step "4/6 $SIDECARS sidecars on 127.0.0.1:$FIRST_SIDECAR_PORT.. behind nginx on 127.0.0.1:$SIDECAR_PORT (config: deploy/ferry.toml)"
 # As the least-privilege role ferry_app (scripts/demo.sql); the change stream as ferry_changes
@@ -124,6 +137,8 @@ for i in $(seq 0 $((SIDECARS - 1))); do
   FERRY_NEON_ENABLED=true \
   FERRY_NEON_TOKEN=$(cat "$RUN/neon-token") \
   FERRY_CHANGES_URL=postgres://ferry_changes@127.0.0.1:$PG_PORT/postgres \
+  FERRY_REPLICAS_URLS=postgres://ferry_app@127.0.0.1:$REPLICA_PORT/postgres \
+  FERRY_REPLICAS_MAX_LAG_MS=3000 \
   FERRY_SECRET=$SECRET \
   FERRY_LOG=${FERRY_LOG:-info} \
     "$CARGO_TARGET_DIR/$PROFILE/ferry-sidecar" > "$RUN/sidecar-$i.log" 2>&1 &
@@ -201,6 +216,20 @@ stream and drops the entries that depend on the row, within changes.max_lag_ms (
   psql -h 127.0.0.1 -p $PG_PORT -U postgres -c "UPDATE items SET name = 'changed in psql' WHERE id = 2"
   curl -s http://127.0.0.1:$EDGE_PORT/items/2            # the new name, read from Postgres
   curl -s http://127.0.0.1:$SIDECAR_PORT/readyz | grep -o '"changes":{[^}]*}'   # caught_up, leader
+
+Read-your-writes with a streaming replica (127.0.0.1:$REPLICA_PORT, replaying each commit 1 s late).
+A write answers its position; a read that carries it (after) is served by the replica once it has
+replayed that far, else by the primary. The edge carries it to the next request in a cookie:
+
+  curl -s -c .run/cookies -X PUT -H "\$KEY" http://127.0.0.1:$EDGE_PORT/items/4 -d '{"name":"chair","price":"40.00"}'
+                                                         # "position", and a ferry_position cookie
+  curl -s -b .run/cookies http://127.0.0.1:$EDGE_PORT/items/4   # the chair, read after its position
+  export FERRY_SECRET=\$(cat .run/secret) FERRY_URL=http://127.0.0.1:$SIDECAR_PORT
+  P=\$(scripts/ferry-curl.sh POST /v1/execute '{"sql":"UPDATE items SET name = \$1 WHERE id = 3","params":["desk"]}' | grep -o '[0-9A-F]*/[0-9A-F]*'); echo \$P
+  scripts/ferry-curl.sh POST /v1/query '{"sql":"SELECT name FROM items WHERE id = 3","after":"'\$P'"}'   # desk (the primary)
+  psql -h 127.0.0.1 -p $REPLICA_PORT -U postgres -Atc "SELECT name FROM items WHERE id = 3"   # the replica: still the old name
+  sleep 2; scripts/ferry-curl.sh POST /v1/query '{"sql":"SELECT name FROM items WHERE id = 3","after":"'\$P'"}'   # desk (the replica)
+  curl -s http://127.0.0.1:9187/metrics http://127.0.0.1:9188/metrics | grep -E '^ferry_replica_(in_use|lag_seconds|reads_total)'
 
 The sidecar directly (signed requests):
 

@@ -91,7 +91,8 @@ pub async fn get_item(req: Request, ctx: Ctx) -> Result<Response> {
         &rid,
         async {
             let id = requests::parse_id(param(&ctx, "id"))?;
-            let ferry = Ferry::from_env(&ctx.env, &rid)?;
+            // After a PUT from this browser, its write is read back (read-your-writes).
+            let ferry = Ferry::from_env(&ctx.env, &rid)?.after(cookie_position(&req));
             let r = requests::item(&ferry, id).response().await?;
             let item = r
                 .rows
@@ -143,7 +144,8 @@ pub async fn get_items(req: Request, ctx: Ctx) -> Result<Response> {
 /// `PUT /items/:id` (API key): write the item, then invalidate its cache entry (before answering).
 pub async fn put_item(mut req: Request, ctx: Ctx) -> Result<Response> {
     let rid = request_id(&req);
-    respond(
+    let mut position = None;
+    let resp = respond(
         &rid,
         async {
             require_api_key(&req, &ctx)?;
@@ -152,13 +154,27 @@ pub async fn put_item(mut req: Request, ctx: Ctx) -> Result<Response> {
             let r = requests::item_upsert(&ferry, id, &body_bytes(&mut req).await?)?
                 .run()
                 .await?;
+            position = r.position;
             Ok((
                 200,
-                json!({"id": id, "written": r.rows_affected == 1, "invalidation": r.invalidation}),
+                json!({"id": id, "written": r.rows_affected == 1, "invalidation": r.invalidation,
+                       "position": r.position}),
             ))
         }
         .await,
-    )
+    )?;
+    // The next GET from this browser carries the write's position (see `get_item`).
+    if let Some(p) = position {
+        resp.headers()
+            .set("set-cookie", &crate::ferry::position_cookie(p))?;
+    }
+    Ok(resp)
+}
+
+/// The write position a browser's `ferry_position` cookie carries, if any.
+fn cookie_position(req: &Request) -> Option<ferry_shared::api::Position> {
+    let cookies = req.headers().get("cookie").ok().flatten()?;
+    crate::ferry::position_from_cookies(&cookies)
 }
 
 /// `GET /cache/:key` (API key): a value from the edge's cache namespace.

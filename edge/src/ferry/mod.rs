@@ -24,20 +24,25 @@
 //! can answer with it as it is.
 
 mod batch;
+mod position;
 mod query;
 mod transaction;
 
 pub use batch::{Batcher, Transport, MAX_BATCH};
+pub use position::{
+    position_cookie, position_from_cookies, POSITION_COOKIE, POSITION_COOKIE_MAX_AGE_S,
+};
 pub use query::{Execute, Query};
 pub use transaction::Transaction;
 
 use crate::error::EdgeError;
 use ferry_shared::api::{
     CacheCommand, CacheReply, ExecuteRequest, ExecuteResponse, Identity, KeyedRequest,
-    KeyedResponse, QueryRequest, Readiness, TransactionRequest, TransactionResponse,
+    KeyedResponse, Position, QueryRequest, Readiness, TransactionRequest, TransactionResponse,
 };
 use futures_util::future::LocalBoxFuture;
 use serde::Serialize;
+use std::cell::Cell;
 use std::rc::Rc;
 
 /// The sidecar calls other than reads: the signed HTTP client on wasm32, a fake in tests.
@@ -66,6 +71,9 @@ pub struct Ferry {
     reads: Rc<Batcher>,
     calls: Rc<dyn Calls>,
     identity: Option<Identity>,
+    /// The latest position a write of this request returned (or [`Ferry::after`] gave): every
+    /// read sent later carries it, so it sees those writes (read-your-writes).
+    position: Rc<Cell<Option<Position>>>,
 }
 
 impl Ferry {
@@ -80,6 +88,26 @@ impl Ferry {
             reads: Rc::new(Batcher::new(reads, batching)),
             calls,
             identity: None,
+            position: Rc::default(),
+        }
+    }
+
+    /// Reads sent from now on see every write up to `position` (one an earlier request's write
+    /// returned, say from [`position_from_cookies`]); a later position already held stays.
+    pub fn after(self, position: Option<Position>) -> Ferry {
+        self.note(position);
+        self
+    }
+
+    /// The position this request's reads carry: the latest a write returned, if any. Pass it
+    /// to the next request (see [`position_cookie`]) to read these writes there too.
+    pub fn position(&self) -> Option<Position> {
+        self.position.get()
+    }
+
+    fn note(&self, position: Option<Position>) {
+        if position > self.position.get() {
+            self.position.set(position);
         }
     }
 
@@ -223,6 +251,108 @@ pub(crate) mod tests {
         fn readiness(&self) -> LocalBoxFuture<'_, Result<Readiness, EdgeError>> {
             no()
         }
+    }
+
+    /// Answers writes with a position and reads with no rows, keeping the reads it was sent.
+    #[derive(Default)]
+    struct Positions {
+        reads: std::cell::RefCell<Vec<QueryRequest>>,
+    }
+
+    impl Transport for Positions {
+        fn query(&self, q: QueryRequest) -> LocalBoxFuture<'_, Result<QueryResponse, EdgeError>> {
+            self.reads.borrow_mut().push(q);
+            Box::pin(async {
+                Ok(QueryResponse {
+                    rows: Vec::new(),
+                    cache: ferry_shared::api::CacheStatus::Bypass,
+                    age_ms: 0,
+                    key: None,
+                    stale_reason: None,
+                    upstream_error: None,
+                })
+            })
+        }
+        fn batch(
+            &self,
+            _: Vec<QueryRequest>,
+        ) -> LocalBoxFuture<'_, Result<Vec<ferry_shared::api::BatchResult>, EdgeError>> {
+            no()
+        }
+    }
+
+    #[test]
+    fn reads_carry_the_latest_position_a_write_returned() {
+        struct Writes;
+        impl Calls for Writes {
+            fn execute(
+                &self,
+                _: ExecuteRequest,
+            ) -> LocalBoxFuture<'_, Result<ExecuteResponse, EdgeError>> {
+                Box::pin(async {
+                    Ok(ExecuteResponse {
+                        rows_affected: 1,
+                        invalidation: ferry_shared::api::InvalidationStatus::None,
+                        position: Some(Position(0x500)),
+                    })
+                })
+            }
+            fn keyed(
+                &self,
+                _: KeyedRequest,
+            ) -> LocalBoxFuture<'_, Result<KeyedResponse, EdgeError>> {
+                no()
+            }
+            fn cache(&self, _: CacheCommand) -> LocalBoxFuture<'_, Result<CacheReply, EdgeError>> {
+                no()
+            }
+            fn transaction(
+                &self,
+                _: TransactionRequest,
+            ) -> LocalBoxFuture<'_, Result<TransactionResponse, EdgeError>> {
+                no()
+            }
+            fn readiness(&self) -> LocalBoxFuture<'_, Result<Readiness, EdgeError>> {
+                no()
+            }
+        }
+        let reads = Rc::new(Positions::default());
+        struct Shared(Rc<Positions>);
+        impl Transport for Shared {
+            fn query(
+                &self,
+                q: QueryRequest,
+            ) -> LocalBoxFuture<'_, Result<QueryResponse, EdgeError>> {
+                self.0.query(q)
+            }
+            fn batch(
+                &self,
+                q: Vec<QueryRequest>,
+            ) -> LocalBoxFuture<'_, Result<Vec<ferry_shared::api::BatchResult>, EdgeError>>
+            {
+                self.0.batch(q)
+            }
+        }
+        let f = Ferry::with_transport(Box::new(Shared(reads.clone())), Rc::new(Writes), false);
+        futures::executor::block_on(async {
+            f.sql("SELECT 1").response().await.expect("read");
+            assert_eq!(f.position(), None);
+            let built_before = f.sql("SELECT 2");
+            f.execute("w").run().await.expect("write");
+            assert_eq!(f.position(), Some(Position(0x500)));
+            built_before.response().await.expect("read");
+            // A clone (another part of the handler) shares it; an older position does not win.
+            f.clone()
+                .after(Some(Position(0x100)))
+                .sql("SELECT 3")
+                .response()
+                .await
+                .expect("read");
+        });
+        let afters: Vec<_> = reads.reads.borrow().iter().map(|q| q.after).collect();
+        assert_eq!(afters, [None, Some(Position(0x500)), Some(Position(0x500))]);
+        let resumed = unused().after(Some(Position(0x900)));
+        assert_eq!(resumed.position(), Some(Position(0x900)));
     }
 
     pub(crate) fn unused() -> Ferry {

@@ -69,9 +69,13 @@ impl Query {
     }
 
     /// The sidecar's whole answer: rows, and where they came from (`cache`, `age_ms`).
-    pub async fn response(self) -> Result<QueryResponse, EdgeError> {
+    pub async fn response(mut self) -> Result<QueryResponse, EdgeError> {
         if let Some(e) = self.error {
             return Err(e);
+        }
+        // As late as possible: a write that finished after this read was built counts too.
+        if self.req.after.is_none() {
+            self.req.after = self.ferry.position();
         }
         self.ferry.reads.read(self.req).await
     }
@@ -138,11 +142,14 @@ impl Execute {
         &self.req
     }
 
-    /// Commits the write and applies its invalidations, then answers.
+    /// Commits the write and applies its invalidations, then answers. This handle's later
+    /// reads carry the write's position.
     pub async fn run(self) -> Result<ExecuteResponse, EdgeError> {
         if let Some(e) = self.error {
             return Err(e);
         }
-        self.ferry.calls.execute(self.req).await
+        let r = self.ferry.calls.execute(self.req).await?;
+        self.ferry.note(r.position);
+        Ok(r)
     }
 }

@@ -73,6 +73,8 @@ impl Transaction {
         if let Some(e) = self.error {
             return Err(e);
         }
-        self.ferry.calls.transaction(self.req).await
+        let r = self.ferry.calls.transaction(self.req).await?;
+        self.ferry.note(r.position);
+        Ok(r)
     }
 }
