@@ -27,7 +27,8 @@ GRANT USAGE ON SCHEMA public TO ferry_app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON items TO ferry_app;
 -- Writes' nonces, shared by every sidecar so none runs a replayed write (auth.replay =
 -- "shared"). The sidecar creates this table itself when its role may; ferry_app may not.
-CREATE TABLE ferry_nonces (nonce bytea PRIMARY KEY, expires_at timestamptz NOT NULL);
+CREATE TABLE ferry_nonces (nonce bytea PRIMARY KEY, expires_at timestamptz NOT NULL,
+                           rows_affected bigint);
 GRANT SELECT, INSERT, DELETE ON ferry_nonces TO ferry_app;
 -- Invalidations deferred while Redis was unreachable, applied by any sidecar (cache.deferred_table).
 CREATE TABLE ferry_deferred (id bigserial PRIMARY KEY, kind text NOT NULL, name text NOT NULL,

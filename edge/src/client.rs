@@ -84,7 +84,8 @@ pub type Exchange = Result<(u16, Option<String>, Vec<u8>), EdgeError>;
 /// replay to every sidecar), after `outcome`: the sidecar could not be reached, or a balancer in
 /// front of several answered for one (a 502, 503 or 504 without a Ferry error body: the sidecar
 /// behind it died or refused the connection). Never after a timeout (the deadline is spent),
-/// never after a sidecar's own answer, and never for writes, which the caller must not run twice.
+/// never after a sidecar's own answer, and never for writes, which the caller must not run twice
+/// (a write asks for its outcome instead: `SidecarClient::execute`).
 pub fn read_again(outcome: &Exchange) -> bool {
     match outcome {
         Err(EdgeError::Unreachable) => true,
@@ -104,8 +105,8 @@ mod wasm {
     use ferry_shared::api::{
         paths, BatchRequest, BatchResponse, BeginRequest, BeginResponse, CacheCommand, CacheReply,
         EndRequest, EndResponse, ExecuteRequest, ExecuteResponse, InTransactionRequest,
-        KeyedRequest, KeyedResponse, QueryRequest, QueryResponse, Readiness, StatementResult,
-        TransactionRequest, TransactionResponse,
+        KeyedRequest, KeyedResponse, OutcomeRequest, OutcomeResponse, QueryRequest, QueryResponse,
+        Readiness, StatementResult, TransactionRequest, TransactionResponse,
     };
     use futures_util::future::{select, Either};
     use std::time::Duration;
@@ -233,9 +234,41 @@ mod wasm {
             self.read(paths::BATCH_KEYED, k).await
         }
 
-        /// `POST /v1/execute`: one write, then its invalidations.
+        /// `POST /v1/execute`: one write, then its invalidations. When no sidecar answered
+        /// it ([`read_again`]: its sidecar died, or the balancer found none), another sidecar
+        /// is asked whether it committed (`/v1/outcome`, by its nonce), which is final: a
+        /// committed write is answered as such (its invalidations applied by that sidecar),
+        /// one that had not committed never will, and its error stands. Only when no sidecar
+        /// can be asked either is the error ambiguous.
         pub async fn execute(&self, e: &ExecuteRequest) -> Result<ExecuteResponse, EdgeError> {
-            self.call("POST", paths::EXECUTE, Some(e)).await
+            let now_s = Date::now().as_millis() / 1000;
+            let signed_with = nonce()?;
+            let call = build_call(
+                &self.cfg,
+                "POST",
+                paths::EXECUTE,
+                Some(e),
+                now_s,
+                &signed_with,
+            )?;
+            let sent = self.send(call).await;
+            if read_again(&sent) {
+                let ask = OutcomeRequest {
+                    nonce: signed_with,
+                    invalidate: e.invalidate.clone(),
+                };
+                if let Ok(o) = self.read::<_, OutcomeResponse>(paths::OUTCOME, &ask).await {
+                    if o.committed {
+                        return Ok(ExecuteResponse {
+                            rows_affected: o.rows_affected.unwrap_or(0),
+                            invalidation: o.invalidation,
+                            position: o.position,
+                        });
+                    }
+                }
+            }
+            let (status, retry_after, bytes) = sent?;
+            interpret(status, retry_after, &bytes)
         }
 
         /// Statements in one transaction (all commit or none); the failing statement's index
@@ -287,111 +320,5 @@ mod wasm {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use ferry_shared::api::QueryResponse;
-    use serde_json::json;
-
-    fn cfg() -> EdgeConfig {
-        EdgeConfig {
-            sidecar_url: "http://127.0.0.1:8787".into(),
-            timeout_ms: 100,
-            secret: "0123456789abcdef".into(),
-        }
-    }
-
-    #[test]
-    fn calls_are_signed_so_the_sidecar_verifies_them() {
-        let body = json!({"sql": "SELECT 1"});
-        let call = build_call(
-            &cfg(),
-            "POST",
-            "/v1/query",
-            Some(&body),
-            1000,
-            "00ff00ff00ff00ff",
-        )
-        .expect("builds");
-        assert_eq!(call.url, "http://127.0.0.1:8787/v1/query");
-        let h = |name: &str| {
-            call.headers
-                .iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| v.clone())
-        };
-        let headers = sign::parse_headers(
-            h(sign::HEADER_TIMESTAMP).as_deref(),
-            h(sign::HEADER_NONCE).as_deref(),
-            h(sign::HEADER_SIGNATURE).as_deref(),
-        )
-        .expect("all three headers");
-        let signed = sign::SignedRequest {
-            headers: &headers,
-            method: "POST",
-            path_and_query: "/v1/query",
-            body: &call.body,
-        };
-        let verified = sign::verify(&[b"0123456789abcdef"], &signed, 1000, 300);
-        assert!(verified.is_ok());
-    }
-
-    #[test]
-    fn answers_are_mapped() {
-        let ok: Result<QueryResponse, _> = interpret(
-            200,
-            None,
-            br#"{"rows": [], "cache": "hit", "age_ms": 3, "future_field": 1}"#,
-        );
-        assert_eq!(ok.map(|r| r.age_ms), Ok(3));
-
-        let bad: Result<QueryResponse, _> = interpret(200, None, b"<html>");
-        assert_eq!(bad, Err(EdgeError::BadResponse { status: 200 }));
-
-        let auth: Result<QueryResponse, _> = interpret(
-            401,
-            None,
-            br#"{"error": {"code": "auth_bad_signature", "message": "signature does not match"}}"#,
-        );
-        assert_eq!(auth, Err(EdgeError::AuthFailed));
-
-        let sql: Result<QueryResponse, _> = interpret(
-            400,
-            None,
-            br#"{"error": {"code": "sql_error", "message": "syntax", "pg_code": "42601"}}"#,
-        );
-        match sql {
-            Err(EdgeError::Sidecar {
-                status: 400, body, ..
-            }) => {
-                assert_eq!(body.error.pg_code.as_deref(), Some("42601"))
-            }
-            other => panic!("unexpected {other:?}"),
-        }
-
-        let busy: Result<QueryResponse, _> = interpret(
-            503,
-            Some("1".into()),
-            br#"{"error": {"code": "overloaded", "message": "retry"}}"#,
-        );
-        assert_eq!(busy.expect_err("503").retry_after(), Some("1"));
-
-        let proxy: Result<QueryResponse, _> = interpret(502, None, b"Bad Gateway");
-        assert_eq!(proxy, Err(EdgeError::BadResponse { status: 502 }));
-    }
-
-    #[test]
-    fn reads_go_again_only_when_no_sidecar_answered() {
-        let answer = |status: u16, body: &[u8]| -> Exchange { Ok((status, None, body.to_vec())) };
-        // Nobody reached, or a balancer speaking for a dead sidecar: once more.
-        assert!(read_again(&Err(EdgeError::Unreachable)));
-        assert!(read_again(&answer(502, b"<html>502 Bad Gateway</html>")));
-        assert!(read_again(&answer(503, b"")));
-        assert!(read_again(&answer(504, b"Gateway Time-out")));
-        // A sidecar's own answer, even a failure, stands; so does a spent deadline.
-        let ferry = br#"{"error": {"code": "overloaded", "message": "retry"}}"#;
-        assert!(!read_again(&answer(503, ferry)));
-        assert!(!read_again(&answer(200, b"{}")));
-        assert!(!read_again(&answer(500, b"oops")));
-        assert!(!read_again(&Err(EdgeError::Timeout { after_ms: 100 })));
-    }
-}
+#[path = "client_tests.rs"]
+mod tests;

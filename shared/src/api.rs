@@ -33,6 +33,7 @@ pub mod paths {
     pub const CACHE: &str = "/v1/cache";
     pub const BATCH: &str = "/v1/batch";
     pub const BATCH_KEYED: &str = "/v1/batch/keyed";
+    pub const OUTCOME: &str = "/v1/outcome";
     pub const TRANSACTION: &str = "/v1/transaction";
     pub const TRANSACTION_BEGIN: &str = "/v1/transaction/begin";
     pub const TRANSACTION_QUERY: &str = "/v1/transaction/query";
@@ -226,6 +227,31 @@ pub struct ExecuteResponse {
     pub invalidation: InvalidationStatus,
     /// Where the write's commit is in Postgres's log, when the sidecar has replicas: pass it as
     /// a later read's `after` to read this write back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<Position>,
+}
+
+/// `POST /v1/outcome`: whether the write sent with this nonce committed, asked when no answer
+/// came back for it (its sidecar died). A write that had not committed never will after this.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutcomeRequest {
+    /// The `x-ferry-nonce` header the write was signed with.
+    pub nonce: String,
+    /// The write's own invalidations: applied (again) when it committed, since its sidecar may
+    /// have died before it applied them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalidate: Option<Invalidate>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutcomeResponse {
+    pub committed: bool,
+    /// With `committed`: the rows the write affected (all statements, for a transaction).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows_affected: Option<u64>,
+    pub invalidation: InvalidationStatus,
+    /// With `committed`, as `ExecuteResponse::position`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<Position>,
 }

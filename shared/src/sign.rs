@@ -166,10 +166,13 @@ fn parse_timestamp(s: &str) -> Result<u64, SignError> {
         .map_err(|_| SignError::Malformed(HEADER_TIMESTAMP))
 }
 
+/// Whether `s` has a nonce's shape: 16 to 64 hex characters.
+pub fn valid_nonce(s: &str) -> bool {
+    (NONCE_MIN_LEN..=NONCE_MAX_LEN).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 fn check_nonce(s: &str) -> Result<(), SignError> {
-    let ok = (NONCE_MIN_LEN..=NONCE_MAX_LEN).contains(&s.len())
-        && s.bytes().all(|b| b.is_ascii_hexdigit());
-    if ok {
+    if valid_nonce(s) {
         Ok(())
     } else {
         Err(SignError::Malformed(HEADER_NONCE))

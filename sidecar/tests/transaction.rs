@@ -33,8 +33,22 @@ fn name(pg: &PgServer, id: i32) -> Option<String> {
         .map(|r| r.get(0))
 }
 
-/// What the sidecar's backends hold: transactions left open and locks.
+/// What the sidecar's backends hold: transactions left open and locks. A leftover lasts (until
+/// Postgres's idle timeout, seconds); a background probe's `SELECT 1` caught in passing does
+/// not, so a nonzero count is looked at again for up to a second.
 fn leftovers(pg: &PgServer) -> (i64, i64) {
+    let mut seen = held_now(pg);
+    for _ in 0..10 {
+        if seen == (0, 0) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        seen = held_now(pg);
+    }
+    seen
+}
+
+fn held_now(pg: &PgServer) -> (i64, i64) {
     let mut c = pg.client();
     let open: i64 = c
         .query_one(

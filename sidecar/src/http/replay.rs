@@ -49,7 +49,7 @@ struct Bucket {
 
 /// 128 bits of SHA-256 of the lower-cased nonce: fixed size whatever the nonce's length, and
 /// no two nonces collide in practice ("ABCD..." and "abcd..." are the same random number).
-fn fingerprint(nonce: &str) -> u128 {
+pub(crate) fn fingerprint(nonce: &str) -> u128 {
     let digest = Sha256::digest(nonce.to_ascii_lowercase().as_bytes());
     let mut first = [0u8; 16];
     first.copy_from_slice(&digest[..16]);

@@ -6,6 +6,7 @@ pub mod cache;
 pub mod execute;
 pub mod health;
 pub mod neon;
+pub mod outcome;
 pub mod query;
 pub mod transaction;
 pub mod upstash;
@@ -101,6 +102,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource(paths::BATCH_KEYED)
             .route(web::post().to(batch::keyed))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource(paths::OUTCOME)
+            .route(web::post().to(outcome::outcome))
             .default_service(web::to(method_not_allowed)),
     )
     .service(

@@ -84,23 +84,38 @@ pub fn execute(
 ) -> Result<u64, ApiError> {
     statement::check(sql, Route::Write)?;
     with_sent_session(pools, |s| {
-        // This one statement's implicit transaction may write; the reset turns it back. The
-        // nonce's row goes first, in the same round trip.
-        nonces::record_then(s, nonce, "SET default_transaction_read_only = off")?;
-        if let Some(who) = who {
-            who.assume(&mut s.client)?;
+        if nonce.is_none() {
+            // This one statement's implicit transaction may write; the reset turns it back.
+            nonces::record_then(s, None, "SET default_transaction_read_only = off")?;
+        } else {
+            // A transaction of its own, so the nonce's row commits exactly when it does.
+            nonces::begin(s, nonce, "BEGIN READ WRITE")?;
         }
-        run(
-            s,
-            &pools.param_types,
-            sql,
-            params,
-            |_| Ok(()),
-            |mut rows| {
-                while rows.next()?.is_some() {}
-                Ok(rows.rows_affected().unwrap_or(0))
-            },
-        )
+        let ran = (|| {
+            if let Some(who) = who {
+                who.assume(&mut s.client)?;
+            }
+            run(
+                s,
+                &pools.param_types,
+                sql,
+                params,
+                |_| Ok(()),
+                |mut rows| {
+                    while rows.next()?.is_some() {}
+                    Ok(rows.rows_affected().unwrap_or(0))
+                },
+            )
+        })();
+        match (ran, nonce) {
+            (Ok(rows), Some(_)) => nonces::commit(pools, s, nonce, rows).map(|()| rows),
+            (Err(f), Some(_)) => {
+                rollback(s);
+                nonces::refuse_replays(s, nonce);
+                Err(f)
+            }
+            (out, None) => out,
+        }
     })
     .map_err(Failure::into_api)
 }

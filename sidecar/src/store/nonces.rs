@@ -13,9 +13,18 @@
 //!   skipped and the request goes on with its sidecar's own check (a replayed read changes
 //!   nothing, and writes have the next line);
 //! - in Postgres, for every write (`/v1/execute`, `/v1/transaction`): a row in `auth.nonce_table`,
-//!   inserted in the same round trip as the write's first statement and committed before it
-//!   runs, so a write is never run twice, with Redis up or down and however many sidecars.
-//!   Rows are swept once their window has passed.
+//!   inserted inside the write's own transaction, in the round trip of its COMMIT, with the rows
+//!   it affected. A second run of the same write fails on the row (unique) and rolls back, so a
+//!   write commits at most once, with Redis up or down and however many sidecars. A write that
+//!   fails leaves the row too (with no rows count), so it cannot be replayed either. Rows are
+//!   swept once their window has passed. Read-only transactions commit the row first instead:
+//!   they cannot insert it in their own.
+//!
+//! Because the row commits exactly when the write does, it is also the write's outcome:
+//! [`outcome`] tells whether a write committed, and fences it if not (it inserts the row, so the
+//! write can never commit later; a write still in flight is waited for). A sidecar that loses
+//! its connection during a COMMIT asks it before answering; an edge whose sidecar died asks it
+//! through another one (`POST /v1/outcome`). So a write fails cleanly or succeeds, never both.
 
 use crate::http::error::ApiError;
 use crate::http::replay::Seen;
@@ -24,11 +33,14 @@ use crate::store::ferry_tables;
 use crate::store::pools::Pools;
 use crate::store::postgres::PgSession;
 use postgres::error::SqlState;
-use std::sync::Weak;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-/// The nonce table's columns (created if missing: `store::ferry_tables`).
-const COLUMNS: &str = "(nonce bytea PRIMARY KEY, expires_at timestamptz NOT NULL)";
+/// The nonce table's columns (created if missing: `store::ferry_tables`). `rows_affected` is
+/// NULL for a write that did not commit (or was fenced).
+const COLUMNS: &str =
+    "(nonce bytea PRIMARY KEY, expires_at timestamptz NOT NULL, rows_affected bigint)";
 
 /// Where nonces are shared, fixed at startup.
 #[derive(Debug, Clone)]
@@ -45,14 +57,18 @@ struct Shared {
     table: String,
     /// Seconds a write's row is kept: twice the clock window, whatever the clocks say.
     keep_s: u64,
+    ensured: Arc<AtomicBool>,
 }
 
-/// A write's nonce, for its first round trip to Postgres.
+/// A write's nonce, for its round trips to Postgres.
 #[derive(Debug, Clone)]
 pub struct WriteNonce {
     table: String,
     hex: String,
     keep_s: u64,
+    /// Whether the table is known to exist (created at the first write if need be: a write
+    /// cannot create it in the middle of its own transaction).
+    ensured: Arc<AtomicBool>,
 }
 
 impl SharedNonces {
@@ -62,6 +78,7 @@ impl SharedNonces {
                 prefix: prefix.to_string(),
                 table: table.to_string(),
                 keep_s: 2 * max_skew_s + 2,
+                ensured: Arc::default(),
             }),
         }
     }
@@ -108,6 +125,18 @@ impl SharedNonces {
             table: s.table.clone(),
             hex: seen.hex(),
             keep_s: s.keep_s,
+            ensured: s.ensured.clone(),
+        })
+    }
+
+    /// The write signed with `nonce` (the `x-ferry-nonce` it was sent with), for
+    /// `POST /v1/outcome`; None with `auth.replay = "local"` (no outcome is kept).
+    pub fn for_outcome(&self, nonce: &str) -> Option<WriteNonce> {
+        self.shared.as_ref().map(|s| WriteNonce {
+            table: s.table.clone(),
+            hex: format!("{:032x}", crate::http::replay::fingerprint(nonce)),
+            keep_s: s.keep_s,
+            ensured: s.ensured.clone(),
         })
     }
 
@@ -149,33 +178,167 @@ impl SharedNonces {
 }
 
 impl WriteNonce {
-    fn insert(&self) -> String {
-        // Only our own hex and a validated table name are spliced in (decode: no backslash,
-        // whatever standard_conforming_strings says).
+    /// The row's INSERT, with the rows the write affected (None: it did not commit).
+    fn insert_row(&self, rows: Option<u64>, on_conflict: &str) -> String {
+        // Only our own hex and number and a validated table name are spliced in (decode: no
+        // backslash, whatever standard_conforming_strings says).
         format!(
-            "BEGIN READ WRITE; INSERT INTO {} (nonce, expires_at) \
-             VALUES (decode('{}', 'hex'), now() + make_interval(secs => {})); COMMIT",
-            self.table, self.hex, self.keep_s
+            "INSERT INTO {} (nonce, expires_at, rows_affected) \
+             VALUES (decode('{}', 'hex'), now() + make_interval(secs => {}), {}){on_conflict}",
+            self.table,
+            self.hex,
+            self.keep_s,
+            rows.map_or("NULL".to_string(), |n| n.to_string())
         )
+    }
+
+    /// The row committed on its own, before a read-only transaction (which cannot insert it).
+    fn insert(&self) -> String {
+        format!("BEGIN READ WRITE; {}; COMMIT", self.insert_row(None, ""))
+    }
+
+    fn ensure_table(&self, s: &mut PgSession) -> Result<(), Failure> {
+        if !self.ensured.load(Ordering::Acquire) {
+            ferry_tables::ensure(s, &self.table, COLUMNS)?;
+            self.ensured.store(true, Ordering::Release);
+        }
+        Ok(())
     }
 }
 
-/// Sends `then` on `s`, preceded, in the same round trip, by the write's nonce row (committed
-/// first, so a replay is refused even if the write then fails). A nonce already there: Replayed.
+/// Opens a write's transaction (`begin`: `BEGIN READ WRITE ...`), one round trip. A session
+/// found lost here sent nothing: `Failure::Unsent`, and the caller may take another.
+pub(super) fn begin(
+    s: &mut PgSession,
+    nonce: Option<&WriteNonce>,
+    begin: &str,
+) -> Result<(), Failure> {
+    if let Some(n) = nonce {
+        // Nothing of the write's is sent before this either.
+        n.ensure_table(s).map_err(|f| match f {
+            Failure::Closed(e) | Failure::Pg(e) if connection_lost(&e) => unsent_if_lost(s, e),
+            f => f,
+        })?;
+    }
+    s.client
+        .batch_execute(begin)
+        .map_err(|e| unsent_if_lost(s, e))
+}
+
+/// Records the nonce with the rows the write affected, and commits, in one round trip. The
+/// nonce already there: another run of this write committed (a replay), so this one is rolled
+/// back and refused. The connection lost meanwhile: the COMMIT may or may not have happened,
+/// so the write's [`outcome`] is asked on another session before answering.
+pub(super) fn commit(
+    pools: &Pools,
+    s: &mut PgSession,
+    nonce: Option<&WriteNonce>,
+    rows: u64,
+) -> Result<(), Failure> {
+    let Some(n) = nonce else {
+        return s.client.batch_execute("COMMIT").map_err(|e| {
+            rollback(s);
+            Failure::from(e)
+        });
+    };
+    let sql = format!("{}; COMMIT", n.insert_row(Some(rows), ""));
+    let Err(e) = s.client.batch_execute(&sql) else {
+        return Ok(());
+    };
+    if connection_lost(&e) {
+        s.poisoned = true;
+        return match outcome(pools, n) {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(Failure::Api(ApiError::DatabaseUnavailable {
+                internal: format!("connection lost before the commit; it did not commit: {e}"),
+            })),
+            Err(unknown) => Err(Failure::Api(unknown)),
+        };
+    }
+    rollback(s);
+    match e.code() {
+        Some(c) if *c == SqlState::UNIQUE_VIOLATION => Err(Failure::Api(ApiError::Replayed)),
+        _ => Err(Failure::from(e)),
+    }
+}
+
+/// After a write failed and was rolled back: its nonce is recorded anyway (as not committed),
+/// so the same request sent again is refused. Best effort: Redis's record stands too.
+pub(super) fn refuse_replays(s: &mut PgSession, nonce: Option<&WriteNonce>) {
+    let Some(n) = nonce else {
+        return;
+    };
+    if s.poisoned || s.client.is_closed() {
+        return;
+    }
+    let sql = format!(
+        "BEGIN READ WRITE; {}; COMMIT",
+        n.insert_row(None, " ON CONFLICT (nonce) DO NOTHING")
+    );
+    if let Err(e) = s.client.batch_execute(&sql) {
+        tracing::debug!(error = %e, "a failed write's nonce was not recorded");
+        rollback(s);
+    }
+}
+
+/// Whether the write with this nonce committed: Some(rows it affected), or None, in which case
+/// it never will (the nonce's row is inserted now, so the write, if still running, fails on it
+/// at its COMMIT; a write between its nonce and its COMMIT is waited for). An error: Postgres
+/// could not say.
+pub fn outcome(pools: &Pools, nonce: &WriteNonce) -> Result<Option<u64>, ApiError> {
+    with_session(pools, |s| {
+        nonce.ensure_table(s)?;
+        let fence = format!(
+            "BEGIN READ WRITE; {}; COMMIT",
+            nonce.insert_row(None, " ON CONFLICT (nonce) DO NOTHING")
+        );
+        let fenced = s.client.simple_query(&fence).map_err(|e| {
+            rollback(s);
+            Failure::from(e)
+        })?;
+        let inserted = fenced
+            .iter()
+            .any(|m| matches!(m, postgres::SimpleQueryMessage::CommandComplete(1)));
+        if inserted {
+            return Ok(None);
+        }
+        // A new statement, so a new snapshot: it sees the write that was waited for.
+        let row = s
+            .client
+            .query_one(
+                &format!(
+                    "SELECT rows_affected FROM {} WHERE nonce = decode($1, 'hex')",
+                    nonce.table
+                ),
+                &[&nonce.hex],
+            )
+            .map_err(Failure::from)?;
+        Ok(row.get::<_, Option<i64>>(0).map(|n| n.max(0) as u64))
+    })
+    .map_err(Failure::into_api)
+}
+
+fn unsent_if_lost(s: &mut PgSession, e: postgres::Error) -> Failure {
+    if connection_lost(&e) {
+        s.poisoned = true;
+        Failure::Unsent(e)
+    } else {
+        Failure::from(e)
+    }
+}
+
+/// Sends `then` on `s`, preceded, in the same round trip, by the nonce's row, committed first
+/// (read-only transactions). A nonce already there: Replayed.
 pub(super) fn record_then(
     s: &mut PgSession,
     nonce: Option<&WriteNonce>,
     then: &str,
 ) -> Result<(), Failure> {
     let Some(n) = nonce else {
-        return s.client.batch_execute(then).map_err(|e| {
-            if connection_lost(&e) {
-                s.poisoned = true;
-                Failure::Unsent(e)
-            } else {
-                Failure::from(e)
-            }
-        });
+        return s
+            .client
+            .batch_execute(then)
+            .map_err(|e| unsent_if_lost(s, e));
     };
     let batch = format!("{}; {then}", n.insert());
     let mut created = false;

@@ -67,11 +67,25 @@ pub fn check(statements: &[(String, Vec<Value>)]) -> Result<(), ApiError> {
 pub fn run(pools: &Pools, plan: &TxPlan) -> Result<Vec<StatementResult>, ApiError> {
     check(&plan.statements)?;
     with_sent_session(pools, |s| {
-        nonces::record_then(s, plan.nonce.as_ref(), &plan.begin())?;
+        // A read-only transaction cannot insert its nonce: it commits it first. Any other
+        // inserts it with its COMMIT (`nonces`).
+        let (first, last) = match &plan.nonce {
+            Some(_) if plan.read_only => (plan.nonce.as_ref(), None),
+            n => (None, n.as_ref()),
+        };
+        if first.is_some() {
+            nonces::record_then(s, first, &plan.begin())?;
+        } else {
+            nonces::begin(s, last, &plan.begin())?;
+        }
+        let failed = |s: &mut crate::store::postgres::PgSession, f: Failure| {
+            rollback(s);
+            nonces::refuse_replays(s, last);
+            f
+        };
         if let Some(who) = &plan.identity {
             if let Err(f) = who.assume(&mut s.client) {
-                rollback(s);
-                return Err(f);
+                return Err(failed(s, f));
             }
         }
         let mut out = Vec::with_capacity(plan.statements.len());
@@ -93,17 +107,18 @@ pub fn run(pools: &Pools, plan: &TxPlan) -> Result<Vec<StatementResult>, ApiErro
                     ));
                 }
                 Err(f) => {
-                    rollback(s);
-                    return Err(Failure::Api(f.into_api().in_statement(i)));
+                    return Err(failed(s, Failure::Api(f.into_api().in_statement(i))));
                 }
             }
         }
-        if let Err(e) = s.client.batch_execute("COMMIT") {
-            rollback(s);
-            let index = plan.statements.len();
-            return Err(Failure::Api(
-                Failure::from(e).into_api().in_statement(index),
-            ));
+        let rows = out.iter().map(|r| r.rows_affected).sum();
+        if let Err(f) = nonces::commit(pools, s, last, rows) {
+            let e = f.into_api();
+            if matches!(e, ApiError::Replayed) {
+                return Err(Failure::Api(e));
+            }
+            nonces::refuse_replays(s, last);
+            return Err(Failure::Api(e.in_statement(plan.statements.len())));
         }
         Ok(out)
     })

@@ -1,0 +1,53 @@
+//! `POST /v1/outcome`: whether a write committed, for a caller that got no answer (its sidecar
+//! died mid-write). The answer is final: a write that had not committed is fenced and never
+//! will (`store::nonces::outcome`). A committed write's invalidations are applied (again),
+//! since the sidecar that ran it may have died before it could.
+
+use super::State;
+use crate::http::error::ApiError;
+use crate::read::plan;
+use crate::store::nonces;
+use actix_web::{web, HttpRequest, HttpResponse};
+use ferry_shared::api::{InvalidationStatus, OutcomeRequest, OutcomeResponse};
+
+pub async fn outcome(
+    state: State,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let (o, _): (OutcomeRequest, _) = super::signed_json_as(&state, &req, payload).await?;
+    if !ferry_shared::sign::valid_nonce(&o.nonce) {
+        return Err(ApiError::invalid(
+            "nonce",
+            "the x-ferry-nonce the write was signed with: 16 to 64 hex characters",
+        ));
+    }
+    let config = state.config();
+    let (keys, tags) = plan::invalidation(&config, o.invalidate)?;
+    let nonce = state.nonces.for_outcome(&o.nonce).ok_or_else(|| {
+        ApiError::invalid(
+            "nonce",
+            "outcomes are kept only with auth.replay = \"shared\" (the default)",
+        )
+    })?;
+    let s = state.clone();
+    let resp = state
+        .blocking
+        .run(move || {
+            let rows = nonces::outcome(&s.pools, &nonce)?;
+            let invalidation = if rows.is_some() {
+                s.flights.forget(&keys, &tags);
+                s.cache.invalidate(&s.pools, &keys, &tags)
+            } else {
+                InvalidationStatus::None
+            };
+            Ok(OutcomeResponse {
+                committed: rows.is_some(),
+                rows_affected: rows,
+                invalidation,
+                position: rows.and_then(|_| s.replicas.position_after_write(&s.pools)),
+            })
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(resp))
+}

@@ -1,0 +1,180 @@
+//! A write fails cleanly or succeeds, never both, when its sidecar stops mid-write. Writes go
+//! to one sidecar binary, which is frozen (SIGSTOP) while they run, so their callers get no
+//! answer. Each caller then asks another sidecar for its write's outcome (`POST /v1/outcome`,
+//! by the nonce it signed with). The frozen sidecar is then let go, and it tries to finish
+//! every write it held. Postgres's rows judge: a write is there exactly when it was answered
+//! 200 or its outcome said committed, and one said not committed never appears later.
+use ferry_testkit::{client::nonce, client::now_s, Client, PgServer, RedisServer, SidecarProcess};
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::process::Stdio;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
+
+fn setup() -> (RedisServer, PgServer, SidecarProcess, SidecarProcess) {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    pg.setup_demo_schema();
+    pg.client()
+        .batch_execute(
+            "CREATE TABLE outcome_t (id int PRIMARY KEY);
+             -- Even ids take 300 ms to COMMIT (a deferred trigger runs then): a sidecar frozen
+             -- meanwhile leaves a write committed that nobody was told about.
+             CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN PERFORM pg_sleep(0.3); RETURN NULL; END $$;
+             CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON outcome_t
+               DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.id % 2 = 0)
+               EXECUTE FUNCTION slow_commit();",
+        )
+        .expect("table");
+    let env = [("FERRY_POSTGRES_POOL_SIZE", "40")];
+    let start = || SidecarProcess::start(BIN, &redis.url(), &pg.url(), &env, Stdio::null());
+    let (a, b) = (start(), start());
+    (redis, pg, a, b)
+}
+
+/// A write signed with `nonce`, or None when no answer came within `wait`.
+async fn write_with(c: &Client, body: &Value, nonce: &str, wait: Duration) -> Option<(u16, Value)> {
+    let bytes = serde_json::to_vec(body).expect("json");
+    let headers = c.headers_for("POST", "/v1/execute", &bytes, now_s(), nonce);
+    let sent = c.send_raw("POST", "/v1/execute", bytes, &headers);
+    let a = tokio::time::timeout(wait, sent).await.ok()?;
+    Some((a.status, a.body))
+}
+
+fn outcome(c: &Client, nonce: &str) -> Value {
+    let a = c.block_on(c.post("/v1/outcome", &json!({"nonce": nonce})));
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    a.body
+}
+
+fn rows(pg: &PgServer) -> BTreeSet<i32> {
+    pg.client()
+        .query("SELECT id FROM outcome_t", &[])
+        .expect("rows")
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+#[test]
+fn a_write_whose_sidecar_froze_either_committed_or_never_will() {
+    let (_redis, pg, a, b) = setup();
+    let writes: Vec<(i32, String)> = (0..60).map(|i| (i, nonce())).collect();
+    let answered = a.client.block_on(async {
+        let sends = writes.iter().map(|(id, n)| {
+            // Statements of 0 to 380 ms, and commits of 0 or 300 ms: the freeze at 150 ms
+            // finds some answered, some running, some committing.
+            let body = json!({"sql": "INSERT INTO outcome_t (id) SELECT $1 FROM pg_sleep($2)",
+                              "params": [id, f64::from(id % 20) * 0.02]});
+            let c = a.client.clone();
+            async move { write_with(&c, &body, n, Duration::from_secs(3)).await }
+        });
+        let freeze = async {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            signal(a.pid(), "-STOP");
+        };
+        futures::future::join(futures::future::join_all(sends), freeze)
+            .await
+            .0
+    });
+    let mut ok = BTreeSet::new();
+    let (mut committed, mut not_committed) = (BTreeSet::new(), BTreeSet::new());
+    for ((id, n), got) in writes.iter().zip(&answered) {
+        match got {
+            Some((200, _)) => {
+                ok.insert(*id);
+            }
+            Some((status, body)) => panic!("write {id}: {status} {body:?}"),
+            None => {
+                let o = outcome(&b.client, n);
+                if o["committed"] == true {
+                    assert_eq!(o["rows_affected"], 1, "{o:?}");
+                    committed.insert(*id);
+                } else {
+                    not_committed.insert(*id);
+                }
+            }
+        }
+    }
+    // Let the frozen sidecar go: it tries to commit every write it held.
+    signal(a.pid(), "-CONT");
+    std::thread::sleep(Duration::from_secs(2));
+    let there = rows(&pg);
+    eprintln!(
+        "FIGURES answered {} · unanswered: committed {} / not committed {} · rows {}",
+        ok.len(),
+        committed.len(),
+        not_committed.len(),
+        there.len()
+    );
+    assert!(
+        !not_committed.is_empty(),
+        "the freeze caught no write running"
+    );
+    assert!(
+        !committed.is_empty(),
+        "the freeze caught no write committing"
+    );
+    let expected: BTreeSet<i32> = ok.union(&committed).copied().collect();
+    assert_eq!(
+        there, expected,
+        "rows differ from what callers were told (not committed: {not_committed:?})"
+    );
+}
+
+#[test]
+fn an_outcome_is_final_and_a_fenced_write_never_runs() {
+    let (_redis, pg, a, b) = setup();
+    let c = &a.client;
+    // A committed write: its outcome says so, with its rows, from any sidecar.
+    let n = nonce();
+    let body = json!({"sql": "INSERT INTO outcome_t (id) VALUES (1)"});
+    let got = c.block_on(write_with(c, &body, &n, Duration::from_secs(5)));
+    assert_eq!(got.map(|g| g.0), Some(200));
+    let o = outcome(&b.client, &n);
+    assert_eq!(
+        (o["committed"].clone(), o["rows_affected"].clone()),
+        (json!(true), json!(1))
+    );
+
+    // A write never sent: not committed, and once asked, it never can be.
+    let n = nonce();
+    assert_eq!(outcome(&b.client, &n)["committed"], false);
+    let body = json!({"sql": "INSERT INTO outcome_t (id) VALUES (2)"});
+    let late = c.block_on(write_with(c, &body, &n, Duration::from_secs(5)));
+    let (status, err) = late.expect("answered");
+    assert_eq!(
+        (status, err["error"]["code"].clone()),
+        (401, json!("auth_replayed"))
+    );
+    assert_eq!(outcome(&b.client, &n)["committed"], false, "still final");
+
+    // A write that failed: not committed, and refused if sent again.
+    let n = nonce();
+    let body = json!({"sql": "INSERT INTO outcome_t (id) VALUES (1)"});
+    let dup = c.block_on(write_with(c, &body, &n, Duration::from_secs(5)));
+    assert_eq!(
+        dup.map(|d| d.0),
+        Some(400),
+        "a duplicate key is the caller's error"
+    );
+    assert_eq!(outcome(&b.client, &n)["committed"], false);
+    assert_eq!(rows(&pg), BTreeSet::from([1]));
+
+    // Bad input: a clear 400 naming the field.
+    for bad in [json!({"nonce": "xyz"}), json!({"nonce": 5}), json!({})] {
+        let r = b.client.block_on(b.client.post("/v1/outcome", &bad));
+        assert_eq!(r.status, 400, "{bad}: {:?}", r.body);
+    }
+}
