@@ -237,6 +237,8 @@ The sidecar directly (signed requests):
   scripts/ferry-curl.sh POST /v1/query '{"sql":"SELECT id, name FROM items WHERE id = \$1","params":[1],"cache":{"ttl_s":60,"key":"item:1"}}'
   scripts/ferry-curl.sh POST /v1/execute '{"sql":"BEGIN"}'      # 400: sessions are never left open
   scripts/ferry-curl.sh POST /v1/query '{"sql":"DELETE FROM items"}' # 400: reads cannot write
+  scripts/ferry-curl.sh POST /v1/outcome '{"nonce":"0123456789abcdef0123456789abcdef"}'
+                                                         # did the write signed with that nonce commit? (final: now it never can)
   curl -s http://127.0.0.1:$SIDECAR_PORT/readyz    # from a background snapshot, never the pools
 
 $SIDECARS sidecars behind nginx (127.0.0.1:$SIDECAR_PORT; each answer names its sidecar in x-ferry-upstream):
