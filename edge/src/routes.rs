@@ -155,11 +155,12 @@ pub async fn put_item(mut req: Request, ctx: Ctx) -> Result<Response> {
                 .run()
                 .await?;
             position = r.position;
-            Ok((
-                200,
-                json!({"id": id, "written": r.rows_affected == 1, "invalidation": r.invalidation,
-                       "position": r.position}),
-            ))
+            let mut body =
+                json!({"id": id, "written": r.rows_affected == 1, "invalidation": r.invalidation});
+            if let Some(p) = position {
+                body["position"] = json!(p);
+            }
+            Ok((200, body))
         }
         .await,
     )?;

@@ -1,7 +1,8 @@
 //! One client at 0 RTT (no latency proxy): what each path adds to a single request. webdis GET
 //! vs Ferry's signed cache GET and `/v1/query` hit; a `/v1/query` miss (read-through: lookup,
 //! Postgres, write-back) vs the same point query on a persistent Postgres connection (simple
-//! protocol, as `pgbench -S` sends it). Same load generator for all.
+//! protocol, as `pgbench -S` sends it); a `/v1/execute` point UPDATE vs the same UPDATE sent
+//! directly. Same load generator for all.
 
 use super::{Measurement, Plan};
 use crate::ferry::Ferry;
@@ -10,6 +11,7 @@ use serde_json::json;
 use std::time::{Duration, Instant};
 
 const SQL: &str = "SELECT abalance FROM pgbench_accounts WHERE aid = $1";
+const UPDATE: &str = "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = $1";
 
 pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
     let n = plan.samples;
@@ -80,7 +82,35 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
         .await,
     ));
 
+    // A write: its own transaction, its nonce row committed with it (the write's outcome).
+    let aid = std::cell::Cell::new(1);
+    out.push(row(
+        "Ferry /v1/execute (point UPDATE)",
+        &timed(n, || {
+            let body = json!({"sql": UPDATE, "params": [aid.get()]});
+            aid.set(aid.get() % 50_000 + 1);
+            let ferry = &ferry;
+            async move {
+                ferry.post("/v1/execute", &body).await.expect("write");
+            }
+        })
+        .await,
+    ));
+
     let client = super::pg_client(ctx).await;
+    let aid = std::cell::Cell::new(1);
+    out.push(row(
+        "Postgres direct UPDATE (persistent connection, simple protocol)",
+        &timed(n, || {
+            let q = UPDATE.replace("$1", &aid.get().to_string());
+            aid.set(aid.get() % 50_000 + 1);
+            let client = &client;
+            async move {
+                client.simple_query(&q).await.expect("update");
+            }
+        })
+        .await,
+    ));
     let aid = std::cell::Cell::new(1);
     out.push(row(
         "Postgres direct (persistent connection, simple protocol)",
