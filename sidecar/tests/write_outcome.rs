@@ -178,3 +178,32 @@ fn an_outcome_is_final_and_a_fenced_write_never_runs() {
         assert_eq!(r.status, 400, "{bad}: {:?}", r.body);
     }
 }
+
+/// A write runs in a transaction of its own (so its nonce row commits with it). When the
+/// parameter types remembered from an earlier run do not fit (a bad value, or a changed
+/// column), the failed try aborted that transaction: it is begun again before the retry, so
+/// the caller gets Postgres's own error, not "current transaction is aborted".
+#[test]
+fn a_failed_fast_try_starts_the_write_over() {
+    let (_redis, pg, a, _b) = setup();
+    let c = &a.client;
+    let write = |price: Value| {
+        c.execute(json!({"sql": "UPDATE items SET price = $1 WHERE id = 3", "params": [price]}))
+    };
+    assert_eq!(write(json!("2.50")).status, 200, "types remembered");
+    let bad = write(json!("not a number"));
+    assert_eq!(bad.status, 400, "{:?}", bad.body);
+    assert_eq!(bad.body["error"]["pg_code"], "22P02", "{:?}", bad.body);
+    // A column changed under remembered types: the retry runs it as it is now.
+    pg.client()
+        .batch_execute("ALTER TABLE items ALTER COLUMN price TYPE text")
+        .expect("alter");
+    let after = write(json!("3.75"));
+    assert_eq!(after.status, 200, "{:?}", after.body);
+    let price: String = pg
+        .client()
+        .query_one("SELECT price FROM items WHERE id = 3", &[])
+        .expect("row")
+        .get(0);
+    assert_eq!(price, "3.75");
+}

@@ -95,6 +95,17 @@ pub fn execute(
             if let Some(who) = who {
                 who.assume(&mut s.client)?;
             }
+            // Should the remembered parameter types turn out stale, the failed try aborted the
+            // write's transaction: it is begun again (as the same user) before the retry.
+            let mut restart = |s: &mut PgSession| -> Result<(), Failure> {
+                s.client
+                    .batch_execute("ROLLBACK; BEGIN READ WRITE")
+                    .map_err(Failure::from)?;
+                match who {
+                    Some(who) => who.assume(&mut s.client),
+                    None => Ok(()),
+                }
+            };
             run(
                 s,
                 &pools.param_types,
@@ -105,6 +116,7 @@ pub fn execute(
                     while rows.next()?.is_some() {}
                     Ok(rows.rows_affected().unwrap_or(0))
                 },
+                nonce.is_some().then_some(&mut restart as _),
             )
         })();
         match (ran, nonce) {
@@ -136,9 +148,15 @@ fn query_on(
     params: &[Value],
     limits: ReadLimits,
 ) -> Result<Vec<Row>, Failure> {
-    let (rows, too_large) = run(session, types, sql, params, check_columns, |mut rows| {
-        read_rows(&mut rows, limits)
-    })?;
+    let (rows, too_large) = run(
+        session,
+        types,
+        sql,
+        params,
+        check_columns,
+        |mut rows| read_rows(&mut rows, limits),
+        None,
+    )?;
     if let Some(limit) = too_large {
         // The rest of the result is still on its way: close the connection rather than
         // read and discard it.
@@ -166,6 +184,9 @@ pub(super) fn check_columns(stmt: &Statement) -> Result<(), Failure> {
 /// trip), `check`ed, and its types remembered. A remembered type that has gone stale fails the
 /// fast run with a 22/42 error (which committed nothing): the statement is then run the slow
 /// way, as if it were new.
+/// Begins a write's transaction again after a failed try aborted it.
+type Restart<'a> = &'a mut dyn FnMut(&mut PgSession) -> Result<(), Failure>;
+
 fn run<T>(
     session: &mut PgSession,
     types: &ParamTypes,
@@ -173,26 +194,32 @@ fn run<T>(
     params: &[Value],
     check: impl Fn(&Statement) -> Result<(), Failure>,
     mut take: impl FnMut(RowIter<'_>) -> Result<T, Failure>,
+    restart: Option<Restart<'_>>,
 ) -> Result<T, Failure> {
-    let conn = &mut session.client;
     if let Some(known) = types.get(sql) {
+        let conn = &mut session.client;
         // A value that does not fit a remembered type may fit the current one.
         if let Ok(bound) = bind(&known, params) {
             let typed = bound
                 .iter()
                 .zip(known.iter())
                 .map(|(p, ty)| (p as &(dyn ToSql + Sync), ty.clone()));
-            match conn.query_typed_raw(sql, typed).map_err(Failure::from) {
+            let failed = match conn.query_typed_raw(sql, typed).map_err(Failure::from) {
                 Ok(rows) => match take(rows) {
-                    Err(Failure::Pg(e)) if param_types::maybe_stale(&e) => {}
+                    Err(Failure::Pg(e)) if param_types::maybe_stale(&e) => true,
                     other => return other,
                 },
-                Err(Failure::Pg(e)) if param_types::maybe_stale(&e) => {}
+                Err(Failure::Pg(e)) if param_types::maybe_stale(&e) => true,
                 Err(other) => return Err(other),
+            };
+            // Inside a transaction the failure aborted it: start it over first.
+            if let (true, Some(restart)) = (failed, restart) {
+                restart(session)?;
             }
         }
         types.forget(sql);
     }
+    let conn = &mut session.client;
     let stmt = conn.prepare(sql)?;
     check(&stmt)?;
     let bound = bind(stmt.params(), params).map_err(Failure::Api)?;
