@@ -120,7 +120,9 @@ pub fn execute(
             )
         })();
         match (ran, nonce) {
-            (Ok(rows), Some(_)) => nonces::commit(pools, s, nonce, rows).map(|()| rows),
+            (Ok(rows), Some(_)) => {
+                nonces::commit(pools, s, nonce, rows, who.is_some()).map(|()| rows)
+            }
             (Err(f), Some(_)) => {
                 rollback(s);
                 nonces::refuse_replays(s, nonce);

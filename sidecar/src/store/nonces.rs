@@ -234,6 +234,7 @@ pub(super) fn commit(
     s: &mut PgSession,
     nonce: Option<&WriteNonce>,
     rows: u64,
+    as_user: bool,
 ) -> Result<(), Failure> {
     let Some(n) = nonce else {
         return s.client.batch_execute("COMMIT").map_err(|e| {
@@ -241,7 +242,14 @@ pub(super) fn commit(
             Failure::from(e)
         });
     };
-    let sql = format!("{}; COMMIT", n.insert_row(Some(rows), ""));
+    // The row is Ferry's, written as the login role: a write run as an end user's role
+    // (identity) gets its deferred checks run as that user first, then the role is put back.
+    let back = if as_user {
+        "SET CONSTRAINTS ALL IMMEDIATE; RESET ROLE; "
+    } else {
+        ""
+    };
+    let sql = format!("{back}{}; COMMIT", n.insert_row(Some(rows), ""));
     let Err(e) = s.client.batch_execute(&sql) else {
         return Ok(());
     };

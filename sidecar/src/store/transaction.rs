@@ -112,7 +112,7 @@ pub fn run(pools: &Pools, plan: &TxPlan) -> Result<Vec<StatementResult>, ApiErro
             }
         }
         let rows = out.iter().map(|r| r.rows_affected).sum();
-        if let Err(f) = nonces::commit(pools, s, last, rows) {
+        if let Err(f) = nonces::commit(pools, s, last, rows, plan.identity.is_some()) {
             let e = f.into_api();
             if matches!(e, ApiError::Replayed) {
                 return Err(Failure::Api(e));
