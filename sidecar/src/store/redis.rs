@@ -165,6 +165,11 @@ impl Drop for Slot {
 
 thread_local! {
     static HELD: RefCell<Vec<Held>> = const { RefCell::new(Vec::new()) };
+    /// One connection attempt at a time per worker: the requests that arrive while it runs
+    /// wait for it, rather than each taking a slot (a burst on a fresh worker once took every
+    /// slot there and left the other worker none, for good).
+    static CONNECTING: RefCell<Vec<(u64, std::rc::Rc<tokio::sync::Mutex<()>>)>> =
+        const { RefCell::new(Vec::new()) };
 }
 
 impl AsyncRedis {
@@ -193,13 +198,31 @@ impl AsyncRedis {
     /// This worker's connection, opened on first use; None when every slot is taken. One
     /// opened before failure `generation` is replaced.
     pub async fn conn(&self, generation: u64) -> RedisResult<Option<MultiplexedConnection>> {
-        let held = HELD.with(|h| {
-            let mut h = h.borrow_mut();
-            h.retain(|c| c.id != self.id || c.generation >= generation);
-            h.iter().find(|c| c.id == self.id).map(|c| c.conn.clone())
+        let held = || {
+            HELD.with(|h| {
+                let mut h = h.borrow_mut();
+                h.retain(|c| c.id != self.id || c.generation >= generation);
+                h.iter().find(|c| c.id == self.id).map(|c| c.conn.clone())
+            })
+        };
+        if let Some(conn) = held() {
+            return Ok(Some(conn));
+        }
+        let gate = CONNECTING.with(|g| {
+            let mut g = g.borrow_mut();
+            match g.iter().find(|(id, _)| *id == self.id) {
+                Some((_, gate)) => gate.clone(),
+                None => {
+                    let gate = std::rc::Rc::new(tokio::sync::Mutex::new(()));
+                    g.push((self.id, gate.clone()));
+                    gate
+                }
+            }
         });
-        if held.is_some() {
-            return Ok(held);
+        let _connecting = gate.lock().await;
+        // Another request on this worker may have connected while this one waited.
+        if let Some(conn) = held() {
+            return Ok(Some(conn));
         }
         let taken = self
             .open
