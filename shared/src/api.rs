@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub use crate::cache::{CacheCommand, CacheEntry, CacheReply};
 pub use crate::identity::Identity;
 pub use crate::position::Position;
 pub use crate::transaction::{
@@ -225,8 +226,8 @@ pub enum InvalidationStatus {
 pub struct ExecuteResponse {
     pub rows_affected: u64,
     pub invalidation: InvalidationStatus,
-    /// Where the write's commit is in Postgres's log, when the sidecar has replicas: pass it as
-    /// a later read's `after` to read this write back.
+    /// Where the write's commit is in Postgres's log, when the sidecar has replicas or the change
+    /// stream on: pass it as a later read's `after` to read this write back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<Position>,
 }
@@ -254,80 +255,6 @@ pub struct OutcomeResponse {
     /// With `committed`, as `ExecuteResponse::position`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<Position>,
-}
-
-/// `POST /v1/cache`: plain cache commands on caller-managed keys. Values are UTF-8 strings.
-/// These keys live in their own namespace, apart from query cache entries.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
-pub enum CacheCommand {
-    Get {
-        key: String,
-    },
-    /// `ttl_s` absent: the key does not expire.
-    Set {
-        key: String,
-        value: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        ttl_s: Option<u64>,
-    },
-    Del {
-        keys: Vec<String>,
-    },
-    Mget {
-        keys: Vec<String>,
-    },
-    /// All entries are written atomically, each with the same optional TTL.
-    Mset {
-        entries: Vec<CacheEntry>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        ttl_s: Option<u64>,
-    },
-    /// Adds `by` (default 1) to an integer value; a missing key counts as 0.
-    Incr {
-        key: String,
-        #[serde(default = "one")]
-        by: i64,
-    },
-    Expire {
-        key: String,
-        ttl_s: u64,
-    },
-}
-
-fn one() -> i64 {
-    1
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CacheEntry {
-    pub key: String,
-    pub value: String,
-}
-
-/// The answer to a [`CacheCommand`], tagged with the same `op`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub enum CacheReply {
-    Get {
-        value: Option<String>,
-    },
-    Set {},
-    Del {
-        deleted: u64,
-    },
-    Mget {
-        values: Vec<Option<String>>,
-    },
-    Mset {},
-    Incr {
-        value: i64,
-    },
-    /// `applied` is false when the key does not exist.
-    Expire {
-        applied: bool,
-    },
 }
 
 /// `POST /v1/batch`: many reads in one call, answered in order, each on its own.

@@ -1,19 +1,17 @@
 //! The read-through engine: lookup, then hit / stale / single-flight fill from Postgres /
 //! stale-if-error, per the read's cache plan. Shared by `/v1/query` and `/v1/batch`.
 
-use crate::config::ReadLimits;
 use crate::http::error::ApiError;
 use crate::read::flight::Flights;
 use crate::read::flight::{Fetched, Outcome};
 use crate::read::plan::{CachePlan, ReadFormat, ReadPlan};
+use crate::read::postgres::{on_event_loop, run_query, text_query};
 use crate::read::shared_flight::{self, Fill};
 use crate::store::blocking::Blocking;
 use crate::store::cache::Cache;
 use crate::store::cache::{Lookup, Observed, Probe, Stored};
-use crate::store::identity::SessionIdentity;
-use crate::store::pg_text::{self, Query, SqlPlan};
+use crate::store::db;
 use crate::store::pools::Pools;
-use crate::store::{db, db_async};
 use ferry_shared::api::{CacheMode, CacheStatus, QueryResponse, Row, StaleReason};
 use serde_json::Value;
 use std::sync::Arc;
@@ -229,116 +227,6 @@ fn is_upstream_failure(e: &ApiError) -> bool {
             | ApiError::Upstream { .. }
             | ApiError::Overloaded { .. }
     )
-}
-
-/// A read on this worker's own Postgres session, within the in-flight limit and the request
-/// deadline (no thread hop); None when the worker has no session for it, and the caller takes
-/// the blocking pool.
-async fn on_event_loop(
-    state: &State,
-    sql: &str,
-    params: &[Value],
-    limits: ReadLimits,
-    who: Option<Arc<SessionIdentity>>,
-) -> Option<Result<Vec<Row>, ApiError>> {
-    let _slot = match state.blocking.admit() {
-        Ok(slot) => slot,
-        Err(e) => return Some(Err(e)),
-    };
-    let fast = db_async::query(
-        state.pools.clone(),
-        sql.into(),
-        params.to_vec(),
-        limits,
-        who,
-    );
-    match tokio::time::timeout(state.blocking.timeout(), fast).await {
-        Err(_) => Some(Err(ApiError::Timeout {
-            what: "the request",
-        })),
-        Ok(answer) => answer,
-    }
-}
-
-async fn run_query(state: &State, plan: ReadPlan) -> Result<Vec<Row>, ApiError> {
-    let ReadPlan {
-        sql,
-        params,
-        limits,
-        format,
-        identity: who,
-        after,
-        ..
-    } = plan;
-    if let ReadFormat::Text { array_mode } = format {
-        return text_query(state, sql, &params, array_mode, limits).await;
-    }
-    if state.replicas.pick(after).is_some() {
-        let s = state.clone();
-        let (q, p, w) = (sql.clone(), params.clone(), who.clone());
-        let on_replica = state
-            .blocking
-            .run(move || {
-                Ok(super::replica_read::run(
-                    &s,
-                    after,
-                    &q,
-                    &p,
-                    limits,
-                    w.as_deref(),
-                ))
-            })
-            .await?;
-        if let Some(rows) = on_replica {
-            return rows;
-        }
-    }
-    if let Some(answer) = on_event_loop(state, &sql, &params, limits, who.clone()).await {
-        return answer;
-    }
-    let s = state.clone();
-    state
-        .blocking
-        .run(move || db::query(&s.pools, &sql, &params, limits, who.as_deref()))
-        .await
-}
-
-/// A read with Postgres's text output, on this worker's own session, within the in-flight
-/// limit and the request deadline: the whole result object as one row.
-async fn text_query(
-    state: &State,
-    sql: String,
-    params: &[Value],
-    array_mode: bool,
-    limits: ReadLimits,
-) -> Result<Vec<Row>, ApiError> {
-    let _slot = state.blocking.admit()?;
-    let plan = SqlPlan {
-        queries: vec![Query {
-            sql,
-            params: params
-                .iter()
-                .map(|p| p.as_str().map(str::to_string))
-                .collect(),
-            array_mode,
-        }],
-        batch: false,
-        isolation: None,
-        read_only: true,
-        deferrable: false,
-    };
-    let ran = tokio::time::timeout(
-        state.blocking.timeout(),
-        pg_text::run(&state.pools, &plan, limits),
-    )
-    .await
-    .map_err(|_| ApiError::Timeout {
-        what: "the request",
-    })??;
-    match ran {
-        Value::Object(result) => Ok(vec![result]),
-        _ => Err(ApiError::internal("a text read answered no result object")),
-    }
 }
 
 /// The work of one fill: Postgres, then the conditional write-back. On this worker's own

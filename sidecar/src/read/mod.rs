@@ -2,7 +2,7 @@
 //! I/O; `identity` the end user it runs as); `engine` looks reads up in one pipeline and answers each: hit, stale-while-revalidate,
 //! a fill from Postgres through `flight` (single-flight; across sidecars with
 //! `shared_flight`), or stale-if-error; `keyed` serves
-//! rows of a keyspace by id; `replica_read` sends a read that skips the cache to a streaming
+//! rows of a keyspace by id; `postgres` runs what Postgres answers; `replica_read` sends a read that skips the cache to a streaming
 //! replica that may serve it.
 
 pub mod engine;
@@ -10,6 +10,7 @@ pub mod flight;
 pub mod identity;
 pub mod keyed;
 pub mod plan;
+mod postgres;
 pub mod replica_read;
 pub mod shared_flight;
 

@@ -2,6 +2,8 @@
 
 use crate::config::ReadLimits;
 use crate::http::error::ApiError;
+pub use crate::store::failure::pg_failure;
+pub(super) use crate::store::failure::Failure;
 use crate::store::identity::SessionIdentity;
 use crate::store::nonces::{self, WriteNonce};
 use crate::store::param_types::{self, ParamTypes};
@@ -13,7 +15,6 @@ pub use crate::store::session::RESET;
 pub(super) use crate::store::session::{rollback, with_sent_session, with_session};
 use crate::store::statement::{self, Route};
 use ferry_shared::api::Row;
-use postgres::error::SqlState;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{RowIter, Statement};
 use postgres_types::{ToSql, Type};
@@ -338,79 +339,4 @@ pub(super) fn bind(types: &[Type], params: &[Value]) -> Result<Vec<TextParam>, A
 
 pub(super) fn refs(params: &[TextParam]) -> Vec<&(dyn ToSql + Sync)> {
     params.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
-}
-
-/// A Postgres failure, split by whether a retry on a fresh connection makes sense.
-pub(super) enum Failure {
-    Closed(postgres::Error),
-    /// The session was lost before any of the caller's statements was sent (a write's first
-    /// round trip): safe to run the write on another session.
-    Unsent(postgres::Error),
-    Pg(postgres::Error),
-    Api(ApiError),
-}
-
-impl From<postgres::Error> for Failure {
-    fn from(e: postgres::Error) -> Self {
-        if e.is_closed() {
-            Failure::Closed(e)
-        } else {
-            Failure::Pg(e)
-        }
-    }
-}
-
-impl Failure {
-    pub(super) fn into_api(self) -> ApiError {
-        match self {
-            Failure::Api(a) => a,
-            Failure::Closed(e) | Failure::Unsent(e) => ApiError::DatabaseUnavailable {
-                internal: e.to_string(),
-            },
-            Failure::Pg(e) => map_pg_error(e),
-        }
-    }
-}
-
-/// A Postgres failure as the caller sees it (the drivers share one error type).
-pub fn pg_failure(e: postgres::Error) -> ApiError {
-    Failure::from(e).into_api()
-}
-
-/// Postgres errors by SQLSTATE class: the caller's own mistakes are 400 with the code and
-/// Postgres' message (about the caller's SQL); server trouble is 502/503/504 with no detail.
-fn map_pg_error(e: postgres::Error) -> ApiError {
-    let Some(db) = e.as_db_error() else {
-        // Not from the server: I/O, protocol or conversion trouble on our side of the wire.
-        return ApiError::DatabaseUnavailable {
-            internal: e.to_string(),
-        };
-    };
-    let code = db.code();
-    let class = &code.code()[..2];
-    if *code == SqlState::QUERY_CANCELED {
-        return ApiError::Timeout {
-            what: "postgres (statement_timeout)",
-        };
-    }
-    match class {
-        // connection exception, operator intervention (shutdown), insufficient resources
-        "08" | "57" | "53" => ApiError::DatabaseUnavailable {
-            internal: format!("{}: {}", code.code(), db.message()),
-        },
-        // system error, config file error, internal error: not the caller's to see
-        "58" | "F0" | "XX" => ApiError::Upstream {
-            internal: format!("{}: {}", code.code(), db.message()),
-        },
-        // Postgres could not read a parameter value: it says so in the error's context
-        // ("unnamed portal parameter $1 = ...").
-        _ if db.where_().is_some_and(|w| w.contains("portal parameter")) => ApiError::BadParams {
-            message: db.message().to_string(),
-            pg_code: Some(code.code().to_string()),
-        },
-        _ => ApiError::Sql {
-            pg_code: code.code().to_string(),
-            message: db.message().to_string(),
-        },
-    }
 }

@@ -1,7 +1,7 @@
 //! The stores. `pools`: the bounded Redis and Postgres pools and the Redis circuit breaker;
 //! `blocking`: `Blocking::run`, the only way handlers do blocking work. Postgres: `postgres`
 //! (sessions, connection settings, the role check), `db` (reads, writes, the reset after each
-//! request), `pg_async` and `db_async` (plain reads on the worker's event loop), `identity` (a statement run as
+//! request), `failure` (Postgres errors as the caller sees them), `pg_async` and `db_async` (plain reads on the worker's event loop), `identity` (a statement run as
 //! an end user's role and claims), `rate_limit` (each end user's request rate, in Redis), `nonces` (replay protection shared
 //! by every sidecar, in Redis and Postgres), `leases` (single flight across sidecars), `param_types` (what Postgres said about each statement's parameters), `statement`
 //! (what may run at all), `pg_json` and `pg_params` (values both ways).
@@ -14,6 +14,7 @@ pub mod cache;
 pub mod commands;
 pub mod db;
 pub mod db_async;
+pub mod failure;
 pub mod ferry_tables;
 pub mod identity;
 pub mod interactive;

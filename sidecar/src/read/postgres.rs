@@ -1,0 +1,124 @@
+//! Where a read that Postgres answers runs: a streaming replica when one may serve it
+//! (`replica_read`), else this worker's own session on its event loop, else the blocking pool;
+//! and reads with Postgres's text output (`/sql`).
+
+use super::engine::Reads as State;
+use crate::config::ReadLimits;
+use crate::http::error::ApiError;
+use crate::read::plan::{ReadFormat, ReadPlan};
+use crate::store::identity::SessionIdentity;
+use crate::store::pg_text::{self, Query, SqlPlan};
+use crate::store::{db, db_async};
+use ferry_shared::api::Row;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// A read on this worker's own Postgres session, within the in-flight limit and the request
+/// deadline (no thread hop); None when the worker has no session for it, and the caller takes
+/// the blocking pool.
+pub(super) async fn on_event_loop(
+    state: &State,
+    sql: &str,
+    params: &[Value],
+    limits: ReadLimits,
+    who: Option<Arc<SessionIdentity>>,
+) -> Option<Result<Vec<Row>, ApiError>> {
+    let _slot = match state.blocking.admit() {
+        Ok(slot) => slot,
+        Err(e) => return Some(Err(e)),
+    };
+    let fast = db_async::query(
+        state.pools.clone(),
+        sql.into(),
+        params.to_vec(),
+        limits,
+        who,
+    );
+    match tokio::time::timeout(state.blocking.timeout(), fast).await {
+        Err(_) => Some(Err(ApiError::Timeout {
+            what: "the request",
+        })),
+        Ok(answer) => answer,
+    }
+}
+
+pub(super) async fn run_query(state: &State, plan: ReadPlan) -> Result<Vec<Row>, ApiError> {
+    let ReadPlan {
+        sql,
+        params,
+        limits,
+        format,
+        identity: who,
+        after,
+        ..
+    } = plan;
+    if let ReadFormat::Text { array_mode } = format {
+        return text_query(state, sql, &params, array_mode, limits).await;
+    }
+    if state.replicas.pick(after).is_some() {
+        let s = state.clone();
+        let (q, p, w) = (sql.clone(), params.clone(), who.clone());
+        let on_replica = state
+            .blocking
+            .run(move || {
+                Ok(super::replica_read::run(
+                    &s,
+                    after,
+                    &q,
+                    &p,
+                    limits,
+                    w.as_deref(),
+                ))
+            })
+            .await?;
+        if let Some(rows) = on_replica {
+            return rows;
+        }
+    }
+    if let Some(answer) = on_event_loop(state, &sql, &params, limits, who.clone()).await {
+        return answer;
+    }
+    let s = state.clone();
+    state
+        .blocking
+        .run(move || db::query(&s.pools, &sql, &params, limits, who.as_deref()))
+        .await
+}
+
+/// A read with Postgres's text output, on this worker's own session, within the in-flight
+/// limit and the request deadline: the whole result object as one row.
+pub(super) async fn text_query(
+    state: &State,
+    sql: String,
+    params: &[Value],
+    array_mode: bool,
+    limits: ReadLimits,
+) -> Result<Vec<Row>, ApiError> {
+    let _slot = state.blocking.admit()?;
+    let plan = SqlPlan {
+        queries: vec![Query {
+            sql,
+            params: params
+                .iter()
+                .map(|p| p.as_str().map(str::to_string))
+                .collect(),
+            array_mode,
+        }],
+        batch: false,
+        isolation: None,
+        read_only: true,
+        deferrable: false,
+    };
+    let ran = tokio::time::timeout(
+        state.blocking.timeout(),
+        pg_text::run(&state.pools, &plan, limits),
+    )
+    .await
+    .map_err(|_| ApiError::Timeout {
+        what: "the request",
+    })??;
+    match ran {
+        Value::Object(result) => Ok(vec![result]),
+        _ => Err(ApiError::internal("a text read answered no result object")),
+    }
+}
