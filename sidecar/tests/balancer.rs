@@ -11,20 +11,44 @@ use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
 
-#[test]
-fn reads_through_the_edge_survive_a_sidecar_killed_behind_the_balancer() {
+/// Redis, Postgres (demo schema, then `prepare`), two sidecar binaries with the sample config
+/// (the named queries the Worker's routes use), nginx in front, the Worker in workerd.
+struct Deployment {
+    _redis: RedisServer,
+    pg: PgServer,
+    sidecars: Vec<SidecarProcess>,
+    _lb: Balancer,
+    edge: kit::WranglerDev,
+    client: Client,
+}
+
+fn deployment(prepare: impl FnOnce(&PgServer)) -> Deployment {
     let redis = RedisServer::start();
     let pg = PgServer::start();
     pg.setup_demo_schema();
-    // The sample config, for the named queries the Worker's routes use.
+    prepare(&pg);
     let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/ferry.toml");
     let env = [("FERRY_CONFIG", sample)];
-    let mut sidecars: Vec<SidecarProcess> = (0..2)
+    let sidecars: Vec<SidecarProcess> = (0..2)
         .map(|_| SidecarProcess::start(BIN, &redis.url(), &pg.url(), &env, Stdio::null()))
         .collect();
     let lb = Balancer::start(&[sidecars[0].port, sidecars[1].port]);
     let edge = kit::WranglerDev::start(&lb.url(), kit::SECRET, 5_000);
-    let c = Client::new(&edge.url(), kit::SECRET);
+    let client = Client::new(&edge.url(), kit::SECRET);
+    Deployment {
+        _redis: redis,
+        pg,
+        sidecars,
+        _lb: lb,
+        edge,
+        client,
+    }
+}
+
+#[test]
+fn reads_through_the_edge_survive_a_sidecar_killed_behind_the_balancer() {
+    let d = deployment(|_| {});
+    let (c, edge, mut sidecars) = (&d.client, &d.edge, d.sidecars);
     assert_eq!(c.get("/items/1").status, 200, "{}", edge.log());
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -84,28 +108,20 @@ fn reads_through_the_edge_survive_a_sidecar_killed_behind_the_balancer() {
 /// committed) or answered an error and never commits. Postgres's rows judge every answer.
 #[test]
 fn writes_through_the_edge_fail_cleanly_or_succeed_when_their_sidecar_dies() {
-    let redis = RedisServer::start();
-    let pg = PgServer::start();
-    pg.setup_demo_schema();
     // Each write takes 200 ms to commit (a deferred trigger), so the kill finds writes
     // committing as well as running.
-    pg.client()
-        .batch_execute(
-            "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS
+    let d = deployment(|pg| {
+        pg.client()
+            .batch_execute(
+                "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS
                $$ BEGIN PERFORM pg_sleep(0.2); RETURN NULL; END $$;
              CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON items
                DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.id >= 10000)
                EXECUTE FUNCTION slow_commit();",
-        )
-        .expect("slow commits");
-    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/ferry.toml");
-    let env = [("FERRY_CONFIG", sample)];
-    let mut sidecars: Vec<SidecarProcess> = (0..2)
-        .map(|_| SidecarProcess::start(BIN, &redis.url(), &pg.url(), &env, Stdio::null()))
-        .collect();
-    let lb = Balancer::start(&[sidecars[0].port, sidecars[1].port]);
-    let edge = kit::WranglerDev::start(&lb.url(), kit::SECRET, 5_000);
-    let c = Client::new(&edge.url(), kit::SECRET);
+            )
+            .expect("slow commits");
+    });
+    let (pg, c, mut sidecars) = (&d.pg, &d.client, d.sidecars);
 
     let stop = Arc::new(AtomicBool::new(false));
     let answers = {

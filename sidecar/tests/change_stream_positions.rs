@@ -23,15 +23,6 @@ fn qty(s: &ferry_testkit::SidecarProcess, after: Option<&Value>) -> (i64, String
     )
 }
 
-fn signal(pid: i32, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .expect("kill")
-        .success();
-    assert!(ok, "kill {sig} {pid}");
-}
-
 #[test]
 fn a_read_with_a_position_skips_entries_the_stream_has_not_invalidated_yet() {
     let redis = RedisServer::start();
@@ -46,7 +37,7 @@ fn a_read_with_a_position_skips_entries_the_stream_has_not_invalidated_yet() {
         .query_one("SELECT pid FROM pg_stat_replication LIMIT 1", &[])
         .expect("the stream's WAL sender")
         .get(0);
-    signal(sender, "-STOP");
+    ferry_testkit::signal(sender as u32, "STOP");
     let w = s
         .client
         .execute(json!({"sql": "UPDATE orders SET qty = 6 WHERE id = 1"}));
@@ -60,7 +51,7 @@ fn a_read_with_a_position_skips_entries_the_stream_has_not_invalidated_yet() {
     for _ in 0..5 {
         assert_eq!(qty(&s, Some(&position)), (6, "bypass".into()));
     }
-    signal(sender, "-CONT");
+    ferry_testkit::signal(sender as u32, "CONT");
     ferry_testkit::wait_until(
         "the stream to deliver the write",
         Duration::from_secs(15),

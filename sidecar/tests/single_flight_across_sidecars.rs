@@ -26,19 +26,9 @@ fn two_sidecars(env: &[(&str, &str)]) -> (RedisServer, PgServer, Vec<SidecarProc
 
 /// `ferry_fill_waits_total{outcome}` of one sidecar, from its own /metrics.
 fn fill_waits(s: &SidecarProcess, outcome: &str) -> u64 {
-    let text = s.client.block_on(async {
-        reqwest::get(format!("http://127.0.0.1:{}/metrics", s.admin_port))
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("text")
-    });
-    let line = format!("ferry_fill_waits_total{{outcome=\"{outcome}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&line))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {line} in /metrics"))
+    let series = format!("ferry_fill_waits_total{{outcome=\"{outcome}\"}}");
+    s.metric(&series)
+        .unwrap_or_else(|| panic!("no {series} in /metrics")) as u64
 }
 
 fn spread(clients: &[&Client], n: usize, req: &Value) -> Vec<ferry_testkit::client::Answer> {

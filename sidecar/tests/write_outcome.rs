@@ -58,15 +58,6 @@ fn rows(pg: &PgServer) -> BTreeSet<i32> {
         .collect()
 }
 
-fn signal(pid: u32, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .expect("kill")
-        .success();
-    assert!(ok, "kill {sig} {pid}");
-}
-
 #[test]
 fn a_write_whose_sidecar_froze_either_committed_or_never_will() {
     let (_redis, pg, a, b) = setup();
@@ -82,7 +73,7 @@ fn a_write_whose_sidecar_froze_either_committed_or_never_will() {
         });
         let freeze = async {
             tokio::time::sleep(Duration::from_millis(150)).await;
-            signal(a.pid(), "-STOP");
+            ferry_testkit::signal(a.pid(), "STOP");
         };
         futures::future::join(futures::future::join_all(sends), freeze)
             .await
@@ -108,7 +99,7 @@ fn a_write_whose_sidecar_froze_either_committed_or_never_will() {
         }
     }
     // Let the frozen sidecar go: it tries to commit every write it held.
-    signal(a.pid(), "-CONT");
+    ferry_testkit::signal(a.pid(), "CONT");
     std::thread::sleep(Duration::from_secs(2));
     let there = rows(&pg);
     eprintln!(

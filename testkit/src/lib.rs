@@ -74,6 +74,16 @@ pub fn peak_rss_kb(pid: u32) -> u64 {
 }
 
 /// Polls `f` until it returns true or `timeout` passes; panics with `what` on timeout.
+/// Sends `sig` (`"STOP"`, `"CONT"`, `"KILL"`...) to process `pid`; panics if it cannot.
+pub fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(ok, "kill -{sig} {pid} failed");
+}
+
 pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let start = Instant::now();
     while start.elapsed() < timeout {

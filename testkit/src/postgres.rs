@@ -138,16 +138,21 @@ impl PgServer {
             running: false,
             extra: extra.to_string(),
         };
-        // Another program on this machine may take the port between the check and the bind.
+        pg.start_on_a_free_port();
+        pg
+    }
+
+    /// Starts a new cluster: another program on this machine may take the port between the
+    /// check and the bind, so another port is tried then.
+    pub(crate) fn start_on_a_free_port(&mut self) {
         for _ in 0..3 {
-            match pg.try_start() {
-                Ok(()) => return pg,
-                Err(e) if e.contains("could not bind") => pg.port = free_port(),
+            match self.try_start() {
+                Ok(()) => return,
+                Err(e) if e.contains("could not bind") => self.port = free_port(),
                 Err(e) => panic!("{e}"),
             }
         }
-        pg.start_again();
-        pg
+        self.start_again();
     }
 
     /// The postmaster's process id while the cluster runs (the first line of postmaster.pid).

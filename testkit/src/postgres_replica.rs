@@ -24,14 +24,7 @@ impl PgServer {
             running: false,
             extra: extra.to_string(),
         };
-        for _ in 0..3 {
-            match replica.try_start() {
-                Ok(()) => return replica,
-                Err(e) if e.contains("could not bind") => replica.port = free_port(),
-                Err(e) => panic!("{e}"),
-            }
-        }
-        replica.start_again();
+        replica.start_on_a_free_port();
         replica
     }
 
