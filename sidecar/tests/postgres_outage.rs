@@ -56,3 +56,42 @@ fn postgres_stopped_then_started() {
     let r = c.query(json!({"sql": "SELECT name FROM items WHERE id = 4"}));
     assert_eq!(r.body["rows"][0]["name"], "after");
 }
+
+/// A Postgres restart kills every pooled session, and the pool learns it one session at a
+/// time. A write or a `begin` that draws a dead one has sent nothing yet: it takes another,
+/// as many times as the pool has sessions, and none of them fails for it.
+#[test]
+fn writes_and_begins_after_a_restart_skip_every_dead_session() {
+    let mut stack = common::Stack::start_with(|c| {
+        // The r2d2 pool's share: a quarter (4 sessions); the rest are the workers'.
+        c.postgres.pool_size = 16;
+        c.postgres.min_idle = 0;
+    });
+    let c = stack.client.clone();
+    // Fill the pool: interactive transactions hold their sessions until they end, so four at
+    // once leave the pool's four sessions idle behind them.
+    let ids: Vec<String> = (0..4)
+        .map(|_| {
+            let b = c.block_on(c.post("/v1/transaction/begin", &json!({})));
+            assert_eq!(b.status, 200, "{:?}", b.body);
+            b.body["id"].as_str().expect("id").to_string()
+        })
+        .collect();
+    for id in ids {
+        let r = c.block_on(c.post("/v1/transaction/rollback", &json!({"id": id})));
+        assert_eq!(r.status, 200, "{:?}", r.body);
+    }
+    stack.pg.stop();
+    stack.pg.start_again();
+    let b = c.block_on(c.post("/v1/transaction/begin", &json!({})));
+    assert_eq!(b.status, 200, "begin after the restart: {:?}", b.body);
+    let id = b.body["id"].clone();
+    let r = c.block_on(c.post("/v1/transaction/rollback", &json!({"id": id})));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    for n in 0..4 {
+        let w = c.execute(
+            json!({"sql": "UPDATE items SET name = $1 WHERE id = 4", "params": [format!("n{n}")]}),
+        );
+        assert_eq!(w.status, 200, "write {n} after the restart: {:?}", w.body);
+    }
+}

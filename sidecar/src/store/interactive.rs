@@ -82,20 +82,7 @@ impl OpenTransactions {
             }
             slots.insert(id.clone(), Slot::Busy(credential.clone()));
         }
-        let opened = pools.pg_conn().and_then(|mut session| {
-            session
-                .client
-                .batch_execute(&plan.begin())
-                .map_err(|e| Failure::from(e).into_api())?;
-            if let Some(who) = &plan.identity {
-                // A failure leaves the session in a transaction: it is closed, not pooled.
-                who.assume(&mut session.client).map_err(|f| {
-                    session.poisoned = true;
-                    f.into_api()
-                })?;
-            }
-            Ok(session)
-        });
+        let opened = Self::open(pools, plan);
         match opened {
             Ok(session) => {
                 let now = Instant::now();
@@ -114,6 +101,34 @@ impl OpenTransactions {
                 self.lock().remove(&id);
                 Err(e)
             }
+        }
+    }
+
+    /// A pooled session with the transaction begun (as its user). A session found lost at the
+    /// BEGIN (Postgres restarted since it was pooled) sent nothing that matters: another one is
+    /// drawn, as many times as the pool has sessions.
+    fn open(pools: &Pools, plan: &TxPlan) -> Result<crate::store::pools::PgConn, ApiError> {
+        let mut tries = pools.pg_pooled_size();
+        loop {
+            let mut session = pools.pg_conn()?;
+            match session.client.batch_execute(&plan.begin()) {
+                Err(e) if tries > 0 && super::nonces::connection_lost(&e) => {
+                    session.poisoned = true;
+                    tries -= 1;
+                    tracing::debug!(error = %e, "postgres session lost before BEGIN; another one");
+                    continue;
+                }
+                Err(e) => return Err(Failure::from(e).into_api()),
+                Ok(()) => {}
+            }
+            if let Some(who) = &plan.identity {
+                // A failure leaves the session in a transaction: it is closed, not pooled.
+                who.assume(&mut session.client).map_err(|f| {
+                    session.poisoned = true;
+                    f.into_api()
+                })?;
+            }
+            return Ok(session);
         }
     }
 

@@ -319,6 +319,12 @@ impl Pools {
         (pooled_open + open as u32, pooled_idle + idle as u32)
     }
 
+    /// How many sessions the r2d2 pool holds at most: how many dead ones a restart of
+    /// Postgres can leave in it.
+    pub fn pg_pooled_size(&self) -> u32 {
+        self.pg_pooled
+    }
+
     pub fn sizes(&self) -> (u32, u32) {
         (self.redis_size, self.pg_size)
     }

@@ -16,18 +16,23 @@ use crate::store::postgres::PgSession;
 /// four times as much, and its ROLLBACK wrote a warning to the server log on every request.)
 pub const RESET: &str = "DISCARD ALL";
 
-/// [`with_session`], once more on another session when the first was found lost before the
+/// [`with_session`], again on another session when the one drawn was found lost before the
 /// caller's statements were sent (`Failure::Unsent`): a write that never left is safe to send.
+/// A restart of Postgres can leave every pooled session dead, so as many times as the pool has
+/// sessions (each lost one is closed, not pooled again).
 pub(super) fn with_sent_session<T>(
     pools: &Pools,
     mut work: impl FnMut(&mut PgSession) -> Result<T, Failure>,
 ) -> Result<T, Failure> {
-    match with_session(pools, &mut work) {
-        Err(Failure::Unsent(e)) => {
-            tracing::debug!(error = %e, "postgres session lost before the write; another one");
-            with_session(pools, work)
+    let mut tries = pools.pg_pooled_size();
+    loop {
+        match with_session(pools, &mut work) {
+            Err(Failure::Unsent(e)) if tries > 0 => {
+                tries -= 1;
+                tracing::debug!(error = %e, "postgres session lost before the write; another one");
+            }
+            out => return out,
         }
-        out => out,
     }
 }
 
