@@ -23,7 +23,7 @@ pub type RedisConn = r2d2::PooledConnection<RedisManager>;
 
 /// Logs connection failures r2d2 meets while filling a pool (it would otherwise drop them).
 #[derive(Debug)]
-struct LogErrors(&'static str);
+pub(crate) struct LogErrors(pub &'static str);
 
 impl<E: std::fmt::Display> r2d2::HandleError<E> for LogErrors {
     fn handle_error(&self, error: E) {

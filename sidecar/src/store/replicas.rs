@@ -69,6 +69,8 @@ impl Replicas {
                 .min_idle(Some(0))
                 .connection_timeout(Duration::from_millis(config.postgres.checkout_timeout_ms))
                 .test_on_check_out(false)
+                // A replica down is routine (it is taken out of use): a warning, not an error.
+                .error_handler(Box::new(crate::store::pools::LogErrors("replica")))
                 .build_unchecked(PgManager(PostgresConnectionManager::new(
                     pg_config(&one)?,
                     pg_tls(&config.postgres).map_err(ApiError::internal)?,
