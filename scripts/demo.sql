@@ -1,5 +1,5 @@
 -- Ferry demo schema and seed data: used by the dev command and by the tests.
--- Safe to run again: it recreates the table.
+-- Safe to run again: it recreates the tables.
 DROP TABLE IF EXISTS items;
 CREATE TABLE items (
     id          integer PRIMARY KEY,
@@ -27,10 +27,12 @@ GRANT USAGE ON SCHEMA public TO ferry_app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON items TO ferry_app;
 -- Writes' nonces, shared by every sidecar so none runs a replayed write (auth.replay =
 -- "shared"). The sidecar creates this table itself when its role may; ferry_app may not.
+DROP TABLE IF EXISTS ferry_nonces;
 CREATE TABLE ferry_nonces (nonce bytea PRIMARY KEY, expires_at timestamptz NOT NULL,
                            rows_affected bigint);
 GRANT SELECT, INSERT, DELETE ON ferry_nonces TO ferry_app;
 -- Invalidations deferred while Redis was unreachable, applied by any sidecar (cache.deferred_table).
+DROP TABLE IF EXISTS ferry_deferred;
 CREATE TABLE ferry_deferred (id bigserial PRIMARY KEY, kind text NOT NULL, name text NOT NULL,
                              deferred_at timestamptz NOT NULL DEFAULT now());
 GRANT SELECT, INSERT, DELETE ON ferry_deferred TO ferry_app;

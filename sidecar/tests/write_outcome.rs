@@ -198,3 +198,29 @@ fn a_failed_fast_try_starts_the_write_over() {
         .get(0);
     assert_eq!(price, "3.75");
 }
+
+/// A nonce table made by an earlier version (no `rows_affected`) is brought up to date by the
+/// first write, when the login role may, instead of failing every write.
+#[test]
+fn an_old_nonce_table_gets_its_outcome_column() {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    pg.setup_demo_schema();
+    pg.client()
+        .batch_execute(
+            "DROP TABLE ferry_nonces;
+             CREATE TABLE ferry_nonces (nonce bytea PRIMARY KEY, expires_at timestamptz NOT NULL);",
+        )
+        .expect("old table");
+    let s = SidecarProcess::start(BIN, &redis.url(), &pg.url(), &[], Stdio::null());
+    let w = s
+        .client
+        .execute(json!({"sql": "UPDATE items SET name = 'new' WHERE id = 5"}));
+    assert_eq!(w.status, 200, "{:?}", w.body);
+    let rows: Option<i64> = pg
+        .client()
+        .query_one("SELECT max(rows_affected) FROM ferry_nonces", &[])
+        .expect("column")
+        .get(0);
+    assert_eq!(rows, Some(1));
+}

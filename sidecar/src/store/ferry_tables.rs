@@ -29,3 +29,35 @@ pub(super) fn ensure(s: &mut PgSession, table: &str, columns: &str) -> Result<()
     }
     Ok(())
 }
+
+/// Adds `column` to a table made by an earlier version that lacks it (the nonce table before
+/// it kept write outcomes), when the role may; otherwise says what to run.
+pub(super) fn ensure_column(
+    s: &mut PgSession,
+    table: &str,
+    column: &str,
+    ty: &str,
+) -> Result<(), Failure> {
+    let has = s
+        .client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) \
+             AND attname = $2 AND NOT attisdropped)",
+            &[&table, &column],
+        )
+        .map(|r| r.get::<_, bool>(0))
+        .map_err(Failure::from)?;
+    if has {
+        return Ok(());
+    }
+    let alter = format!(
+        "BEGIN READ WRITE; ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {ty}; COMMIT"
+    );
+    if let Err(e) = s.client.batch_execute(&alter) {
+        rollback(s);
+        tracing::error!(error = %e, table, column,
+            "a Ferry table lacks a column and it cannot be added: run ALTER TABLE {table} ADD COLUMN {column} {ty}");
+        return Err(Failure::from(e));
+    }
+    Ok(())
+}

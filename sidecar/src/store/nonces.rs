@@ -200,6 +200,7 @@ impl WriteNonce {
     fn ensure_table(&self, s: &mut PgSession) -> Result<(), Failure> {
         if !self.ensured.load(Ordering::Acquire) {
             ferry_tables::ensure(s, &self.table, COLUMNS)?;
+            ferry_tables::ensure_column(s, &self.table, "rows_affected", "bigint")?;
             self.ensured.store(true, Ordering::Release);
         }
         Ok(())
