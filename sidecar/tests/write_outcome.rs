@@ -224,3 +224,33 @@ fn an_old_nonce_table_gets_its_outcome_column() {
         .get(0);
     assert_eq!(rows, Some(1));
 }
+
+/// The same old table under the least-privilege role, which may not add the column: writes are
+/// refused as the server's fault, and nothing of Ferry's table reaches the caller.
+#[test]
+fn an_old_nonce_table_the_role_cannot_alter_is_not_the_callers_error() {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    pg.setup_demo_schema();
+    pg.client()
+        .batch_execute(
+            "DROP TABLE ferry_nonces;
+             CREATE TABLE ferry_nonces (nonce bytea PRIMARY KEY, expires_at timestamptz NOT NULL);
+             GRANT SELECT, INSERT, DELETE ON ferry_nonces TO ferry_app;",
+        )
+        .expect("old table");
+    let url = pg.url().replace("postgres@", "ferry_app@");
+    let s = SidecarProcess::start(BIN, &redis.url(), &url, &[], Stdio::null());
+    let w = s
+        .client
+        .execute(json!({"sql": "UPDATE items SET name = 'new' WHERE id = 5"}));
+    assert_eq!(w.status, 500, "{:?}", w.body);
+    assert_eq!(w.body["error"]["code"], "internal", "{:?}", w.body);
+    assert!(!w.body.to_string().contains("ferry_nonces"), "{:?}", w.body);
+    let name: String = pg
+        .client()
+        .query_one("SELECT name FROM items WHERE id = 5", &[])
+        .expect("row")
+        .get(0);
+    assert_eq!(name, "item 5", "nothing was written");
+}

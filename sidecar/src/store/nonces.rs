@@ -197,13 +197,24 @@ impl WriteNonce {
         format!("BEGIN READ WRITE; {}; COMMIT", self.insert_row(None, ""))
     }
 
+    /// The table as this version needs it. A table that cannot be made so is the operator's
+    /// to fix (the log says how), never the caller's: 500 without detail.
     fn ensure_table(&self, s: &mut PgSession) -> Result<(), Failure> {
-        if !self.ensured.load(Ordering::Acquire) {
-            ferry_tables::ensure(s, &self.table, COLUMNS)?;
-            ferry_tables::ensure_column(s, &self.table, "rows_affected", "bigint")?;
-            self.ensured.store(true, Ordering::Release);
+        if self.ensured.load(Ordering::Acquire) {
+            return Ok(());
         }
-        Ok(())
+        let made = ferry_tables::ensure(s, &self.table, COLUMNS)
+            .and_then(|()| ferry_tables::ensure_column(s, &self.table, "rows_affected", "bigint"));
+        match made {
+            Ok(()) => {
+                self.ensured.store(true, Ordering::Release);
+                Ok(())
+            }
+            Err(Failure::Pg(e)) if !connection_lost(&e) => Err(Failure::Api(ApiError::internal(
+                format!("auth.nonce_table {} is not usable: {e}", self.table),
+            ))),
+            Err(f) => Err(f),
+        }
     }
 }
 
