@@ -62,3 +62,48 @@ fn a_read_with_a_position_skips_entries_the_stream_has_not_invalidated_yet() {
         qty(&s, Some(&position)) == (6, "hit".into())
     });
 }
+
+/// A second sidecar: the write's position comes from one, the read carrying it goes to the
+/// other, which does not lead the stream and learns the watermark's position from Redis only.
+/// It must skip the cache while the stream is held back, and hit again once it has passed.
+#[test]
+fn a_position_from_one_sidecar_is_honoured_by_another() {
+    let redis = RedisServer::start();
+    let pg = common::logical_pg();
+    let env = [("FERRY_CHANGES_MAX_LAG_MS", "10000")];
+    let leader = common::spawn_with(&redis, &pg, &env);
+    common::wait_caught_up(&leader);
+    let other = common::spawn_with(&redis, &pg, &env);
+    common::wait_caught_up(&other);
+    ferry_testkit::wait_until(
+        "the second sidecar to follow",
+        Duration::from_secs(10),
+        || common::changes(&other)["role"] == "follower",
+    );
+    assert_eq!(qty(&other, None).0, 5);
+    assert_eq!(qty(&other, None), (5, "hit".into()));
+
+    let sender: i32 = pg
+        .client()
+        .query_one("SELECT pid FROM pg_stat_replication LIMIT 1", &[])
+        .expect("the stream's WAL sender")
+        .get(0);
+    ferry_testkit::signal(sender as u32, "STOP");
+    let w = leader
+        .client
+        .execute(json!({"sql": "UPDATE orders SET qty = 7 WHERE id = 1"}));
+    assert_eq!(w.status, 200, "{:?}", w.body);
+    let position = w.body["position"].clone();
+    assert_eq!(
+        qty(&other, None),
+        (5, "hit".into()),
+        "the stream is held back"
+    );
+    assert_eq!(qty(&other, Some(&position)), (7, "bypass".into()));
+    ferry_testkit::signal(sender as u32, "CONT");
+    ferry_testkit::wait_until(
+        "the other sidecar to hit with the position",
+        Duration::from_secs(15),
+        || qty(&other, Some(&position)) == (7, "hit".into()),
+    );
+}

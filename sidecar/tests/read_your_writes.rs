@@ -68,15 +68,30 @@ fn ten_thousand_writes_are_each_read_back_through_a_lagging_replica() {
         &replica,
         &[("FERRY_REPLICAS_MAX_LAG_MS", "5000")],
     );
-    ferry_testkit::wait_until("the replica in use", Duration::from_secs(10), || {
-        s.metric("ferry_replica_in_use{replica=\"0\"}") == Some(1.0)
-    });
+    // A second sidecar: half the reads go there, carrying positions the first one returned.
+    let other = sidecar(
+        &redis,
+        &primary,
+        &replica,
+        &[("FERRY_REPLICAS_MAX_LAG_MS", "5000")],
+    );
+    for x in [&s, &other] {
+        ferry_testkit::wait_until("the replica in use", Duration::from_secs(10), || {
+            x.metric("ferry_replica_in_use{replica=\"0\"}") == Some(1.0)
+        });
+    }
     let replica_scans_before = scans(&replica);
     let violations = Arc::new(AtomicU64::new(0));
     let client = s.client.clone();
+    let reader_elsewhere = other.client.clone();
     client.block_on(async {
         let tasks = (0..TASKS).map(|t| {
             let (c, violations) = (client.clone(), violations.clone());
+            let reads = if t % 2 == 0 {
+                c.clone()
+            } else {
+                reader_elsewhere.clone()
+            };
             async move {
                 let mut written = [0u64; IDS_PER_TASK as usize];
                 for i in 0..PAIRS / TASKS {
@@ -103,7 +118,7 @@ fn ten_thousand_writes_are_each_read_back_through_a_lagging_replica() {
                         let ms = (i * 37 + t * 11) % 300;
                         tokio::time::sleep(Duration::from_millis(ms)).await;
                     }
-                    let r = c
+                    let r = reads
                         .query_async(json!({"sql": "SELECT v FROM ryw WHERE id = $1",
                                             "params": [id], "after": position}))
                         .await;
@@ -117,9 +132,15 @@ fn ten_thousand_writes_are_each_read_back_through_a_lagging_replica() {
         });
         futures::future::join_all(tasks).await;
     });
-    let on_replica = s
-        .metric("ferry_replica_reads_total{replica=\"0\"}")
-        .expect("reads");
+    let on_replica = [&s, &other]
+        .iter()
+        .map(|x| {
+            x.metric("ferry_replica_reads_total{replica=\"0\"}")
+                .expect("reads")
+        })
+        .sum::<f64>();
+    let fallbacks_other = other.metric("ferry_replica_fallbacks_total");
+    drop(other);
     let mut s = s;
     let fallbacks = s.metric("ferry_replica_fallbacks_total");
     // Postgres counts a backend's scans when it goes idle for a while or ends: end them.
@@ -140,7 +161,7 @@ fn ten_thousand_writes_are_each_read_back_through_a_lagging_replica() {
     );
     assert!(on_replica >= 100.0, "the replica served {on_replica} reads");
     // Every other read went to the primary, and none is lost.
-    assert_eq!(fallbacks, Some(0.0));
+    assert_eq!((fallbacks, fallbacks_other), (Some(0.0), Some(0.0)));
 }
 
 fn read(s: &SidecarProcess, after: Option<&Value>) -> ferry_testkit::client::Answer {
