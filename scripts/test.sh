@@ -10,6 +10,12 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$FERRY_ROOT"
 
+# A build that runs out of disk fails deep in the linker (SIGBUS): say so up front instead.
+free_mb=$(df -Pm "$(dirname "$CARGO_TARGET_DIR")" | awk 'NR==2 {print $4}')
+echo "disk: $free_mb MB free beside $CARGO_TARGET_DIR"
+[ -d "$CARGO_TARGET_DIR/debug" ] || [ "$free_mb" -ge 8000 ] ||
+  die "only $free_mb MB free: a first build of every test needs about 8 GB"
+
 step "1/9 packages and tools (redis-server, postgresql, nginx, wasm toolchain, worker-build, wrangler, protocol clients)"
 ensure_services
 ensure_wasm_toolchain
