@@ -52,6 +52,12 @@ impl AppState {
         if config.changes.enabled {
             cache = cache.watch_changes(config.changes.max_lag_ms);
         }
+        if config.redis.cluster {
+            cache = cache.on_cluster(
+                config.redis.cluster_wait_replicas,
+                config.redis.cluster_wait_ms,
+            );
+        }
         if let Some(table) = crate::config::table_name(&config.cache.deferred_table) {
             cache = cache.keep_deferred_in(table);
         }
@@ -101,7 +107,7 @@ impl AppState {
             pools.has_wakeup_connection(),
         );
         leases.spawn_listener(
-            crate::store::redis::redis_client(&config.redis).map_err(ApiError::internal)?,
+            crate::store::redis::node_clients(&config.redis).map_err(ApiError::internal)?,
         );
         let replicas = Arc::new(crate::store::replicas::Replicas::new(&config)?);
         replicas.spawn_monitor(Arc::downgrade(&pools));
@@ -269,7 +275,8 @@ pub fn check(config: &Config) -> Result<(), ConfigError> {
         key: key.into(),
         message,
     };
-    rd::redis_client(&config.redis).map_err(|e| invalid("redis.url", e))?;
+    rd::store_client(&config.redis).map_err(|e| invalid("redis.url", e))?;
+    rd::node_clients(&config.redis).map_err(|e| invalid("redis.url", e))?;
     pg::pg_url(&config.postgres.url)
         .parse::<postgres::Config>()
         .map_err(|_| invalid("postgres.url", "not a valid postgres URL".into()))?;

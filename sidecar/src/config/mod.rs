@@ -14,6 +14,7 @@ mod identity;
 mod limits;
 mod load;
 mod neon;
+mod redis;
 mod replicas;
 mod secret;
 mod upstash;
@@ -24,6 +25,7 @@ pub use identity::{IdentityConfig, MAX_CLAIMS_BYTES};
 pub use limits::{Limits, ReadLimits, MAX_TAGS};
 pub use load::ConfigError;
 pub use neon::{NeonConfig, NeonToken};
+pub use redis::RedisConfig;
 pub use replicas::{ReplicaReads, ReplicasConfig};
 pub use secret::{Redacted, RedactedUrl};
 pub use upstash::{UpstashConfig, UpstashToken};
@@ -160,28 +162,6 @@ pub enum ReplayScope {
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
-pub struct RedisConfig {
-    /// redis:// URL, or rediss:// for TLS (password in the URL or in FERRY_REDIS_URL).
-    pub url: RedactedUrl,
-    /// PEM CA certificate(s) to trust for rediss:// (a private CA); empty: the system's roots.
-    pub tls_ca_path: String,
-    /// Most connections the pool ever opens.
-    pub pool_size: u32,
-    /// Idle connections kept open.
-    pub min_idle: u32,
-    /// Longest wait for a pooled connection, in milliseconds.
-    pub checkout_timeout_ms: u64,
-    /// TCP connect timeout for a new connection, in milliseconds.
-    pub connect_timeout_ms: u64,
-    /// Read/write timeout of one Redis command, in milliseconds.
-    pub io_timeout_ms: u64,
-    /// After a Redis failure, reads skip Redis for this long, in milliseconds, instead of
-    /// paying a timeout each; then one read per window probes it (half-open).
-    pub retry_after_failure_ms: u64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
 pub struct PostgresConfig {
     /// libpq-style URL: postgres://user:password@host:port/db[?sslmode=require].
     pub url: RedactedUrl,
@@ -309,21 +289,6 @@ impl Default for AuthConfig {
             previous_secret: Redacted::default(),
             replay: ReplayScope::Shared,
             nonce_table: "ferry_nonces".into(),
-        }
-    }
-}
-
-impl Default for RedisConfig {
-    fn default() -> Self {
-        RedisConfig {
-            url: "redis://127.0.0.1:6379".into(),
-            tls_ca_path: String::new(),
-            pool_size: 8,
-            min_idle: 1,
-            checkout_timeout_ms: 1_000,
-            connect_timeout_ms: 500,
-            io_timeout_ms: 1_000,
-            retry_after_failure_ms: 250,
         }
     }
 }

@@ -69,6 +69,23 @@ impl Config {
         if self.redis.min_idle > self.redis.pool_size {
             return invalid("redis.min_idle", "must not exceed redis.pool_size");
         }
+        if self.redis.cluster {
+            if self.redis.urls().is_empty() {
+                return invalid("redis.url", "give at least one cluster node");
+            }
+            // A brace in the prefix would become the hash tag of every key: one slot for all.
+            if self.cache.key_prefix.contains(['{', '}']) {
+                return invalid(
+                    "cache.key_prefix",
+                    "may not contain { or } with redis.cluster",
+                );
+            }
+            // The Upstash endpoint runs callers' commands and transactions as sent, on one
+            // server's connection; on a cluster they would need slot routing of their own.
+            if self.upstash.enabled {
+                return invalid("upstash.enabled", "is not supported with redis.cluster yet");
+            }
+        }
         if self.postgres.pool_size == 0 {
             return invalid("postgres.pool_size", "must be at least 1");
         }

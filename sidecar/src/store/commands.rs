@@ -79,7 +79,6 @@ fn prepare(cache: &Cache, cmd: CacheCommand) -> Prepared {
                 if let Some(t) = ttl_s {
                     c.arg("EX").arg(t);
                 }
-                c.ignore();
             }
             Answer::Mset
         }
@@ -150,8 +149,11 @@ pub async fn run(
     blocking: &Blocking,
     cmd: CacheCommand,
 ) -> Result<CacheReply, ApiError> {
+    if pools.redis_cluster() {
+        one_slot(cache, &cmd)?;
+    }
     let Prepared { pipe, answer } = prepare(cache, cmd);
-    if let Some(mut conn) = pools.redis_async().await? {
+    if let Some(mut conn) = pools.redis_async_any_slot().await? {
         let values = pipe.query_async::<Vec<Value>>(&mut conn).await;
         if values.is_err() {
             pools.drop_redis_async();
@@ -164,11 +166,29 @@ pub async fn run(
     blocking
         .run(move || {
             let mut conn = p.redis_conn()?;
-            pipe.query::<Vec<Value>>(&mut *conn)
+            conn.query_pipe::<Vec<Value>>(&pipe)
                 .and_then(|v| read(answer, v))
                 .unwrap_or_else(|e| failed(&p, e))
         })
         .await
+}
+
+/// On a Redis Cluster an mset is one MULTI, which runs on one node: its keys must share a hash
+/// slot, as Redis itself requires (a common `{hash tag}` in the keys keeps them together).
+fn one_slot(cache: &Cache, cmd: &CacheCommand) -> Result<(), ApiError> {
+    let CacheCommand::Mset { entries, .. } = cmd else {
+        return Ok(());
+    };
+    let slot = |key: &str| crate::store::redis::slot(cache.plain_key(key).as_bytes());
+    match entries.first() {
+        Some(first) if entries.iter().any(|e| slot(&e.key) != slot(&first.key)) => {
+            Err(ApiError::invalid(
+                "entries",
+                "on a Redis Cluster an mset's keys must share a hash slot: give them a common {tag}",
+            ))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn text(key: &str, v: Option<Vec<u8>>) -> Result<Option<String>, ApiError> {

@@ -188,7 +188,7 @@ impl Leases {
 
     /// The subscriber: one connection of its own, reconnecting after failures, until the
     /// leases go.
-    pub fn spawn_listener(self: &Arc<Self>, client: redis::Client) {
+    pub fn spawn_listener(self: &Arc<Self>, clients: Vec<redis::Client>) {
         if !self.enabled {
             return;
         }
@@ -196,15 +196,21 @@ impl Leases {
         let channel = self.channel.clone();
         let spawned = std::thread::Builder::new()
             .name("ferry-fill-wakes".into())
-            .spawn(move || listen(leases, &client, &channel));
+            .spawn(move || listen(leases, &clients, &channel));
         if let Err(e) = spawned {
             tracing::error!(error = %e, "cannot start the fill wake-up listener");
         }
     }
 }
 
-fn listen(leases: Weak<Leases>, client: &redis::Client, channel: &str) {
+/// Subscribes on the first node, moving to the next after a failure (a cluster relays PUBLISH
+/// to every node, so any node that answers will do).
+fn listen(leases: Weak<Leases>, clients: &[redis::Client], channel: &str) {
+    let mut next = clients.iter().cycle();
     while leases.strong_count() > 0 {
+        let Some(client) = next.next() else {
+            return;
+        };
         let subscribed = client
             .get_connection_with_timeout(Duration::from_secs(1))
             .and_then(|mut conn| {

@@ -8,7 +8,7 @@
 use super::param_types::ParamTypes;
 use super::pg_async::{AsyncPg, AsyncSession};
 use super::postgres::{pg_async_config, pg_config, pg_tls, PgManager};
-use super::redis::{redis_client, AsyncRedis, RedisManager};
+use super::redis::{store_client, AsyncConn, AsyncRedis, RedisManager};
 use crate::config::Config;
 use crate::http::error::ApiError;
 use r2d2_postgres::PostgresConnectionManager;
@@ -44,6 +44,7 @@ pub struct Pools {
     /// Parameter types of the statements seen, so repeated ones run in one round trip.
     pub param_types: ParamTypes,
     redis_size: u32,
+    redis_cluster: bool,
     /// Whether `redis.pool_size` leaves a connection for fill wake-ups.
     wakeups: bool,
     pg_size: u32,
@@ -62,7 +63,7 @@ impl Pools {
     /// (and reports not ready) while they are down, and connects when they come up.
     pub fn new(config: &Config) -> Result<Pools, ApiError> {
         let r = &config.redis;
-        let client = redis_client(r).map_err(ApiError::internal)?;
+        let client = store_client(r).map_err(ApiError::internal)?;
         let redis_generation = Arc::new(AtomicU64::new(0));
         // redis.pool_size bounds every connection: up to half of it are the workers'
         // multiplexed ones (one per worker), the rest the r2d2 pool's.
@@ -122,6 +123,7 @@ impl Pools {
             pg_checkout_timeout: Duration::from_millis(p.checkout_timeout_ms),
             param_types: ParamTypes::default(),
             redis_size: r.pool_size,
+            redis_cluster: r.cluster,
             wakeups: wakeups == 1,
             pg_size: p.pool_size,
             pg_pooled,
@@ -166,7 +168,7 @@ impl Pools {
 
     /// This worker's multiplexed Redis connection, or None: the breaker is open (the caller
     /// then takes the pooled path, which probes), or every multiplexed slot is taken.
-    pub async fn redis_async(&self) -> Result<Option<redis::aio::MultiplexedConnection>, ApiError> {
+    pub async fn redis_async(&self) -> Result<Option<AsyncConn>, ApiError> {
         if !self.redis_breaker_closed() {
             return Ok(None);
         }
@@ -177,6 +179,20 @@ impl Pools {
                 internal: e.to_string(),
             }
         })
+    }
+
+    /// [`Pools::redis_async`] for a pipeline whose keys may span slots: None on a cluster,
+    /// where only the pooled connection splits a pipeline by node.
+    pub async fn redis_async_any_slot(&self) -> Result<Option<AsyncConn>, ApiError> {
+        if self.redis_cluster {
+            return Ok(None);
+        }
+        self.redis_async().await
+    }
+
+    /// Whether Redis is a cluster (`redis.cluster`).
+    pub fn redis_cluster(&self) -> bool {
+        self.redis_cluster
     }
 
     /// Forgets this worker's multiplexed connection after a failure on it.

@@ -22,14 +22,15 @@ use super::Cache;
 use crate::store::pools::Pools;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Where the watermark lives in Redis, under the key prefix.
-const WATERMARK_KEY: &str = "changes:fresh";
+/// Where the watermark lives in Redis, under the key prefix. Its two keys share the hash tag
+/// `{changes}`: one script sets both, one MGET reads both, on a cluster too.
+const WATERMARK_KEY: &str = "{changes}:fresh";
 /// The watched tables' definitions the consumer last saw (a hash: table → digest).
 const DEFINITIONS_KEY: &str = "changes:definitions";
 
 /// The mark's place in the WAL, as 16 hex digits (compared as strings: Lua's numbers are
 /// doubles).
-const WATERMARK_POSITION_KEY: &str = "changes:fresh_at";
+const WATERMARK_POSITION_KEY: &str = "{changes}:fresh_at";
 
 /// Sets the watermark only forward (a late write from a consumer that lost its lease cannot
 /// move it back): its time in KEYS[1], its WAL position in KEYS[2].

@@ -34,28 +34,50 @@ impl Cache {
         }
     }
 
-    /// Replaces the versions of the chunk's keys and tags (and the epoch) in one MULTI.
+    /// Replaces the versions of the chunk's keys and tags (and the epoch): in one MULTI on a
+    /// single server. On a cluster they live in many slots, so each moves on its own (each
+    /// alone keeps the entries recorded under it from being served), and the chunk is done
+    /// once the master of every slot touched has passed it to `redis.cluster_wait_replicas`.
     pub(super) fn try_invalidate(&self, pools: &Pools, chunk: &Chunk) -> Result<(), String> {
         let mut conn = pools.redis_conn().map_err(|e| e.to_string())?;
         let mut pipe = redis::pipe();
-        pipe.atomic();
+        if self.cluster.is_none() {
+            pipe.atomic();
+        }
+        let mut moved = Vec::new();
         for (k, _) in &chunk.keys {
+            let version = self.version_key(k);
             pipe.cmd("SET")
-                .arg(self.version_key(k))
+                .arg(&version)
                 .arg(token())
                 .arg("EX")
                 .arg(self.version_ttl_s)
-                .ignore()
-                .del(format!("{}q:{k}", self.prefix))
-                .ignore();
+                .del(self.hashed_entry_key(k));
+            moved.push(version);
         }
         for (t, _) in &chunk.tags {
-            pipe.set(self.tag_key(t), token()).ignore();
+            moved.push(self.tag_key(t));
         }
         if chunk.everything.is_some() {
-            pipe.set(self.tag_key(EPOCH_TAG), token()).ignore();
+            moved.push(self.tag_key(EPOCH_TAG));
         }
-        pipe.query::<()>(&mut *conn).map_err(|e| e.to_string())
+        for tag_key in moved.iter().skip(chunk.keys.len()) {
+            pipe.set(tag_key, token());
+        }
+        conn.query_pipe::<Vec<redis::Value>>(&pipe)
+            .map_err(|e| e.to_string())?;
+        let Some((replicas, wait_ms)) = self.cluster.filter(|(n, _)| *n > 0) else {
+            return Ok(());
+        };
+        let reached = conn
+            .wait_for_replicas(&moved, replicas, wait_ms)
+            .map_err(|e| e.to_string())?;
+        if reached < i64::from(replicas) {
+            return Err(format!(
+                "WAIT: {reached} of {replicas} replicas hold the invalidation after {wait_ms} ms"
+            ));
+        }
+        Ok(())
     }
 
     /// Invalidates for the change stream, which keeps what failed itself (its position in the

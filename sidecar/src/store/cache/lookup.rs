@@ -25,7 +25,7 @@ impl Cache {
         let Ok(mut conn) = pools.redis_conn() else {
             return bypass(probes);
         };
-        let values = prepared.pipe.query(&mut *conn);
+        let values = conn.query_pipe(&prepared.pipe);
         self.read_lookup(pools, prepared, values)
     }
 
@@ -44,7 +44,7 @@ impl Cache {
         let Some(prepared) = self.prepare_lookup(pools, probes) else {
             return Some(bypass(probes));
         };
-        let mut conn = match pools.redis_async().await {
+        let mut conn = match pools.redis_async_any_slot().await {
             Ok(Some(c)) => c,
             Ok(None) => return None,
             Err(_) => return Some(bypass(probes)),

@@ -125,6 +125,9 @@ pub struct Cache {
     freshness: Freshness,
     /// Where deferred invalidations are also kept (`cache.deferred_table`; `durable`).
     deferred_table: Option<String>,
+    /// On a Redis Cluster: keys carry hash tags, and invalidations wait for this many
+    /// replicas, this many milliseconds at most (`redis.cluster_wait_*`).
+    cluster: Option<(u32, u64)>,
 }
 
 pub fn now_ms() -> u64 {
@@ -153,6 +156,26 @@ impl Cache {
             pending: Mutex::new(Pending::new(max_pending)),
             freshness: Freshness::default(),
             deferred_table: None,
+            cluster: None,
+        }
+    }
+
+    /// Keys for a Redis Cluster (see `slot_tag`), and invalidations that wait for replicas.
+    pub fn on_cluster(mut self, wait_replicas: u32, wait_ms: u64) -> Cache {
+        self.cluster = Some((wait_replicas, wait_ms));
+        self
+    }
+
+    /// On a cluster, what keeps a key's entries and its version in one slot (the write-back
+    /// script reads both): a hash tag made of a digest of the key, since the key itself may
+    /// hold braces. Tags get none: each lives in a slot of its own (ARCHITECTURE.md).
+    fn slot_tag(&self, logical: &str) -> String {
+        match self.cluster {
+            None => String::new(),
+            Some(_) => format!(
+                "{{{}}}",
+                hex::encode(&Sha256::digest(logical.as_bytes())[..8])
+            ),
         }
     }
 
@@ -185,17 +208,23 @@ impl Cache {
     }
 
     fn entry_key(&self, logical: &str, fingerprint: &str) -> String {
+        let at = self.slot_tag(logical);
         if logical.starts_with(HASH_KEY_PREFIX) {
-            format!("{}q:{logical}", self.prefix)
+            format!("{}{at}q:{logical}", self.prefix)
         } else {
             // 128 bits of the fingerprint tell statements apart under one caller's key.
             let fp = fingerprint.get(..32).unwrap_or(fingerprint);
-            format!("{}q:{logical}#{fp}", self.prefix)
+            format!("{}{at}q:{logical}#{fp}", self.prefix)
         }
     }
 
+    /// The one entry of a hash-named key (`sha256:…`), deleted with its version.
+    fn hashed_entry_key(&self, logical: &str) -> String {
+        format!("{}{}q:{logical}", self.prefix, self.slot_tag(logical))
+    }
+
     fn version_key(&self, logical: &str) -> String {
-        format!("{}v:{logical}", self.prefix)
+        format!("{}{}v:{logical}", self.prefix, self.slot_tag(logical))
     }
 
     fn tag_key(&self, tag: &str) -> String {

@@ -51,8 +51,7 @@ impl Cache {
             .redis_conn()
             .map_err(|e| e.to_string())
             .and_then(|mut conn| {
-                w.pipe
-                    .query::<Vec<i64>>(&mut *conn)
+                conn.query_pipe::<Vec<i64>>(&w.pipe)
                     .map_err(|e| e.to_string())
             });
         w.finish(pools, result)
@@ -74,7 +73,7 @@ impl Cache {
         }
         let w = self.write_back(pools, &[(key, observed, rows)], policy);
         if !w.sent.is_empty() {
-            let mut conn = match pools.redis_async().await {
+            let mut conn = match pools.redis_async_any_slot().await {
                 Ok(Some(c)) => c,
                 Ok(None) => return None,
                 Err(_) => return Some(Stored::NotWritten),
@@ -124,18 +123,26 @@ impl Cache {
                 w.written[i] = Stored::TooLarge;
                 continue;
             }
+            // On a cluster the tags live in other slots than the entry, out of the script's
+            // reach: the lookup's own comparison of the tokens the entry records against the
+            // tokens now keeps an entry written under a moved tag from being served.
+            let tags = if self.cluster.is_some() {
+                0
+            } else {
+                observed.tags.len()
+            };
             let c = w
                 .pipe
                 .cmd("EVAL")
                 .arg(WRITE_BACK)
-                .arg(2 + observed.tags.len())
+                .arg(2 + tags)
                 .arg(&observed.entry_key)
                 .arg(self.version_key(key));
-            for t in observed.tags.keys() {
+            for t in observed.tags.keys().take(tags) {
                 c.arg(self.tag_key(t));
             }
             c.arg(value).arg(redis_ttl).arg(&observed.version);
-            for seen in observed.tags.values() {
+            for seen in observed.tags.values().take(tags) {
                 c.arg(seen);
             }
             w.sent.push(i);

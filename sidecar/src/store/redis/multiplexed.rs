@@ -1,0 +1,172 @@
+//! One multiplexed async connection per actix worker (to one server, or a cluster client's
+//! connections to every master), for commands that can run on the event loop.
+
+use super::RedisClient;
+use redis::aio::MultiplexedConnection;
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Cmd, RedisFuture, RedisResult, Value};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A worker's connection: one server's, or a cluster's. A cluster's pipelines must stay
+/// within one slot (the cluster client sends them whole to one node).
+#[derive(Clone)]
+pub enum AsyncConn {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for AsyncConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            AsyncConn::Single(c) => c.req_packed_command(cmd),
+            AsyncConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            AsyncConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            AsyncConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            AsyncConn::Single(c) => c.get_db(),
+            AsyncConn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// One multiplexed async connection per actix worker, for commands that can run on the event
+/// loop: no thread hop, no pool checkout, and the commands of concurrent requests share the
+/// connection, pipelined. At most `max` are open (they count against `redis.pool_size`; the
+/// r2d2 pool gets the rest); a worker without one uses the pool.
+pub struct AsyncRedis {
+    /// Tells this sidecar's connections apart from another's on the same thread (tests).
+    id: u64,
+    client: RedisClient,
+    config: AsyncConnectionConfig,
+    open: Arc<AtomicUsize>,
+    max: usize,
+}
+
+/// A worker's connection, the failure generation it was opened in, and its slot.
+struct Held {
+    id: u64,
+    generation: u64,
+    conn: AsyncConn,
+    _slot: Slot,
+}
+
+/// One of `AsyncRedis::max`, given back when the connection is dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+thread_local! {
+    static HELD: RefCell<Vec<Held>> = const { RefCell::new(Vec::new()) };
+    /// One connection attempt at a time per worker: the requests that arrive while it runs
+    /// wait for it, rather than each taking a slot (a burst on a fresh worker once took every
+    /// slot there and left the other worker none, for good).
+    static CONNECTING: RefCell<Vec<(u64, std::rc::Rc<tokio::sync::Mutex<()>>)>> =
+        const { RefCell::new(Vec::new()) };
+}
+
+impl AsyncRedis {
+    pub fn new(
+        client: RedisClient,
+        connect_timeout: Duration,
+        io_timeout: Duration,
+        max: usize,
+    ) -> Self {
+        static IDS: AtomicU64 = AtomicU64::new(0);
+        AsyncRedis {
+            id: IDS.fetch_add(1, Ordering::Relaxed),
+            client,
+            config: AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(connect_timeout))
+                .set_response_timeout(Some(io_timeout)),
+            open: Arc::new(AtomicUsize::new(0)),
+            max,
+        }
+    }
+
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// This worker's connection, opened on first use; None when every slot is taken. One
+    /// opened before failure `generation` is replaced.
+    pub async fn conn(&self, generation: u64) -> RedisResult<Option<AsyncConn>> {
+        let held = || {
+            HELD.with(|h| {
+                let mut h = h.borrow_mut();
+                h.retain(|c| c.id != self.id || c.generation >= generation);
+                h.iter().find(|c| c.id == self.id).map(|c| c.conn.clone())
+            })
+        };
+        if let Some(conn) = held() {
+            return Ok(Some(conn));
+        }
+        let gate = CONNECTING.with(|g| {
+            let mut g = g.borrow_mut();
+            match g.iter().find(|(id, _)| *id == self.id) {
+                Some((_, gate)) => gate.clone(),
+                None => {
+                    let gate = std::rc::Rc::new(tokio::sync::Mutex::new(()));
+                    g.push((self.id, gate.clone()));
+                    gate
+                }
+            }
+        });
+        let _connecting = gate.lock().await;
+        // Another request on this worker may have connected while this one waited.
+        if let Some(conn) = held() {
+            return Ok(Some(conn));
+        }
+        let taken = self
+            .open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            });
+        if taken.is_err() {
+            return Ok(None);
+        }
+        let slot = Slot(self.open.clone());
+        let conn = match &self.client {
+            RedisClient::Single(c) => AsyncConn::Single(
+                c.get_multiplexed_async_connection_with_config(&self.config)
+                    .await?,
+            ),
+            // Timeouts are the cluster client's own (`store_client`).
+            RedisClient::Cluster(c) => AsyncConn::Cluster(c.get_async_connection().await?),
+        };
+        HELD.with(|h| {
+            h.borrow_mut().push(Held {
+                id: self.id,
+                generation,
+                conn: conn.clone(),
+                _slot: slot,
+            })
+        });
+        Ok(Some(conn))
+    }
+
+    /// Forgets this worker's connection (after a failure on it).
+    pub fn drop_conn(&self) {
+        HELD.with(|h| h.borrow_mut().retain(|c| c.id != self.id));
+    }
+}
