@@ -53,6 +53,8 @@ pg_bindir() {
 # Redis and Postgres server binaries, for the tests' private instances.
 ensure_services() {
   command -v redis-server >/dev/null || apt_install redis-server
+  # redis-cli builds the tests' Redis Cluster (`redis-cli --cluster create`).
+  command -v redis-cli >/dev/null || apt_install redis-tools
   [ -n "$(pg_bindir)" ] || apt_install postgresql
   command -v runuser >/dev/null || apt_install util-linux
   [ -n "$(pg_bindir)" ] || die "PostgreSQL server binaries not found after install"

@@ -11,6 +11,7 @@ mod postgres_replica;
 pub mod process;
 pub mod proxy;
 pub mod redis;
+pub mod redis_cluster;
 pub mod sidecar;
 pub mod wrangler;
 
@@ -20,6 +21,7 @@ pub use self::postgres::PgServer;
 pub use self::process::SidecarProcess;
 pub use self::proxy::CutProxy;
 pub use self::redis::RedisServer;
+pub use self::redis_cluster::RedisCluster;
 pub use self::sidecar::Sidecar;
 pub use self::wrangler::WranglerDev;
 

@@ -81,6 +81,11 @@ impl RedisServer {
             .expect("connect to the test redis")
     }
 
+    /// Whether the process runs (not killed).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// SIGKILL: the abrupt failure (no goodbye to clients), then reaped.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
