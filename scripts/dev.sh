@@ -6,6 +6,8 @@
 #
 # Ports (override by env): FERRY_DEV_REDIS_PORT=6390 FERRY_DEV_PG_PORT=5440
 # FERRY_DEV_REPLICA_PORT=5441 (a streaming replica of it, replaying each commit 1 s late)
+# FERRY_DEV_CLUSTER_PORT=6391 (a Redis Cluster on it and the next five ports: 3 masters, 3
+# replicas) FERRY_DEV_CLUSTER_SIDECAR_PORT=8795 (a sidecar on that cluster)
 # FERRY_DEV_SIDECAR_PORT=8787 (nginx, in front of the sidecars on 8790, 8791, ...: set
 # FERRY_DEV_SIDECARS=1 for one) FERRY_DEV_EDGE_PORT=8788 FERRY_DEV_JS_PORT=8789 (the plain JS
 # Worker of examples/js-worker); FERRY_DEV_PROFILE=release builds an
@@ -17,6 +19,8 @@ cd "$FERRY_ROOT"
 REDIS_PORT=${FERRY_DEV_REDIS_PORT:-6390}
 PG_PORT=${FERRY_DEV_PG_PORT:-5440}
 REPLICA_PORT=${FERRY_DEV_REPLICA_PORT:-5441}
+CLUSTER_PORT=${FERRY_DEV_CLUSTER_PORT:-6391}
+CLUSTER_SIDECAR_PORT=${FERRY_DEV_CLUSTER_SIDECAR_PORT:-8795}
 SIDECAR_PORT=${FERRY_DEV_SIDECAR_PORT:-8787}
 SIDECARS=${FERRY_DEV_SIDECARS:-2}
 FIRST_SIDECAR_PORT=${FERRY_DEV_FIRST_SIDECAR_PORT:-8790}
@@ -85,12 +89,27 @@ demo_jwt() { # demo_jwt SUB
 demo_jwt alice > "$RUN/alice.jwt"
 demo_jwt bob > "$RUN/bob.jwt"
 
-step "2/6 Redis on 127.0.0.1:$REDIS_PORT"
+step "2/6 Redis on 127.0.0.1:$REDIS_PORT, and a Redis Cluster on 127.0.0.1:$CLUSTER_PORT-$((CLUSTER_PORT + 5))"
 port_free "$REDIS_PORT" || die "port $REDIS_PORT is taken (set FERRY_DEV_REDIS_PORT)"
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
   --dir "$RUN" --logfile "$RUN/redis.log" &
 PIDS+=($!)
 wait_for "redis" redis-cli -p "$REDIS_PORT" ping
+# A Redis Cluster (3 masters with a replica each), made afresh each run (nothing is persisted).
+CLUSTER_NODES=()
+for i in 0 1 2 3 4 5; do
+  port=$((CLUSTER_PORT + i))
+  port_free "$port" || die "port $port is taken (set FERRY_DEV_CLUSTER_PORT)"
+  rm -rf "$RUN/redis-cluster/$port"; mkdir -p "$RUN/redis-cluster/$port"
+  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+    --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 1000 \
+    --dir "$RUN/redis-cluster/$port" --logfile "$RUN/redis-cluster/$port/redis.log" &
+  PIDS+=($!)
+  wait_for "redis cluster node $port" redis-cli -p "$port" ping
+  CLUSTER_NODES+=("127.0.0.1:$port")
+done
+redis-cli --cluster create "${CLUSTER_NODES[@]}" --cluster-replicas 1 --cluster-yes > "$RUN/redis-cluster/create.log"
+wait_for "the Redis Cluster" sh -c "redis-cli -p $CLUSTER_PORT cluster info | grep -q cluster_state:ok"
 
 step "3/6 Postgres on 127.0.0.1:$PG_PORT with the demo schema (scripts/demo.sql)"
 port_free "$PG_PORT" || die "port $PG_PORT is taken (set FERRY_DEV_PG_PORT)"
@@ -158,6 +177,21 @@ UPSTREAMS=$UPSTREAMS awk -v dir="$RUN/nginx" -v listen="127.0.0.1:$SIDECAR_PORT"
 nginx -p "$RUN/nginx" -c "$RUN/nginx/nginx.conf" -e "$RUN/nginx/error.log" &
 PIDS+=($!)
 wait_for "nginx" curl -sf "http://127.0.0.1:$SIDECAR_PORT/readyz"
+# One more sidecar, on the Redis Cluster (its seed nodes comma-separated; no Upstash endpoint:
+# callers' own commands would need slot routing).
+port_free "$CLUSTER_SIDECAR_PORT" || die "port $CLUSTER_SIDECAR_PORT is taken (set FERRY_DEV_CLUSTER_SIDECAR_PORT)"
+FERRY_CONFIG=$FERRY_ROOT/deploy/ferry.toml \
+FERRY_LISTEN=127.0.0.1:$CLUSTER_SIDECAR_PORT \
+FERRY_SERVER_ADMIN_LISTEN=127.0.0.1:9195 \
+FERRY_REDIS_URL=$(printf 'redis://%s,' "${CLUSTER_NODES[@]}" | sed 's/,$//') \
+FERRY_REDIS_CLUSTER=true \
+FERRY_DATABASE_URL=postgres://ferry_app@127.0.0.1:$PG_PORT/postgres \
+FERRY_AUTH_ALLOW_RAW_SQL=true \
+FERRY_SECRET=$SECRET \
+FERRY_LOG=${FERRY_LOG:-info} \
+  "$CARGO_TARGET_DIR/$PROFILE/ferry-sidecar" > "$RUN/sidecar-cluster.log" 2>&1 &
+PIDS+=($!)
+wait_for "the sidecar on the Redis Cluster" curl -sf "http://127.0.0.1:$CLUSTER_SIDECAR_PORT/readyz"
 
 step "5/6 edge Worker in workerd (wrangler dev) on 127.0.0.1:$EDGE_PORT"
 port_free "$EDGE_PORT" || die "port $EDGE_PORT is taken (set FERRY_DEV_EDGE_PORT)"
@@ -247,6 +281,19 @@ $SIDECARS sidecars behind nginx (127.0.0.1:$SIDECAR_PORT; each answer names its 
   for i in 1 2 3 4; do curl -s http://127.0.0.1:$EDGE_PORT/items/5 | grep -o '"cache":"[a-z]*"'; done
                                                          # one miss, then hits, whichever sidecar answers
   kill \$(cat .run/sidecar-0.pid); curl -s http://127.0.0.1:$EDGE_PORT/items/6   # one sidecar gone: still served
+
+A sidecar on a Redis Cluster (127.0.0.1:$CLUSTER_PORT-$((CLUSTER_PORT + 5)): 3 masters, a replica each) on 127.0.0.1:$CLUSTER_SIDECAR_PORT.
+Entries spread over the masters by slot; a batch's lookups go out as one pipeline per master:
+
+  export FERRY_SECRET=\$(cat .run/secret) FERRY_URL=http://127.0.0.1:$CLUSTER_SIDECAR_PORT
+  B='{"reads":[{"sql":"SELECT name FROM items WHERE id = \$1","params":[1],"cache":{"ttl_s":300,"key":"item:1"}},{"sql":"SELECT name FROM items WHERE id = \$1","params":[2],"cache":{"ttl_s":300,"key":"item:2"}},{"sql":"SELECT name FROM items WHERE id = \$1","params":[3],"cache":{"ttl_s":300,"key":"item:3"}}]}'
+  scripts/ferry-curl.sh POST /v1/batch "\$B" | grep -o '"cache":"[a-z]*"'   # misses, then run it again: hits
+  for p in $CLUSTER_PORT $((CLUSTER_PORT + 1)) $((CLUSTER_PORT + 2)); do redis-cli -p \$p --scan --pattern 'ferry:*q:*'; done
+  scripts/ferry-curl.sh POST /v1/execute '{"sql":"UPDATE items SET name = \$1 WHERE id = 2","params":["stool"],"invalidate":{"keys":["item:2"]}}'
+                                                         # "invalidation":"done" once a replica holds it (WAIT)
+  redis-cli -p $CLUSTER_PORT shutdown nosave             # a master dies: reads go to Postgres meanwhile
+  scripts/ferry-curl.sh POST /v1/batch "\$B" | grep -o '"cache":"[a-z]*"'   # bypass, then hits again within seconds
+  redis-cli -p $((CLUSTER_PORT + 1)) cluster nodes | grep master   # its replica took over
 
 Existing @upstash/redis (or upstash-redis) code, unchanged, pointed at the sidecar:
 
