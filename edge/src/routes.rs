@@ -92,7 +92,7 @@ pub async fn get_item(req: Request, ctx: Ctx) -> Result<Response> {
         async {
             let id = requests::parse_id(param(&ctx, "id"))?;
             // After a PUT from this browser, its write is read back (read-your-writes).
-            let ferry = Ferry::from_env(&ctx.env, &rid)?.after(cookie_position(&req));
+            let ferry = Ferry::from_env(&ctx.env, &rid)?.after(cookie_position(&req, &ctx));
             let r = requests::item(&ferry, id).response().await?;
             let item = r
                 .rows
@@ -166,16 +166,26 @@ pub async fn put_item(mut req: Request, ctx: Ctx) -> Result<Response> {
     )?;
     // The next GET from this browser carries the write's position (see `get_item`).
     if let Some(p) = position {
-        resp.headers()
-            .set("set-cookie", &crate::ferry::position_cookie(p))?;
+        resp.headers().set(
+            "set-cookie",
+            &crate::ferry::position_cookie(p, &cookie_key(&ctx)),
+        )?;
     }
     Ok(resp)
 }
 
-/// The write position a browser's `ferry_position` cookie carries, if any.
-fn cookie_position(req: &Request) -> Option<ferry_shared::api::Position> {
+/// The write position a browser's `ferry_position` cookie carries, if this edge signed it.
+fn cookie_position(req: &Request, ctx: &Ctx) -> Option<ferry_shared::api::Position> {
     let cookies = req.headers().get("cookie").ok().flatten()?;
-    crate::ferry::position_from_cookies(&cookies)
+    crate::ferry::position_from_cookies(&cookies, &cookie_key(ctx))
+}
+
+/// The key position cookies are signed with: the edge's secret (`Ferry::from_env` refuses to
+/// run without one, so an empty key never signs a cookie that is then sent anywhere).
+fn cookie_key(ctx: &Ctx) -> Vec<u8> {
+    ctx.secret(config::SECRET)
+        .map(|s| s.to_string().into_bytes())
+        .unwrap_or_default()
 }
 
 /// `GET /cache/:key` (API key): a value from the edge's cache namespace.

@@ -2,7 +2,10 @@
 //! answers the write's position and sets it in a `ferry_position` cookie; `GET /items/:id`
 //! carries the cookie's position to the sidecar (`after`). With the change stream on, a
 //! position the stream has not applied makes the read skip the cache, which is how the test
-//! sees the position arrive. A made-up cookie only affects that caller's own read.
+//! sees the position arrive. The cookie is signed: a position an anonymous client makes up
+//! (which would send each of its reads past the cache, to Postgres) is no position at all.
+use ferry_edge::ferry::position_cookie;
+use ferry_shared::api::Position;
 use ferry_testkit::{
     self as kit, client::Answer, Client, PgServer, RedisServer, Sidecar, WranglerDev,
 };
@@ -42,11 +45,24 @@ fn a_write_position_goes_out_in_a_cookie_and_comes_back_with_the_next_read() {
         "{}",
         edge.log()
     );
-    // A position far ahead of the stream: carried, so this read skips the cache.
-    let ahead = get(&c, "/items/1", Some("ferry_position=FFFFFFFF/0"));
+    // A position far ahead of the stream, signed with the edge's secret: carried, so this read
+    // skips the cache.
+    let far: Position = "FFFFFFFF/0".parse().expect("position");
+    let signed = position_cookie(far, kit::SECRET.as_bytes());
+    let signed = signed.split(';').next().expect("pair");
+    let ahead = get(&c, "/items/1", Some(signed));
     assert_eq!(ahead.body["cache"], "bypass", "{:?}", ahead.body);
-    // Malformed or foreign cookies are no position at all.
-    for cookie in ["ferry_position=nope", "theme=dark", "ferry_position="] {
+    // The anonymous client's own far-ahead position, unsigned or signed with another key, would
+    // send each of its reads past the cache: no position at all. So are malformed cookies.
+    let forged = position_cookie(far, b"not-the-edge-secret-0123");
+    let forged = forged.split(';').next().expect("pair").to_string();
+    for cookie in [
+        "ferry_position=FFFFFFFF/0",
+        forged.as_str(),
+        "ferry_position=nope",
+        "theme=dark",
+        "ferry_position=",
+    ] {
         assert_eq!(
             get(&c, "/items/1", Some(cookie)).body["cache"],
             "hit",
@@ -66,7 +82,7 @@ fn a_write_position_goes_out_in_a_cookie_and_comes_back_with_the_next_read() {
     let position = w.body["position"].as_str().expect("position").to_string();
     let set = w.headers["set-cookie"].to_str().expect("ascii").to_string();
     assert!(
-        set.starts_with(&format!("ferry_position={position}; ")),
+        set.starts_with(&format!("ferry_position={position}.")),
         "{set}"
     );
     assert!(set.contains("HttpOnly") && set.contains("Secure"), "{set}");
