@@ -99,7 +99,7 @@ fn steps(which: Which) -> u64 {
         Which::Throughput => 9,
         Which::Replay => 1,
         Which::Staleness => 2,
-        Which::Scale => 3,
+        Which::Scale => 4,
     }
 }
 

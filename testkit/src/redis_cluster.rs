@@ -148,6 +148,22 @@ impl RedisCluster {
             .collect()
     }
 
+    /// CPU seconds (user + system) all running nodes have used so far, from `INFO cpu`.
+    pub fn cpu_seconds(&self) -> f64 {
+        (0..self.nodes.len())
+            .map(|i| {
+                let info = self.text(i, &["INFO", "cpu"]);
+                let field = |name: &str| -> f64 {
+                    info.lines()
+                        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0.0)
+                };
+                field("used_cpu_sys") + field("used_cpu_user")
+            })
+            .sum()
+    }
+
     /// The keys on node `i` that match `pattern` (KEYS: test-sized data only).
     pub fn keys_matching(&self, i: usize, pattern: &str) -> Vec<String> {
         self.ask(i, &["KEYS", pattern])

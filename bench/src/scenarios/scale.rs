@@ -4,7 +4,9 @@
 //! requests/s (bounded by this 2-core machine, which also runs the load generator, Redis and
 //! Postgres), each case reports the sidecars' own CPU and Redis's own CPU per 1,000 requests,
 //! read from /proc and Redis's INFO: the figures a capacity model can scale from, since they do
-//! not depend on what else the machine was doing.
+//! not depend on what else the machine was doing. A last case runs one sidecar on a Redis
+//! Cluster of 3 masters (its lookups take the pooled path there), its Redis CPU summed over the
+//! cluster's nodes.
 
 use super::{Measurement, Plan};
 use crate::env::{proc_stat, start_sidecar, Proc};
@@ -14,26 +16,48 @@ use serde_json::json;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// (label, sidecars, auth.replay).
-const CASES: [(&str, usize, &str); 3] = [
-    ("1 sidecar, replay local", 1, "local"),
-    ("1 sidecar, replay shared (default)", 1, "shared"),
-    ("2 sidecars, replay shared", 2, "shared"),
+/// (label, sidecars, auth.replay, on a Redis Cluster of 3 masters).
+const CASES: [(&str, usize, &str, bool); 4] = [
+    ("1 sidecar, replay local", 1, "local", false),
+    ("1 sidecar, replay shared (default)", 1, "shared", false),
+    ("2 sidecars, replay shared", 2, "shared", false),
+    ("1 sidecar, Redis Cluster of 3 masters", 1, "shared", true),
 ];
 
 pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
     let mut out = Vec::new();
-    for (label, n, replay) in CASES {
+    for (label, n, replay, on_cluster) in CASES {
         ctx.step(&format!("scale: {label}"));
+        // Started per case: it exists only while its sidecar runs.
+        let cluster = on_cluster.then(|| ferry_testkit::RedisCluster::start(3, 1));
+        let redis_url = cluster.as_ref().map_or(ctx.redis_url.clone(), |c| c.urls());
         let procs: Vec<Proc> = (0..n)
             .map(|_| {
                 start_sidecar(
-                    &ctx.redis_url,
+                    &redis_url,
                     &ctx.pg_url,
-                    &[("FERRY_SERVER_WORKERS", "1"), ("FERRY_AUTH_REPLAY", replay)],
+                    &[
+                        ("FERRY_SERVER_WORKERS", "1"),
+                        ("FERRY_AUTH_REPLAY", replay),
+                        (
+                            "FERRY_REDIS_CLUSTER",
+                            if on_cluster { "true" } else { "false" },
+                        ),
+                        // Not available on a cluster (config refuses it).
+                        (
+                            "FERRY_UPSTASH_ENABLED",
+                            if on_cluster { "false" } else { "true" },
+                        ),
+                    ],
                 )
             })
             .collect();
+        let redis_cpu = || async {
+            match &cluster {
+                Some(c) => Some(c.cpu_seconds()),
+                None => redis_cpu_s(ctx).await,
+            }
+        };
         let clients: Arc<Vec<Ferry>> = Arc::new(
             procs
                 .iter()
@@ -59,7 +83,7 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
             ("/v1/query hit", "/v1/query", query.clone()),
         ] {
             let pids: Vec<u32> = procs.iter().map(Proc::pid).collect();
-            let before = (cpu_ticks(&pids), redis_cpu_s(ctx).await);
+            let before = (cpu_ticks(&pids), redis_cpu().await);
             let next = Arc::new(AtomicUsize::new(0));
             let (rps, n_requests) =
                 super::throughput::load(plan.concurrency, plan.throughput_for, {
@@ -73,7 +97,7 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
                     }
                 })
                 .await;
-            let after = (cpu_ticks(&pids), redis_cpu_s(ctx).await);
+            let after = (cpu_ticks(&pids), redis_cpu().await);
             let per_1k = |ms: f64| (n_requests > 0).then(|| ms * 1000.0 / n_requests as f64);
             // Linux reports CPU time in clock ticks of 1/100 s.
             let sidecar = per_1k(after.0.saturating_sub(before.0) as f64 * 10.0);
@@ -91,6 +115,7 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
                     "rps": rps.round(),
                     "sidecars": n,
                     "replay": replay,
+                    "redis_cluster": on_cluster,
                     "concurrency": plan.concurrency,
                     "sidecar_cpu_ms_per_1k": round(sidecar),
                     "redis_cpu_ms_per_1k": round(redis),

@@ -153,8 +153,8 @@ pub async fn run(
         one_slot(cache, &cmd)?;
     }
     let Prepared { pipe, answer } = prepare(cache, cmd);
-    if let Some(mut conn) = pools.redis_async_any_slot().await? {
-        let values = pipe.query_async::<Vec<Value>>(&mut conn).await;
+    if let Some(mut conn) = pools.redis_async().await? {
+        let values = conn.query_pipe::<Vec<Value>>(&pipe).await;
         if values.is_err() {
             pools.drop_redis_async();
         }

@@ -181,15 +181,6 @@ impl Pools {
         })
     }
 
-    /// [`Pools::redis_async`] for a pipeline whose keys may span slots: None on a cluster,
-    /// where only the pooled connection splits a pipeline by node.
-    pub async fn redis_async_any_slot(&self) -> Result<Option<AsyncConn>, ApiError> {
-        if self.redis_cluster {
-            return Ok(None);
-        }
-        self.redis_async().await
-    }
-
     /// Whether Redis is a cluster (`redis.cluster`).
     pub fn redis_cluster(&self) -> bool {
         self.redis_cluster

@@ -44,12 +44,12 @@ impl Cache {
         let Some(prepared) = self.prepare_lookup(pools, probes) else {
             return Some(bypass(probes));
         };
-        let mut conn = match pools.redis_async_any_slot().await {
+        let mut conn = match pools.redis_async().await {
             Ok(Some(c)) => c,
             Ok(None) => return None,
             Err(_) => return Some(bypass(probes)),
         };
-        let values = prepared.pipe.query_async(&mut conn).await;
+        let values = conn.query_pipe(&prepared.pipe).await;
         if values.is_err() {
             pools.drop_redis_async();
         }

@@ -73,12 +73,12 @@ impl Cache {
         }
         let w = self.write_back(pools, &[(key, observed, rows)], policy);
         if !w.sent.is_empty() {
-            let mut conn = match pools.redis_async_any_slot().await {
+            let mut conn = match pools.redis_async().await {
                 Ok(Some(c)) => c,
                 Ok(None) => return None,
                 Err(_) => return Some(Stored::NotWritten),
             };
-            let result = w.pipe.query_async::<Vec<i64>>(&mut conn).await;
+            let result = conn.query_pipe::<Vec<i64>>(&w.pipe).await;
             if result.is_err() {
                 pools.drop_redis_async();
             }

@@ -3,10 +3,9 @@
 //! (`multiplexed`).
 //!
 //! On a cluster the redis crate's cluster client routes each command to its slot's master,
-//! follows MOVED/ASK and reloads the slot map after a failover. A pipeline of the pooled
-//! connection is split by node (`RedisSession::query_pipe`); a pipeline on a multiplexed one
-//! must stay within one slot, so the callers whose pipelines span slots (lookups, write-backs,
-//! cache commands) take the pooled path there (`Pools::redis_async_any_slot`).
+//! follows MOVED/ASK and reloads the slot map after a failover. A pipeline whose keys span
+//! slots is split: by node on the pooled connection (`RedisSession::query_pipe`), by slot on a
+//! multiplexed one, the groups sent at once (`AsyncConn::query_pipe`).
 
 mod multiplexed;
 mod pooled;

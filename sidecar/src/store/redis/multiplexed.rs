@@ -4,7 +4,7 @@
 use super::RedisClient;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Cmd, RedisFuture, RedisResult, Value};
+use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisFuture, RedisResult, Value};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -16,6 +16,71 @@ use std::time::Duration;
 pub enum AsyncConn {
     Single(MultiplexedConnection),
     Cluster(ClusterConnection),
+}
+
+impl AsyncConn {
+    /// Runs a pipeline. On a cluster a multiplexed connection sends a pipeline whole to one
+    /// node, so the commands are grouped by their key's slot, the groups sent at once (their
+    /// replies come back as they come: about one round trip for all), and the answers put back
+    /// in the order sent; a lone command is routed by the cluster client itself (an MGET or DEL
+    /// over many slots split and joined), and a transaction goes whole to its first key's
+    /// slot (its keys must share it). Do not `ignore()` commands: on a cluster their answers
+    /// are kept.
+    pub async fn query_pipe<T: FromRedisValue>(
+        &mut self,
+        pipe: &redis::Pipeline,
+    ) -> RedisResult<T> {
+        let c = match self {
+            AsyncConn::Single(c) => return pipe.query_async(c).await,
+            AsyncConn::Cluster(c) => c,
+        };
+        let cmds: Vec<&Cmd> = pipe.cmd_iter().collect();
+        if pipe.is_transaction() {
+            return pipe.query_async(c).await;
+        }
+        if let [one] = cmds[..] {
+            let v: Value = one.query_async(c).await?;
+            return redis::from_redis_value(Value::Array(vec![v])).map_err(Into::into);
+        }
+        let mut groups: Vec<(u16, redis::Pipeline, Vec<usize>)> = Vec::new();
+        for (i, cmd) in cmds.iter().enumerate() {
+            let slot = super::slot(first_key(cmd));
+            let at = match groups.iter().position(|(s, _, _)| *s == slot) {
+                Some(at) => at,
+                None => {
+                    groups.push((slot, redis::pipe(), Vec::new()));
+                    groups.len() - 1
+                }
+            };
+            groups[at].1.add_command((*cmd).clone());
+            groups[at].2.push(i);
+        }
+        let sent = groups.iter().map(|(_, p, _)| {
+            let mut c = c.clone();
+            async move { p.query_async::<Vec<Value>>(&mut c).await }
+        });
+        let answers = futures_util::future::join_all(sent).await;
+        let mut values = vec![Value::Nil; cmds.len()];
+        for ((_, _, at), answer) in groups.iter().zip(answers) {
+            for (i, v) in at.iter().zip(answer?) {
+                values[*i] = v;
+            }
+        }
+        redis::from_redis_value(Value::Array(values)).map_err(Into::into)
+    }
+}
+
+/// The key a command is routed by: the first after the name, or for EVAL the first of its keys.
+fn first_key(cmd: &Cmd) -> &[u8] {
+    let arg = |i: usize| match cmd.args_iter().nth(i) {
+        Some(redis::Arg::Simple(bytes)) => bytes,
+        _ => &[],
+    };
+    if arg(0).eq_ignore_ascii_case(b"EVAL") || arg(0).eq_ignore_ascii_case(b"EVALSHA") {
+        arg(3)
+    } else {
+        arg(1)
+    }
 }
 
 impl redis::aio::ConnectionLike for AsyncConn {
