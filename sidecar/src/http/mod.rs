@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod error;
 pub mod json;
+pub mod json_out;
 pub mod metrics;
 pub mod replay;
 pub mod request_id;

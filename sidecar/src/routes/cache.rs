@@ -27,5 +27,7 @@ pub async fn cache(
         unshared.check(&state).await?;
         commands::run(&state.pools, &state.cache, &state.blocking, cmd).await?
     };
-    Ok(HttpResponse::Ok().json(reply))
+    Ok(HttpResponse::Ok()
+        .content_type("application/json")
+        .body(crate::http::json_out::cache_reply(&reply)))
 }
