@@ -180,6 +180,40 @@ fn an_invalidation_its_replica_does_not_hold_is_not_acknowledged_as_done() {
     assert_eq!(s.client.query(read(1)).body["rows"][0]["n"], 1);
 }
 
+/// What the load saw, shared by its readers and its writer.
+#[derive(Default)]
+struct Load {
+    /// The value each id had when its latest write was acknowledged.
+    acked: Mutex<HashMap<i64, i64>>,
+    stop: AtomicBool,
+    reads: AtomicU64,
+    failed: AtomicU64,
+    /// Reads that returned a value older than one acknowledged before they began.
+    stale: AtomicU64,
+    hits: AtomicU64,
+    hit_times: Mutex<Vec<Instant>>,
+}
+
+impl Load {
+    fn saw(&self, floor: i64, a: &ferry_testkit::client::Answer) {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        match a.body["rows"][0]["n"].as_i64() {
+            Some(n) if a.status == 200 => {
+                if n < floor {
+                    self.stale.fetch_add(1, Ordering::SeqCst);
+                }
+                if a.body["cache"] == "hit" {
+                    self.hits.fetch_add(1, Ordering::SeqCst);
+                    self.hit_times.lock().expect("lock").push(Instant::now());
+                }
+            }
+            _ => {
+                self.failed.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
 #[test]
 fn a_master_killed_under_reads_and_writes_loses_nothing() {
     // Two replicas per master: the promoted one still has a replica to WAIT for.
@@ -187,77 +221,36 @@ fn a_master_killed_under_reads_and_writes_loses_nothing() {
     let pg = postgres();
     let s = sidecar(&cluster, &pg, &[]);
     const IDS: i64 = 30;
-    // The value each id had when its latest write was acknowledged.
-    let acked: Arc<Mutex<HashMap<i64, i64>>> = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
-    let (reads, failed, stale, hits) = (
-        Arc::new(AtomicU64::new(0)),
-        Arc::new(AtomicU64::new(0)),
-        Arc::new(AtomicU64::new(0)),
-        Arc::new(AtomicU64::new(0)),
-    );
-    let hit_times: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let load_state = Arc::new(Load::default());
     let c = s.client.clone();
     let load = {
-        let (acked, stop, reads, failed, stale, hits, hit_times) = (
-            acked.clone(),
-            stop.clone(),
-            reads.clone(),
-            failed.clone(),
-            stale.clone(),
-            hits.clone(),
-            hit_times.clone(),
-        );
+        let l = load_state.clone();
         std::thread::spawn(move || {
             c.block_on(async {
                 let readers = (0..8).map(|r| {
-                    let (c, acked, stop, reads, failed, stale, hits, hit_times) = (
-                        c.clone(),
-                        acked.clone(),
-                        stop.clone(),
-                        reads.clone(),
-                        failed.clone(),
-                        stale.clone(),
-                        hits.clone(),
-                        hit_times.clone(),
-                    );
+                    let (c, l) = (c.clone(), l.clone());
                     async move {
                         let mut i = r;
-                        while !stop.load(Ordering::SeqCst) {
+                        while !l.stop.load(Ordering::SeqCst) {
                             i += 1;
                             let id = i % IDS + 1;
-                            let floor = acked.lock().expect("lock").get(&id).copied().unwrap_or(0);
+                            let floor = l.acked.lock().expect("lock").get(&id).copied();
                             let a = c.query_async(read(id)).await;
-                            reads.fetch_add(1, Ordering::SeqCst);
-                            match a.body["rows"][0]["n"].as_i64() {
-                                Some(n) if a.status == 200 => {
-                                    if n < floor {
-                                        stale.fetch_add(1, Ordering::SeqCst);
-                                    }
-                                    if a.body["cache"] == "hit" {
-                                        hits.fetch_add(1, Ordering::SeqCst);
-                                        hit_times.lock().expect("lock").push(Instant::now());
-                                    }
-                                }
-                                _ => {
-                                    failed.fetch_add(1, Ordering::SeqCst);
-                                }
-                            }
+                            l.saw(floor.unwrap_or(0), &a);
                         }
                     }
                 });
                 let writer = {
-                    let (c, acked, stop) = (c.clone(), acked.clone(), stop.clone());
+                    let (c, l) = (c.clone(), l.clone());
                     async move {
                         let mut i = 0;
-                        while !stop.load(Ordering::SeqCst) {
+                        while !l.stop.load(Ordering::SeqCst) {
                             i += 1;
                             let id = i % IDS + 1;
                             // One writer: each id's values only grow.
-                            let n = i;
-                            let a = c.post("/v1/execute", &write(id, n)).await;
+                            let a = c.post("/v1/execute", &write(id, i)).await;
                             if a.status == 200 {
-                                acked.lock().expect("lock").insert(id, n);
+                                l.acked.lock().expect("lock").insert(id, i);
                             }
                             tokio::time::sleep(Duration::from_millis(5)).await;
                         }
@@ -267,6 +260,7 @@ fn a_master_killed_under_reads_and_writes_loses_nothing() {
             })
         })
     };
+    let (stop, hit_times) = (&load_state.stop, &load_state.hit_times);
     std::thread::sleep(Duration::from_millis(1500));
     let victim = master_holding(&cluster, 1);
     cluster.nodes[victim].kill();
@@ -286,11 +280,12 @@ fn a_master_killed_under_reads_and_writes_loses_nothing() {
     std::thread::sleep(Duration::from_millis(1000));
     stop.store(true, Ordering::SeqCst);
     load.join().expect("load");
+    let l = &load_state;
     let (reads, failed, stale, hits) = (
-        reads.load(Ordering::SeqCst),
-        failed.load(Ordering::SeqCst),
-        stale.load(Ordering::SeqCst),
-        hits.load(Ordering::SeqCst),
+        l.reads.load(Ordering::SeqCst),
+        l.failed.load(Ordering::SeqCst),
+        l.stale.load(Ordering::SeqCst),
+        l.hits.load(Ordering::SeqCst),
     );
     println!(
         "FIGURES redis cluster master SIGKILL: {reads} reads, {failed} failed, {stale} older than \

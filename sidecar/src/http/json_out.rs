@@ -67,7 +67,10 @@ fn needs_escape(c: u8) -> bool {
 fn clean_run(b: &[u8]) -> usize {
     let mut i = 0;
     for chunk in b.chunks_exact(32) {
-        if chunk.iter().fold(false, |dirty, &c| dirty | needs_escape(c)) {
+        if chunk
+            .iter()
+            .fold(false, |dirty, &c| dirty | needs_escape(c))
+        {
             break;
         }
         i += 32;
