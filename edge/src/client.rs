@@ -96,6 +96,16 @@ pub fn read_again(outcome: &Exchange) -> bool {
     }
 }
 
+/// Whether a write's outcome must be asked of a sidecar (`/v1/outcome`): no sidecar answered
+/// ([`read_again`]), or the sidecar lost Postgres during the write's COMMIT and could not ask
+/// it (503 `outcome_unknown`).
+pub fn ask_outcome(sent: &Exchange) -> bool {
+    read_again(sent)
+        || matches!(sent, Ok((503, _, body))
+            if serde_json::from_slice::<ErrorBody>(body)
+                .is_ok_and(|b| b.error.code == ErrorCode::OutcomeUnknown))
+}
+
 #[cfg(target_arch = "wasm32")]
 pub use wasm::SidecarClient;
 
@@ -235,7 +245,7 @@ mod wasm {
         }
 
         /// `POST /v1/execute`: one write, then its invalidations. When no sidecar answered
-        /// it ([`read_again`]: its sidecar died, or the balancer found none), another sidecar
+        /// it, or its sidecar could not learn its outcome ([`ask_outcome`]), a sidecar
         /// is asked whether it committed (`/v1/outcome`, by its nonce), which is final: a
         /// committed write is answered as such (its invalidations applied by that sidecar),
         /// one that had not committed never will, and its error stands. Only when no sidecar
@@ -252,7 +262,7 @@ mod wasm {
                 &signed_with,
             )?;
             let sent = self.send(call).await;
-            if read_again(&sent) {
+            if ask_outcome(&sent) {
                 let ask = OutcomeRequest {
                     nonce: signed_with,
                     invalidate: e.invalidate.clone(),

@@ -66,6 +66,9 @@ pub enum ErrorCode {
     Overloaded,
     /// Postgres could not be reached (503).
     DatabaseUnavailable,
+    /// The connection to Postgres was lost during a write's COMMIT and Postgres could not be
+    /// asked whether it committed (503): ask `POST /v1/outcome` with the request's nonce.
+    OutcomeUnknown,
     /// Redis could not be reached for a cache command (503). Reads never fail for this.
     CacheUnavailable,
     /// Postgres did not answer in time (504).
@@ -104,7 +107,7 @@ impl ErrorCode {
             UnsupportedType | NotText | ResultTooLarge => 422,
             Internal | EdgeMisconfigured => 500,
             UpstreamError | SidecarUnreachable | SidecarBadResponse | SidecarAuthFailed => 502,
-            Overloaded | DatabaseUnavailable | CacheUnavailable => 503,
+            Overloaded | DatabaseUnavailable | OutcomeUnknown | CacheUnavailable => 503,
             Timeout | SidecarTimeout => 504,
         }
     }
@@ -139,6 +142,7 @@ impl ErrorCode {
             MethodNotAllowed => "method_not_allowed",
             Overloaded => "overloaded",
             DatabaseUnavailable => "database_unavailable",
+            OutcomeUnknown => "outcome_unknown",
             CacheUnavailable => "cache_unavailable",
             Timeout => "timeout",
             UpstreamError => "upstream_error",
@@ -199,6 +203,7 @@ mod tests {
             ErrorCode::AuthReplayed,
             ErrorCode::PayloadTooLarge,
             ErrorCode::DatabaseUnavailable,
+            ErrorCode::OutcomeUnknown,
             ErrorCode::SidecarAuthFailed,
             ErrorCode::EdgeMisconfigured,
             ErrorCode::RoleNotAllowed,

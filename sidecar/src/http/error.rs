@@ -75,6 +75,8 @@ pub enum ApiError {
     Overloaded { what: &'static str },
     #[error("postgres unavailable: {internal}")]
     DatabaseUnavailable { internal: String },
+    #[error("write outcome unknown: {internal}")]
+    OutcomeUnknown { internal: String },
     #[error("redis unavailable: {internal}")]
     CacheUnavailable { internal: String },
     #[error("timed out: {what}")]
@@ -147,6 +149,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
             ApiError::Overloaded { .. } => ErrorCode::Overloaded,
             ApiError::DatabaseUnavailable { .. } => ErrorCode::DatabaseUnavailable,
+            ApiError::OutcomeUnknown { .. } => ErrorCode::OutcomeUnknown,
             ApiError::CacheUnavailable { .. } => ErrorCode::CacheUnavailable,
             ApiError::Timeout { .. } => ErrorCode::Timeout,
             ApiError::Upstream { .. } => ErrorCode::UpstreamError,
@@ -220,6 +223,10 @@ impl ApiError {
             ApiError::MethodNotAllowed => "method not allowed on this route".into(),
             ApiError::Overloaded { what } => format!("overloaded ({what}); retry later"),
             ApiError::DatabaseUnavailable { .. } => "postgres is unavailable".into(),
+            ApiError::OutcomeUnknown { .. } => "the connection to postgres was lost during this \
+                 write's commit and postgres could not be asked whether it committed: ask POST \
+                 /v1/outcome with this request's nonce"
+                .into(),
             ApiError::CacheUnavailable { .. } => "redis is unavailable".into(),
             ApiError::Timeout { what } => format!("timed out waiting for {what}"),
             ApiError::Upstream { .. } => "an upstream store failed".into(),

@@ -1,12 +1,11 @@
 //! `POST /v1/outcome`: whether a write committed, for a caller that got no answer (its sidecar
 //! died mid-write). The answer is final: a write that had not committed is fenced and never
-//! will (`store::nonces::outcome`). A committed write's invalidations are applied (again),
+//! will (`store::write_outcome::outcome`). A committed write's invalidations are applied (again),
 //! since the sidecar that ran it may have died before it could.
 
 use super::State;
 use crate::http::error::ApiError;
 use crate::read::plan;
-use crate::store::nonces;
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::{InvalidationStatus, OutcomeRequest, OutcomeResponse};
 
@@ -34,7 +33,7 @@ pub async fn outcome(
     let resp = state
         .blocking
         .run(move || {
-            let rows = nonces::outcome(&s.pools, &nonce)?;
+            let rows = crate::store::write_outcome::outcome(&s.pools, &nonce)?;
             let invalidation = if rows.is_some() {
                 s.flights.forget(&keys, &tags);
                 s.cache.invalidate(&s.pools, &keys, &tags)

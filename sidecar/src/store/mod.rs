@@ -3,9 +3,10 @@
 //! (sessions, connection settings, the role check), `db` (reads, writes, the reset after each
 //! request), `failure` (Postgres errors as the caller sees them), `pg_async` and `db_async` (plain reads on the worker's event loop), `identity` (a statement run as
 //! an end user's role and claims), `rate_limit` (each end user's request rate, in Redis), `nonces` (replay protection shared
-//! by every sidecar, in Redis and Postgres), `leases` (single flight across sidecars), `param_types` (what Postgres said about each statement's parameters), `statement`
+//! by every sidecar, in Redis and Postgres), `write_outcome` (did a write commit? its nonce row says, or is
+//! fenced), `leases` (single flight across sidecars), `param_types` (what Postgres said about each statement's parameters), `statement`
 //! (what may run at all), `pg_json` and `pg_params` (values both ways).
-//! Redis: `redis` (client and manager), `cache` (the read-through layout, versions and
+//! Redis: `redis` (one server or a cluster: clients, pooled and multiplexed connections), `cache` (the read-through layout, versions and
 //! invalidation), `commands` (plain cache commands). `readiness`: the background probe. `replicas`: streaming replicas for plain reads, and
 //! the positions that give read-your-writes.
 
@@ -34,3 +35,4 @@ pub mod replicas;
 pub mod session;
 pub mod statement;
 pub mod transaction;
+pub mod write_outcome;

@@ -63,8 +63,8 @@ struct Shared {
 /// A write's nonce, for its round trips to Postgres.
 #[derive(Debug, Clone)]
 pub struct WriteNonce {
-    table: String,
-    hex: String,
+    pub(super) table: String,
+    pub(super) hex: String,
     keep_s: u64,
     /// Whether the table is known to exist (created at the first write if need be: a write
     /// cannot create it in the middle of its own transaction).
@@ -179,7 +179,7 @@ impl SharedNonces {
 
 impl WriteNonce {
     /// The row's INSERT, with the rows the write affected (None: it did not commit).
-    fn insert_row(&self, rows: Option<u64>, on_conflict: &str) -> String {
+    pub(super) fn insert_row(&self, rows: Option<u64>, on_conflict: &str) -> String {
         // Only our own hex and number and a validated table name are spliced in (decode: no
         // backslash, whatever standard_conforming_strings says).
         format!(
@@ -199,7 +199,7 @@ impl WriteNonce {
 
     /// The table as this version needs it. A table that cannot be made so is the operator's
     /// to fix (the log says how), never the caller's: 500 without detail.
-    fn ensure_table(&self, s: &mut PgSession) -> Result<(), Failure> {
+    pub(super) fn ensure_table(&self, s: &mut PgSession) -> Result<(), Failure> {
         if self.ensured.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -267,12 +267,15 @@ pub(super) fn commit(
     };
     if connection_lost(&e) {
         s.poisoned = true;
-        return match outcome(pools, n) {
+        return match super::write_outcome::outcome_patiently(pools, n) {
             Ok(Some(_)) => Ok(()),
             Ok(None) => Err(Failure::Api(ApiError::DatabaseUnavailable {
                 internal: format!("connection lost before the commit; it did not commit: {e}"),
             })),
-            Err(unknown) => Err(Failure::Api(unknown)),
+            // Never a plain failure: the write may well have committed.
+            Err(unknown) => Err(Failure::Api(ApiError::OutcomeUnknown {
+                internal: format!("connection lost during the commit ({e}); then: {unknown}"),
+            })),
         };
     }
     rollback(s);
@@ -299,43 +302,6 @@ pub(super) fn refuse_replays(s: &mut PgSession, nonce: Option<&WriteNonce>) {
         tracing::debug!(error = %e, "a failed write's nonce was not recorded");
         rollback(s);
     }
-}
-
-/// Whether the write with this nonce committed: Some(rows it affected), or None, in which case
-/// it never will (the nonce's row is inserted now, so the write, if still running, fails on it
-/// at its COMMIT; a write between its nonce and its COMMIT is waited for). An error: Postgres
-/// could not say.
-pub fn outcome(pools: &Pools, nonce: &WriteNonce) -> Result<Option<u64>, ApiError> {
-    with_session(pools, |s| {
-        nonce.ensure_table(s)?;
-        let fence = format!(
-            "BEGIN READ WRITE; {}; COMMIT",
-            nonce.insert_row(None, " ON CONFLICT (nonce) DO NOTHING")
-        );
-        let fenced = s.client.simple_query(&fence).map_err(|e| {
-            rollback(s);
-            Failure::from(e)
-        })?;
-        let inserted = fenced
-            .iter()
-            .any(|m| matches!(m, postgres::SimpleQueryMessage::CommandComplete(1)));
-        if inserted {
-            return Ok(None);
-        }
-        // A new statement, so a new snapshot: it sees the write that was waited for.
-        let row = s
-            .client
-            .query_one(
-                &format!(
-                    "SELECT rows_affected FROM {} WHERE nonce = decode($1, 'hex')",
-                    nonce.table
-                ),
-                &[&nonce.hex],
-            )
-            .map_err(Failure::from)?;
-        Ok(row.get::<_, Option<i64>>(0).map(|n| n.max(0) as u64))
-    })
-    .map_err(Failure::into_api)
 }
 
 fn unsent_if_lost(s: &mut PgSession, e: postgres::Error) -> Failure {

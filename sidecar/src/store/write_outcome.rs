@@ -1,0 +1,64 @@
+//! A write's outcome, read from its nonce row (see `nonces`): committed, or fenced so that it
+//! never will. Asked by `POST /v1/outcome`, and by a sidecar that lost its connection during a
+//! write's COMMIT before it answers.
+
+use crate::http::error::ApiError;
+use crate::store::db::{rollback, with_session, Failure};
+use crate::store::nonces::WriteNonce;
+use crate::store::pools::Pools;
+
+/// Whether the write with this nonce committed: Some(rows it affected), or None, in which case
+/// it never will (the nonce's row is inserted now, so the write, if still running, fails on it
+/// at its COMMIT; a write between its nonce and its COMMIT is waited for). An error: Postgres
+/// could not say.
+pub fn outcome(pools: &Pools, nonce: &WriteNonce) -> Result<Option<u64>, ApiError> {
+    with_session(pools, |s| {
+        nonce.ensure_table(s)?;
+        let fence = format!(
+            "BEGIN READ WRITE; {}; COMMIT",
+            nonce.insert_row(None, " ON CONFLICT (nonce) DO NOTHING")
+        );
+        let fenced = s.client.simple_query(&fence).map_err(|e| {
+            rollback(s);
+            Failure::from(e)
+        })?;
+        let inserted = fenced
+            .iter()
+            .any(|m| matches!(m, postgres::SimpleQueryMessage::CommandComplete(1)));
+        if inserted {
+            return Ok(None);
+        }
+        // A new statement, so a new snapshot: it sees the write that was waited for.
+        let row = s
+            .client
+            .query_one(
+                &format!(
+                    "SELECT rows_affected FROM {} WHERE nonce = decode($1, 'hex')",
+                    nonce.table
+                ),
+                &[&nonce.hex],
+            )
+            .map_err(Failure::from)?;
+        Ok(row.get::<_, Option<i64>>(0).map(|n| n.max(0) as u64))
+    })
+    .map_err(Failure::into_api)
+}
+
+/// [`outcome`], asked again for up to `OUTCOME_PATIENCE`: the fault that cut the write's
+/// connection (a restart, a network blip) often cuts the next ones too for a moment.
+pub(super) fn outcome_patiently(
+    pools: &Pools,
+    nonce: &WriteNonce,
+) -> Result<Option<u64>, ApiError> {
+    const OUTCOME_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+    let until = std::time::Instant::now() + OUTCOME_PATIENCE;
+    loop {
+        match outcome(pools, nonce) {
+            Err(e) if std::time::Instant::now() < until => {
+                tracing::debug!(error = %e, "write outcome not known yet; asking again");
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            answer => return answer,
+        }
+    }
+}

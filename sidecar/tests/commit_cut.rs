@@ -1,0 +1,129 @@
+//! The connection to Postgres cut while a write's COMMIT runs (a deferred trigger makes the
+//! COMMIT take a second; a proxy between the sidecar binary and Postgres drops every
+//! connection in the middle of it). Postgres finishes the COMMIT anyway, so the write is
+//! answered as the success it is: the sidecar asks the write's outcome on a new connection
+//! before answering. When Postgres cannot be reached for that either, the answer says the
+//! outcome is unknown (never a plain failure), and `POST /v1/outcome` later gives it. The rows
+//! judge.
+use ferry_testkit::{CutProxy, PgServer, RedisServer, SidecarProcess};
+use serde_json::json;
+use std::process::Stdio;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
+
+/// Postgres with a table whose every COMMIT takes `commit_ms`, and a sidecar reaching it
+/// through a proxy the test cuts.
+fn setup(commit_ms: u64) -> (RedisServer, PgServer, CutProxy, SidecarProcess) {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    pg.client()
+        .batch_execute(&format!(
+            "CREATE TABLE notes (id serial PRIMARY KEY, body text NOT NULL);
+             CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN PERFORM pg_sleep({commit_ms} / 1000.0); RETURN NULL; END $$;
+             CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON notes
+               DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit();"
+        ))
+        .expect("create the table");
+    let proxy = CutProxy::start(([127, 0, 0, 1], pg.port).into());
+    let url = pg.url().replace(
+        &format!(":{}/", pg.port),
+        &format!(":{}/", proxy.addr.port()),
+    );
+    assert_ne!(url, pg.url(), "the sidecar must go through the proxy");
+    let s = SidecarProcess::start(
+        BIN,
+        &redis.url(),
+        &url,
+        &[("FERRY_POSTGRES_CHECKOUT_TIMEOUT_MS", "1000")],
+        Stdio::null(),
+    );
+    (redis, pg, proxy, s)
+}
+
+fn notes(pg: &PgServer, body: &str) -> i64 {
+    pg.client()
+        .query_one("SELECT count(*) FROM notes WHERE body = $1", &[&body])
+        .expect("count")
+        .get(0)
+}
+
+/// Sends the write, cuts the proxy `cut_after_ms` into it (during its COMMIT), heals it
+/// `heal_after_ms` later; returns the write's answer.
+fn cut_during_commit(
+    s: &SidecarProcess,
+    proxy: &CutProxy,
+    body: &str,
+    heal_after_ms: u64,
+) -> ferry_testkit::client::Answer {
+    let write = json!({"sql": "INSERT INTO notes (body) VALUES ($1)", "params": [body]});
+    s.client.block_on(async {
+        let sent = s.client.post("/v1/execute", &write);
+        let cut = async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            proxy.cut();
+            tokio::time::sleep(Duration::from_millis(heal_after_ms)).await;
+            proxy.heal();
+        };
+        futures::future::join(sent, cut).await.0
+    })
+}
+
+#[test]
+fn a_write_whose_commit_loses_its_connection_is_answered_by_its_outcome() {
+    let (_redis, pg, proxy, s) = setup(1_000);
+    // Healed soon: the sidecar's outcome query reaches Postgres on a new connection.
+    let a = cut_during_commit(&s, &proxy, "cut-then-healed", 200);
+    assert_eq!(
+        notes(&pg, "cut-then-healed"),
+        1,
+        "Postgres finished the COMMIT"
+    );
+    assert_eq!(
+        (a.status, a.body["rows_affected"].as_u64()),
+        (200, Some(1)),
+        "a committed write answered as a failure: {}",
+        a.body
+    );
+}
+
+#[test]
+fn a_commit_whose_outcome_cannot_be_asked_is_answered_as_unknown_then_resolved() {
+    let (_redis, pg, proxy, s) = setup(1_000);
+    // Healed only after the sidecar gave up asking (its checkout timeout is 1 s).
+    let write_body = "cut-for-long";
+    let write = json!({"sql": "INSERT INTO notes (body) VALUES ($1)", "params": [write_body]});
+    let bytes = serde_json::to_vec(&write).expect("json");
+    let nonce = ferry_testkit::client::nonce();
+    let h = s.client.headers_for(
+        "POST",
+        "/v1/execute",
+        &bytes,
+        ferry_testkit::client::now_s(),
+        &nonce,
+    );
+    let a = s.client.block_on(async {
+        let sent = s.client.send_raw("POST", "/v1/execute", bytes.clone(), &h);
+        let cut = async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            proxy.cut();
+            tokio::time::sleep(Duration::from_millis(4_000)).await;
+            proxy.heal();
+        };
+        futures::future::join(sent, cut).await.0
+    });
+    assert_eq!(notes(&pg, write_body), 1, "Postgres finished the COMMIT");
+    assert_eq!(
+        (a.status, a.code()),
+        (503, "outcome_unknown"),
+        "a committed write must not be answered as a plain failure: {}",
+        a.body
+    );
+    // Once Postgres is reachable again, the outcome says what happened.
+    let o = s
+        .client
+        .block_on(s.client.post("/v1/outcome", &json!({"nonce": nonce})));
+    assert_eq!(o.status, 200, "{}", o.body);
+    assert_eq!(o.body["committed"], true, "{}", o.body);
+}
