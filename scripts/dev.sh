@@ -177,14 +177,15 @@ UPSTREAMS=$UPSTREAMS awk -v dir="$RUN/nginx" -v listen="127.0.0.1:$SIDECAR_PORT"
 nginx -p "$RUN/nginx" -c "$RUN/nginx/nginx.conf" -e "$RUN/nginx/error.log" &
 PIDS+=($!)
 wait_for "nginx" curl -sf "http://127.0.0.1:$SIDECAR_PORT/readyz"
-# One more sidecar, on the Redis Cluster (its seed nodes comma-separated; no Upstash endpoint:
-# callers' own commands would need slot routing).
+# One more sidecar, on the Redis Cluster (its seed nodes comma-separated).
 port_free "$CLUSTER_SIDECAR_PORT" || die "port $CLUSTER_SIDECAR_PORT is taken (set FERRY_DEV_CLUSTER_SIDECAR_PORT)"
 FERRY_CONFIG=$FERRY_ROOT/deploy/ferry.toml \
 FERRY_LISTEN=127.0.0.1:$CLUSTER_SIDECAR_PORT \
 FERRY_SERVER_ADMIN_LISTEN=127.0.0.1:9195 \
 FERRY_REDIS_URL=$(printf 'redis://%s,' "${CLUSTER_NODES[@]}" | sed 's/,$//') \
 FERRY_REDIS_CLUSTER=true \
+FERRY_UPSTASH_ENABLED=true \
+FERRY_UPSTASH_TOKEN=$(cat "$RUN/upstash-token") \
 FERRY_DATABASE_URL=postgres://ferry_app@127.0.0.1:$PG_PORT/postgres \
 FERRY_AUTH_ALLOW_RAW_SQL=true \
 FERRY_SECRET=$SECRET \
@@ -296,6 +297,9 @@ Entries spread over the masters by slot; a batch's lookups go out as one pipelin
   sleep 5; for i in 1 2; do scripts/ferry-curl.sh POST /v1/batch "\$B" | grep -o '"cache":"[a-z]*"'; sleep 0.5; done
                                                          # hits again (item:2 once a miss: it was invalidated)
   redis-cli -p $((CLUSTER_PORT + 1)) cluster nodes | grep master   # its replica took over
+  curl -s http://127.0.0.1:$CLUSTER_SIDECAR_PORT/pipeline -H "authorization: Bearer \$(cat .run/upstash-token)" \
+    -d '[["SET","a","1"],["SET","b","2"],["GET","a"],["MGET","a","b"],["MGET","{t}:a","{t}:b"]]'
+                                                         # Upstash REST on the cluster: split by slot; an MGET across slots: CROSSSLOT
 
 Existing @upstash/redis (or upstash-redis) code, unchanged, pointed at the sidecar:
 

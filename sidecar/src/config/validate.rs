@@ -80,11 +80,6 @@ impl Config {
                     "may not contain { or } with redis.cluster",
                 );
             }
-            // The Upstash endpoint runs callers' commands and transactions as sent, on one
-            // server's connection; on a cluster they would need slot routing of their own.
-            if self.upstash.enabled {
-                return invalid("upstash.enabled", "is not supported with redis.cluster yet");
-            }
         }
         if self.postgres.pool_size == 0 {
             return invalid("postgres.pool_size", "must be at least 1");

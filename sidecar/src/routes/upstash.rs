@@ -104,10 +104,16 @@ async fn serve(
         return error(400, "ERR too many commands in one request");
     }
     // Each command checked and put in its namespace; a refused one answers for itself.
-    let prepared: Vec<Result<Prepared, Refused>> = list
+    let mut prepared: Vec<Result<Prepared, Refused>> = list
         .iter()
         .map(|c| arguments(c).and_then(|a| commands.prepare(a, &tok, &namespace)))
         .collect();
+    if state.pools.redis_cluster() {
+        let atomic = matches!(shape, Shape::MultiExec);
+        if let Err(why) = crate::upstash::cluster::admit(&mut prepared, atomic) {
+            return error(400, &why);
+        }
+    }
     let answers = match shape {
         Shape::MultiExec => {
             // Atomic: refuse the whole transaction if any command is refused.
@@ -182,6 +188,17 @@ async fn run(
     let scripted = prepared.iter().flatten().any(|p| p.script);
     let values: Vec<redis::Value> = if sent == 0 {
         Vec::new()
+    } else if state.pools.redis_cluster() {
+        match crate::upstash::cluster::run(&state.pools, prepared, atomic).await {
+            Ok(Some(v)) => v,
+            Ok(None) => return Err("ERR redis is unavailable".into()),
+            Err(e) => {
+                tracing::warn!(error = %e, "upstash: redis cluster failed");
+                state.pools.drop_redis_async();
+                state.pools.mark_redis_failed();
+                return Err("ERR redis is unavailable".into());
+            }
+        }
     } else if scripted {
         let redis_config = &state.config().redis;
         let mut conn = state

@@ -7,6 +7,7 @@
 //! (administration, dangerous, blocking, pub/sub, scripting); PING, ECHO and TIME need no key.
 //! Read-only tokens are refused every command Redis flags as a write.
 
+pub mod cluster;
 mod encode;
 mod scripts;
 
@@ -60,6 +61,17 @@ pub struct Refused(pub String);
 pub struct Prepared {
     pub args: Vec<Vec<u8>>,
     pub script: bool,
+    /// Where its first key is among `args` (what routes it on a Redis Cluster); None: no key.
+    pub first_key: Option<usize>,
+}
+
+impl Prepared {
+    /// The hash slot the command runs in on a Redis Cluster (a keyless one: slot 0's node).
+    pub fn slot(&self) -> u16 {
+        self.first_key
+            .and_then(|i| self.args.get(i))
+            .map_or(0, |k| crate::store::redis::slot(k))
+    }
 }
 
 /// Scripts: the declared keys sit after `numkeys` at argument 2; the `_ro` forms refuse writes.
@@ -135,6 +147,7 @@ impl Commands {
             return Ok(Prepared {
                 args,
                 script: false,
+                first_key: None,
             });
         }
         if SCRIPTS.contains(&name.as_str()) || name == "script" {
@@ -171,6 +184,7 @@ impl Commands {
         Ok(Prepared {
             args,
             script: false,
+            first_key: usize::try_from(spec.first).ok(),
         })
     }
 }
@@ -201,7 +215,11 @@ fn script(
             .get(1)
             .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase());
         return match sub.as_deref() {
-            Some("load") | Some("exists") => Ok(Prepared { args, script: true }),
+            Some("load") | Some("exists") => Ok(Prepared {
+                args,
+                script: true,
+                first_key: None,
+            }),
             _ => Err(Refused(
                 "ERR Command is not allowed: script (only LOAD and EXISTS)".into(),
             )),
@@ -221,7 +239,11 @@ fn script(
     for key in &mut args[3..3 + numkeys] {
         prefix(key, namespace);
     }
-    Ok(Prepared { args, script: true })
+    Ok(Prepared {
+        args,
+        script: true,
+        first_key: (numkeys > 0).then_some(3),
+    })
 }
 
 /// A JSON array of strings and numbers as command arguments.
