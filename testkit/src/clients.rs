@@ -28,6 +28,11 @@ pub fn run_node(script: &Path, env: &[(&str, &str)], min_checks: usize) -> Strin
     let dir = tempfile::tempdir().expect("tempdir");
     let name = script.file_name().expect("a script file");
     std::fs::copy(script, dir.path().join(name)).expect("copy the script");
+    // The shared checks (`checks.mjs`) the scripts import, when beside them.
+    let checks = script.with_file_name("checks.mjs");
+    if checks.is_file() {
+        std::fs::copy(&checks, dir.path().join("checks.mjs")).expect("copy checks.mjs");
+    }
     std::os::unix::fs::symlink(node_modules(), dir.path().join("node_modules"))
         .expect("link the clients");
     let node = std::env::var("FERRY_NODE").unwrap_or_else(|_| "node".into());

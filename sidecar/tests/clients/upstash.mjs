@@ -1,38 +1,15 @@
 // Drives the sidecar's Upstash-compatible endpoints with the real @upstash/redis client,
 // unchanged, with its defaults (base64 responses, read-your-writes sync token, auto
 // retries). Env: URL, TOKEN (read-write), RO_TOKEN (read-only, same namespace), OTHER_TOKEN
-// (another namespace). Prints one line per check; exits 1 on the first failure.
+// (another namespace). Prints one line per check; exits 1 if any failed.
 import { Redis } from "@upstash/redis";
+import { check, throws, done } from "./checks.mjs";
 
 const url = process.env.URL;
 const redis = new Redis({ url, token: process.env.TOKEN, retry: false });
 const ro = new Redis({ url, token: process.env.RO_TOKEN, retry: false });
 const other = new Redis({ url, token: process.env.OTHER_TOKEN, retry: false });
 const bad = new Redis({ url, token: "not-a-token-of-ours-not-a-token-of-ours", retry: false });
-
-let failed = false;
-async function check(name, fn, expected) {
-  try {
-    const got = await fn();
-    const ok = JSON.stringify(got) === JSON.stringify(expected);
-    console.log(`${ok ? "ok" : "FAIL"} ${name}: ${JSON.stringify(got)}${ok ? "" : ` (expected ${JSON.stringify(expected)})`}`);
-    if (!ok) failed = true;
-  } catch (e) {
-    console.log(`FAIL ${name}: threw ${e}`);
-    failed = true;
-  }
-}
-async function throws(name, fn, pattern) {
-  try {
-    const got = await fn();
-    console.log(`FAIL ${name}: no error, got ${JSON.stringify(got)}`);
-    failed = true;
-  } catch (e) {
-    const ok = pattern.test(String(e));
-    console.log(`${ok ? "ok" : "FAIL"} ${name}: ${e}`);
-    if (!ok) failed = true;
-  }
-}
 
 // strings, unicode, binary-looking values, expiry
 await check("set", () => redis.set("greeting", "héllo wörld ✓"), "OK");
@@ -97,4 +74,4 @@ await check("another namespace", () => other.get("greeting"), null);
 await check("another namespace writes its own", async () => { await other.set("greeting", "mine"); return [await other.get("greeting"), await redis.get("greeting")]; }, ["mine", "héllo wörld ✓"]);
 await throws("bad token", () => bad.get("greeting"), /Unauthorized/);
 
-process.exit(failed ? 1 : 0);
+done();

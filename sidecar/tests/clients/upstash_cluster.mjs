@@ -1,33 +1,10 @@
 // Drives the sidecar's Upstash-compatible endpoints, on a Redis Cluster, with the real
-// @upstash/redis client, unchanged. Env: URL, TOKEN. Prints one line per check; exits 1 on the
-// first failure.
+// @upstash/redis client, unchanged. Env: URL, TOKEN. Prints one line per check; exits 1 if any
+// failed.
 import { Redis } from "@upstash/redis";
+import { check, throws, done } from "./checks.mjs";
 
 const redis = new Redis({ url: process.env.URL, token: process.env.TOKEN, retry: false });
-
-let failed = false;
-async function check(name, fn, expected) {
-  try {
-    const got = await fn();
-    const ok = JSON.stringify(got) === JSON.stringify(expected);
-    console.log(`${ok ? "ok" : "FAIL"} ${name}: ${JSON.stringify(got)}${ok ? "" : ` (expected ${JSON.stringify(expected)})`}`);
-    if (!ok) failed = true;
-  } catch (e) {
-    console.log(`FAIL ${name}: threw ${e}`);
-    failed = true;
-  }
-}
-async function throws(name, fn, pattern) {
-  try {
-    const got = await fn();
-    console.log(`FAIL ${name}: no error, got ${JSON.stringify(got)}`);
-    failed = true;
-  } catch (e) {
-    const ok = pattern.test(String(e));
-    console.log(`${ok ? "ok" : "FAIL"} ${name}: ${e}`);
-    if (!ok) failed = true;
-  }
-}
 
 await check("set", () => redis.set("greeting", "héllo ✓"), "OK");
 await check("get", () => redis.get("greeting"), "héllo ✓");
@@ -57,4 +34,4 @@ await check("multi within a slot", () => redis.multi().set("{t}:x", "1").incr("{
 await throws("multi across slots", () => redis.multi().set("k1", "1").set("k2", "2").exec(), /CROSSSLOT/);
 await throws("eval", () => redis.eval("return 1", [], []), /scripts are not available/);
 
-process.exit(failed ? 1 : 0);
+done();
