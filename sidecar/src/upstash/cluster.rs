@@ -6,7 +6,7 @@
 
 use super::{Prepared, Refused};
 use crate::store::pools::Pools;
-use crate::store::redis::AsyncConn;
+use crate::store::redis::{send_by_slot, AsyncConn, SlotPipes};
 use redis::Value;
 
 /// Refuses what a cluster cannot run: scripts; for a MULTI/EXEC, keys in different slots
@@ -39,41 +39,18 @@ pub async fn run(
     let Ok(Some(AsyncConn::Cluster(conn))) = pools.redis_async().await else {
         return Ok(None);
     };
-    let sent: Vec<&Prepared> = prepared.iter().flatten().collect();
-    // Slot -> (the pipeline, the places of its commands among `sent`).
-    let mut groups: Vec<(u16, redis::Pipeline, Vec<usize>)> = Vec::new();
-    for (i, p) in sent.iter().enumerate() {
-        // A MULTI/EXEC is one group: `admit` made sure its keys share a slot.
-        let slot = if atomic { 0 } else { p.slot() };
-        let at = match groups.iter().position(|(s, _, _)| *s == slot) {
-            Some(at) => at,
-            None => {
-                let mut pipe = redis::pipe();
-                pipe.ignore_errors();
-                if atomic {
-                    pipe.atomic();
-                }
-                groups.push((slot, pipe, Vec::new()));
-                groups.len() - 1
-            }
-        };
+    let by_slot = prepared.iter().flatten().map(|p| {
         let mut cmd = redis::Cmd::new();
         for a in &p.args {
             cmd.arg(a.as_slice());
         }
-        groups[at].1.add_command(cmd);
-        groups[at].2.push(i);
-    }
-    let answers = futures_util::future::join_all(groups.iter().map(|(_, pipe, _)| {
-        let mut c = conn.clone();
-        async move { pipe.query_async::<Vec<Value>>(&mut c).await }
-    }))
-    .await;
-    let mut values = vec![Value::Nil; sent.len()];
-    for ((_, _, at), answer) in groups.iter().zip(answers) {
-        for (i, v) in at.iter().zip(answer?) {
-            values[*i] = v;
-        }
-    }
+        // A MULTI/EXEC is one pipeline: `admit` made sure its keys share a slot.
+        (if atomic { 0 } else { p.slot() }, cmd)
+    });
+    let how = SlotPipes {
+        keep_errors: true,
+        atomic,
+    };
+    let values = send_by_slot(&conn, by_slot, how).await?;
     Ok(Some(values))
 }

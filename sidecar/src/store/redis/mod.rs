@@ -10,7 +10,7 @@
 mod multiplexed;
 mod pooled;
 
-pub use multiplexed::{AsyncConn, AsyncRedis};
+pub use multiplexed::{send_by_slot, AsyncConn, AsyncRedis, SlotPipes};
 pub use pooled::{slot, RedisManager, RedisSession};
 
 use crate::config::RedisConfig;

@@ -42,32 +42,63 @@ impl AsyncConn {
             let v: Value = one.query_async(c).await?;
             return redis::from_redis_value(Value::Array(vec![v])).map_err(Into::into);
         }
-        let mut groups: Vec<(u16, redis::Pipeline, Vec<usize>)> = Vec::new();
-        for (i, cmd) in cmds.iter().enumerate() {
-            let slot = super::slot(first_key(cmd));
-            let at = match groups.iter().position(|(s, _, _)| *s == slot) {
-                Some(at) => at,
-                None => {
-                    groups.push((slot, redis::pipe(), Vec::new()));
-                    groups.len() - 1
-                }
-            };
-            groups[at].1.add_command((*cmd).clone());
-            groups[at].2.push(i);
-        }
-        let sent = groups.iter().map(|(_, p, _)| {
-            let mut c = c.clone();
-            async move { p.query_async::<Vec<Value>>(&mut c).await }
-        });
-        let answers = futures_util::future::join_all(sent).await;
-        let mut values = vec![Value::Nil; cmds.len()];
-        for ((_, _, at), answer) in groups.iter().zip(answers) {
-            for (i, v) in at.iter().zip(answer?) {
-                values[*i] = v;
-            }
-        }
+        let by_slot = cmds
+            .iter()
+            .map(|cmd| (super::slot(first_key(cmd)), (*cmd).clone()));
+        let values = send_by_slot(c, by_slot, SlotPipes::default()).await?;
         redis::from_redis_value(Value::Array(values)).map_err(Into::into)
     }
+}
+
+/// How the per-slot pipelines of [`send_by_slot`] are sent.
+#[derive(Default, Clone, Copy)]
+pub struct SlotPipes {
+    /// Each command's error is its answer (`Pipeline::ignore_errors`), not the whole call's.
+    pub keep_errors: bool,
+    /// Each pipeline is one MULTI/EXEC.
+    pub atomic: bool,
+}
+
+/// Sends commands tagged with their hash slot on a cluster connection: one pipeline per slot,
+/// all at once (each goes whole to its slot's master), and the answers in the order given.
+pub async fn send_by_slot(
+    conn: &ClusterConnection,
+    cmds: impl Iterator<Item = (u16, Cmd)>,
+    how: SlotPipes,
+) -> RedisResult<Vec<Value>> {
+    let mut groups: Vec<(u16, redis::Pipeline, Vec<usize>)> = Vec::new();
+    let mut n = 0;
+    for (i, (slot, cmd)) in cmds.enumerate() {
+        let at = match groups.iter().position(|(s, _, _)| *s == slot) {
+            Some(at) => at,
+            None => {
+                let mut pipe = redis::pipe();
+                if how.keep_errors {
+                    pipe.ignore_errors();
+                }
+                if how.atomic {
+                    pipe.atomic();
+                }
+                groups.push((slot, pipe, Vec::new()));
+                groups.len() - 1
+            }
+        };
+        groups[at].1.add_command(cmd);
+        groups[at].2.push(i);
+        n = i + 1;
+    }
+    let sent = groups.iter().map(|(_, pipe, _)| {
+        let mut c = conn.clone();
+        async move { pipe.query_async::<Vec<Value>>(&mut c).await }
+    });
+    let answers = futures_util::future::join_all(sent).await;
+    let mut values = vec![Value::Nil; n];
+    for ((_, _, at), answer) in groups.iter().zip(answers) {
+        for (i, v) in at.iter().zip(answer?) {
+            values[*i] = v;
+        }
+    }
+    Ok(values)
 }
 
 /// The key a command is routed by: the first after the name, or for EVAL the first of its keys.
