@@ -37,6 +37,11 @@ pub fn spawn(redis: &RedisServer, pg: &PgServer) -> SidecarProcess {
 
 /// The same, with `extra` environment.
 pub fn spawn_with(redis: &RedisServer, pg: &PgServer, extra: &[(&str, &str)]) -> SidecarProcess {
+    spawn_on(&redis.url(), pg, extra)
+}
+
+/// The same, on the Redis at `redis_url` (one server, or a cluster's seeds with `extra`).
+pub fn spawn_on(redis_url: &str, pg: &PgServer, extra: &[(&str, &str)]) -> SidecarProcess {
     let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/ferry.toml");
     // The stream as the least-privilege role scripts/demo.sql makes (REPLICATION, SELECT).
     let stream_url = pg.url().replace("postgres@", "ferry_changes@");
@@ -49,7 +54,7 @@ pub fn spawn_with(redis: &RedisServer, pg: &PgServer, extra: &[(&str, &str)]) ->
         ("FERRY_CHANGES_HEARTBEAT_MS", "50"),
     ];
     env.extend_from_slice(extra);
-    SidecarProcess::start(BIN, &redis.url(), &pg.url(), &env, Stdio::null())
+    SidecarProcess::start(BIN, redis_url, &pg.url(), &env, Stdio::null())
 }
 
 pub fn changes(s: &SidecarProcess) -> Value {
