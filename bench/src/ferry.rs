@@ -37,6 +37,33 @@ impl Ferry {
     /// One signed POST; Ok(body) for 2xx, Err(description) otherwise.
     pub async fn post(&self, path: &str, body: &Value) -> Result<Value, String> {
         let bytes = serde_json::to_vec(body).map_err(|e| e.to_string())?;
+        let resp = self.send(path, bytes).await?;
+        let status = resp.status();
+        let body: Value = resp.json().await.map_err(|e| e.to_string())?;
+        if status.is_success() {
+            Ok(body)
+        } else {
+            Err(format!("{status}: {body}"))
+        }
+    }
+
+    /// One signed POST of a body already serialized, for load loops and timings: Ok(the
+    /// answer's length in bytes) for a 2xx whose body arrived whole. The body is read, not
+    /// parsed, as the webdis load reads webdis's answers, so that the load generator's own
+    /// cost stays the same for both servers.
+    pub async fn post_raw(&self, path: &str, bytes: Vec<u8>) -> Result<usize, String> {
+        let resp = self.send(path, bytes).await?;
+        let status = resp.status();
+        let body = resp.bytes().await.map_err(|e| e.to_string())?;
+        if status.is_success() {
+            Ok(body.len())
+        } else {
+            Err(format!("{status}: {}", String::from_utf8_lossy(&body)))
+        }
+    }
+
+    /// Signs `bytes` for `path` and sends them.
+    async fn send(&self, path: &str, bytes: Vec<u8>) -> Result<reqwest::Response, String> {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -50,8 +77,7 @@ impl Ferry {
             path,
             &bytes,
         );
-        let resp = self
-            .http
+        self.http
             .post(format!("{}{path}", self.base))
             .header("content-type", "application/json")
             .header(sign::HEADER_TIMESTAMP, h.timestamp)
@@ -60,13 +86,6 @@ impl Ferry {
             .body(bytes)
             .send()
             .await
-            .map_err(|e| e.to_string())?;
-        let status = resp.status();
-        let body: Value = resp.json().await.map_err(|e| e.to_string())?;
-        if status.is_success() {
-            Ok(body)
-        } else {
-            Err(format!("{status}: {body}"))
-        }
+            .map_err(|e| e.to_string())
     }
 }

@@ -44,6 +44,9 @@ enum Which {
     Connections,
     /// Requests per second: Ferry vs webdis vs redis-benchmark; /v1/query vs pgbench -S.
     Throughput,
+    /// One client at 0 RTT, each path in turn (also part of `throughput`): a fixed number of
+    /// requests, so a run under `valgrind --tool=callgrind` counts instructions per request.
+    OneClient,
     /// The replay store at full signed load for three clock windows: 0 refusals, RSS flat.
     Replay,
     /// Staleness after a write that bypasses Ferry: change-stream invalidation vs TTLs only.
@@ -97,6 +100,7 @@ fn steps(which: Which) -> u64 {
         Which::Keys => 6,
         Which::Connections => 2,
         Which::Throughput => 9,
+        Which::OneClient => 1,
         Which::Replay => 1,
         Which::Staleness => 2,
         Which::Scale => 4,
@@ -249,6 +253,10 @@ fn main() {
                 }
                 Which::Throughput => {
                     scenarios::watch("throughput", pid, scenarios::throughput::run(&ctx, &plan))
+                        .await
+                }
+                Which::OneClient => {
+                    scenarios::watch("one client", pid, scenarios::one_client::run(&ctx, &plan))
                         .await
                 }
                 Which::Staleness => {

@@ -30,13 +30,14 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
     let mut out = Vec::new();
 
     ctx.step("throughput: Ferry cache GET");
-    let get = json!({"op": "get", "key": "bench:tp"});
+    let get = json!({"op": "get", "key": "bench:tp"})
+        .to_string()
+        .into_bytes();
     let run = load(c, d, {
         let f = ferry.clone();
         move || {
-            let f = f.clone();
-            let get = get.clone();
-            async move { f.post("/v1/cache", &get).await.is_ok() }
+            let (f, get) = (f.clone(), get.clone());
+            async move { f.post_raw("/v1/cache", get).await.is_ok() }
         }
     });
     let rps = on_server(ctx.sidecar_pid, run).await;
@@ -141,7 +142,9 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
                     let aid = rand::thread_rng().gen_range(1..=100_000);
                     json!({"sql": sql, "params": [aid]})
                 };
-                f.post("/v1/query", &body).await.is_ok()
+                f.post_raw("/v1/query", body.to_string().into_bytes())
+                    .await
+                    .is_ok()
             }
         });
         let rate = on_servers(ctx.sidecar_pid, Some(ctx.pg_pid), run).await;
