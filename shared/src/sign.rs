@@ -225,8 +225,19 @@ pub fn verify(
     now_s: u64,
     max_skew_s: u64,
 ) -> Result<Verified, SignError> {
+    let checked = check_headers(req.headers, now_s, max_skew_s)?;
+    verify_checked(secrets, req, &checked)
+}
+
+/// [`verify`] for a request whose headers [`check_headers`] has already passed (a server
+/// checks them before reading the body): `checked` is what that call returned.
+pub fn verify_checked(
+    secrets: &[&[u8]],
+    req: &SignedRequest<'_>,
+    checked: &(u64, Vec<u8>),
+) -> Result<Verified, SignError> {
     let headers = req.headers;
-    let (timestamp, tag) = check_headers(headers, now_s, max_skew_s)?;
+    let (timestamp, tag) = (checked.0, &checked.1);
     let canonical = canonical_string(
         timestamp,
         &headers.nonce,
@@ -237,7 +248,7 @@ pub fn verify(
     // Every secret is tried, even after a match, so timing does not reveal which one matched.
     let mut matched = None;
     for (i, secret) in secrets.iter().enumerate() {
-        if mac_for(secret, &canonical).verify_slice(&tag).is_ok() && matched.is_none() {
+        if mac_for(secret, &canonical).verify_slice(tag).is_ok() && matched.is_none() {
             matched = Some(i);
         }
     }

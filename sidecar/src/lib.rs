@@ -48,8 +48,7 @@ pub fn run(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<Serve
     let mut server = HttpServer::new(move || {
         App::new()
             .app_data(data.clone())
-            // Logger inside the request-id span, so access lines carry the id too.
-            .wrap(middleware::Logger::new("%r %s %Dms").log_target("ferry::access"))
+            // Inside the request-id span, so metrics' access lines carry the id too.
             .wrap(middleware::from_fn(http::metrics::middleware))
             .wrap(middleware::from_fn(http::request_id::middleware))
             .configure(configure)

@@ -31,3 +31,44 @@ fn request_ids_are_echoed_or_generated() {
         r.headers["x-ferry-request-id"]
     );
 }
+
+/// The access line of each request is written at info, under its request id, and costs
+/// nothing when that level is off (it is then not written at all).
+#[test]
+fn access_lines_carry_the_request_id() {
+    let redis = common::RedisServer::start();
+    let pg = common::PgServer::start();
+    pg.setup_demo_schema();
+    let lines = |level: &str| {
+        let log = tempfile::NamedTempFile::new().expect("log file");
+        let mut sidecar = common::SidecarProcess::start(
+            env!("CARGO_BIN_EXE_ferry-sidecar"),
+            &redis.url(),
+            &pg.url(),
+            &[("FERRY_LOG", level)],
+            std::process::Stdio::from(log.reopen().expect("reopen")),
+        );
+        let c = sidecar.client.clone();
+        let body = serde_json::to_vec(&json!({"sql": "SELECT 1 AS one"})).expect("json");
+        let mut h = c.signed_now("POST", "/v1/query?from=edge", &body);
+        h.push(("x-ferry-request-id", "edge-req-77".into()));
+        assert_eq!(c.raw("POST", "/v1/query?from=edge", body, &h).status, 200);
+        sidecar.terminate();
+        let logs = std::fs::read_to_string(log.path()).expect("read log");
+        logs.lines()
+            .filter(|l| l.contains("ferry::access"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let info = lines("info");
+    let line = info
+        .iter()
+        .find(|l| l.contains("edge-req-77"))
+        .unwrap_or_else(|| panic!("no access line under the request id: {info:?}"));
+    assert!(
+        line.contains("POST /v1/query?from=edge HTTP/1.1 200 "),
+        "{line}"
+    );
+    assert!(line.trim_end().ends_with("ms"), "{line}");
+    assert!(lines("warn").is_empty());
+}

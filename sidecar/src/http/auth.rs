@@ -19,6 +19,8 @@ pub struct Signer {
 
 pub struct Verifier {
     secrets: Vec<Vec<u8>>,
+    /// Each secret's credential (a digest naming no secret), made once rather than per request.
+    credentials: Vec<String>,
     max_skew_s: u64,
     body_limit: usize,
     body_timeout: Duration,
@@ -57,8 +59,16 @@ impl Verifier {
         body_limit: usize,
         body_timeout: Duration,
     ) -> Self {
+        let credentials = secrets
+            .iter()
+            .map(|s| {
+                use sha2::Digest;
+                hex::encode(&sha2::Sha256::digest(s)[..8])
+            })
+            .collect();
         Verifier {
             secrets,
+            credentials,
             max_skew_s,
             body_limit,
             body_timeout,
@@ -93,7 +103,8 @@ impl Verifier {
         let now = now_s();
         // Formats and the clock window first: a stale or malformed request is refused before
         // its body is read and hashed.
-        sign::check_headers(&headers, now, self.max_skew_s).map_err(ApiError::Auth)?;
+        let checked =
+            sign::check_headers(&headers, now, self.max_skew_s).map_err(ApiError::Auth)?;
         let body = self.read_body(req, payload).await?;
         let path_and_query = req
             .uri()
@@ -106,18 +117,14 @@ impl Verifier {
             path_and_query,
             body: &body,
         };
-        let verified =
-            sign::verify(&secrets, &signed, now, self.max_skew_s).map_err(ApiError::Auth)?;
+        let verified = sign::verify_checked(&secrets, &signed, &checked).map_err(ApiError::Auth)?;
         let nonce = self
             .nonces
             .check_and_insert(&verified.nonce, verified.timestamp, now)?;
         let credential = self
-            .secrets
+            .credentials
             .get(verified.secret)
-            .map(|s| {
-                use sha2::Digest;
-                hex::encode(&sha2::Sha256::digest(s)[..8])
-            })
+            .cloned()
             .unwrap_or_default();
         Ok((body, Signer { credential, nonce }))
     }

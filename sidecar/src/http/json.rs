@@ -11,6 +11,11 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             "the body is empty; a JSON object is expected",
         ));
     }
+    // The plain parse first: tracking the path costs on every field, and only a refused body
+    // needs it, so that one is parsed again to name where it went wrong.
+    if let Ok(t) = serde_json::from_slice(body) {
+        return Ok(t);
+    }
     let de = &mut serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
