@@ -178,3 +178,47 @@ fn with_redis_down_a_replayed_write_is_still_refused_and_reads_are_served() {
     assert_eq!(a.raw("POST", "/v1/query", body, &h).code(), "auth_replayed");
     assert_eq!(a.query(read).status, 200);
 }
+
+/// A read's replay check rides in the same Redis pipeline as the read's own command. An
+/// outside writer turns the caller's key into a list, so Redis refuses the GET itself: the
+/// original still gets the GET's own answer (400, not a replay), and its replay to another
+/// sidecar is still refused, so the refused command did not take the check's verdict with it.
+#[test]
+fn a_replay_is_refused_even_when_redis_refuses_the_read() {
+    let (redis, _pg, s) = setup();
+    let (a, b) = (&s[0].client, &s[1].client);
+    let mut conn = redis::Client::open(redis.url().as_str())
+        .and_then(|c| c.get_connection())
+        .expect("redis");
+    for (i, op) in ["get", "mget"].iter().enumerate() {
+        let key = format!("listy{i}");
+        let _: i64 = redis::cmd("RPUSH")
+            .arg(format!("ferry:k:{key}"))
+            .arg("x")
+            .query(&mut conn)
+            .expect("rpush");
+        let cmd = if *op == "get" {
+            json!({"op": "get", "key": key})
+        } else {
+            json!({"op": "mget", "keys": [key, "other"]})
+        };
+        let body = serde_json::to_vec(&cmd).expect("json");
+        let h = a.headers_for("POST", "/v1/cache", &body, now_s(), &nonce());
+        let first = a.raw("POST", "/v1/cache", body.clone(), &h);
+        let replay = b.raw("POST", "/v1/cache", body, &h);
+        println!(
+            "{op} on a list: first {} {}, replay {} {}",
+            first.status,
+            first.code(),
+            replay.status,
+            replay.code()
+        );
+        assert_ne!(first.code(), "auth_replayed", "{op}: {}", first.body);
+        assert_eq!(
+            (replay.status, replay.code()),
+            (401, "auth_replayed"),
+            "{op}: {}",
+            replay.body
+        );
+    }
+}

@@ -11,6 +11,7 @@ use crate::store::blocking::Blocking;
 use crate::store::cache::Cache;
 use crate::store::cache::{Lookup, Observed, Probe, Stored};
 use crate::store::db;
+use crate::store::nonces::NonceCheck;
 use crate::store::pools::Pools;
 use ferry_shared::api::{CacheMode, CacheStatus, QueryResponse, Row, StaleReason};
 use serde_json::Value;
@@ -37,6 +38,21 @@ pub async fn lookup_many(
     state: &State,
     plans: &[&ReadPlan],
 ) -> Result<Vec<Option<Lookup>>, ApiError> {
+    lookup_many_checked(state, plans, None).await.1
+}
+
+/// [`lookup_many`] with the request's shared replay check in front of the lookup, one message
+/// to Redis for both. The check's verdict comes first; None when it was not sent (no lookup
+/// went to Redis on the event loop) or its pipeline failed, and `store::nonces::settle` then
+/// runs it on its own.
+pub async fn lookup_many_checked(
+    state: &State,
+    plans: &[&ReadPlan],
+    check: Option<&NonceCheck>,
+) -> (
+    Option<Result<(), ApiError>>,
+    Result<Vec<Option<Lookup>>, ApiError>,
+) {
     let probes: Vec<(usize, CachePlan)> = plans
         .iter()
         .enumerate()
@@ -44,17 +60,30 @@ pub async fn lookup_many(
         .collect();
     let n = plans.len();
     if probes.is_empty() {
-        return Ok((0..n).map(|_| None).collect());
+        return (None, Ok((0..n).map(|_| None).collect()));
     }
     {
         let list = probe_list(&probes);
         // On the event loop when this worker has its multiplexed connection: a hit then
         // never leaves the worker thread.
-        if let Some(found) = state.cache.lookup_many_async(&state.pools, &list).await {
+        let found = state
+            .cache
+            .lookup_many_async(&state.pools, &list, check)
+            .await;
+        if let Some((verdict, found)) = found {
             drop(list);
-            return Ok(place(n, &probes, found));
+            return (verdict, Ok(place(n, &probes, found)));
         }
     }
+    (None, lookup_pooled(state, n, probes).await)
+}
+
+/// The lookup on a pooled connection, through the blocking pool.
+async fn lookup_pooled(
+    state: &State,
+    n: usize,
+    probes: Vec<(usize, CachePlan)>,
+) -> Result<Vec<Option<Lookup>>, ApiError> {
     let s = state.clone();
     let found = state
         .blocking

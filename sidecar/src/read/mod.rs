@@ -14,4 +14,4 @@ mod postgres;
 pub mod replica_read;
 pub mod shared_flight;
 
-pub use engine::{answer, approx_bytes, lookup_many, read, Reads};
+pub use engine::{answer, approx_bytes, lookup_many, lookup_many_checked, read, Reads};

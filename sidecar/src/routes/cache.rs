@@ -2,7 +2,7 @@
 
 use super::State;
 use crate::http::error::ApiError;
-use crate::store::commands;
+use crate::store::{commands, nonces};
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::CacheCommand;
 
@@ -15,13 +15,17 @@ pub async fn cache(
         super::signed_json_unshared(&state, &req, payload).await?;
     commands::validate(&state.config().limits(), &cmd)?;
     let reply = if matches!(cmd, CacheCommand::Get { .. } | CacheCommand::Mget { .. }) {
-        // A read: the replay check and the command in one write to Redis.
-        let (seen, reply) = futures_util::future::join(
-            unshared.check(&state),
-            commands::run(&state.pools, &state.cache, &state.blocking, cmd),
+        // A read: the replay check rides in front of the command, one message to Redis.
+        let check = unshared.prepare(&state);
+        let (sent, reply) = commands::run_checked(
+            &state.pools,
+            &state.cache,
+            &state.blocking,
+            cmd,
+            check.as_ref(),
         )
         .await;
-        seen?;
+        nonces::settle(&state.pools, check, sent).await?;
         reply?
     } else {
         unshared.check(&state).await?;

@@ -167,6 +167,12 @@ impl Unshared {
     pub async fn check(self, state: &State) -> Result<(), ApiError> {
         state.nonces.check(&state.pools, self.0).await
     }
+
+    /// The check, to send in front of a read's own commands; `store::nonces::settle` then
+    /// takes its verdict, or runs it alone when it was not sent.
+    pub fn prepare(self, state: &State) -> Option<crate::store::nonces::NonceCheck> {
+        state.nonces.prepare(&self.0)
+    }
 }
 
 /// [`signed_json`] for reads without effects: the shared replay check is the caller's.

@@ -3,6 +3,7 @@
 use super::State;
 use crate::http::error::ApiError;
 use crate::read::{self, plan};
+use crate::store::nonces;
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::QueryRequest;
 
@@ -21,13 +22,12 @@ pub async fn query(
         super::admit_user(&state, &config, plan.identity.as_deref()).await?;
         read::lookup_many(&state.reads, &[&plan]).await
     } else {
-        // The replay check and the lookup in one write to Redis; a replay's lookup is dropped.
-        let (seen, lookup) = futures_util::future::join(
-            unshared.check(&state),
-            read::lookup_many(&state.reads, &[&plan]),
-        )
-        .await;
-        seen?;
+        // The replay check rides in front of the lookup: one message to Redis for both, and a
+        // replay's lookup is dropped.
+        let check = unshared.prepare(&state);
+        let (sent, lookup) =
+            read::lookup_many_checked(&state.reads, &[&plan], check.as_ref()).await;
+        nonces::settle(&state.pools, check, sent).await?;
         lookup
     };
     let resp = read::answer(&state.reads, plan, lookup?.pop().flatten()).await?;

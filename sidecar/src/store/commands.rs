@@ -5,6 +5,7 @@ use crate::config::Limits;
 use crate::http::error::ApiError;
 use crate::store::blocking::Blocking;
 use crate::store::cache::Cache;
+use crate::store::nonces::NonceCheck;
 use crate::store::pools::Pools;
 use ferry_shared::api::{CacheCommand, CacheReply};
 use redis::Value;
@@ -46,9 +47,13 @@ enum Answer {
     Expire,
 }
 
-fn prepare(cache: &Cache, cmd: CacheCommand) -> Prepared {
+/// The command's pipeline, behind `check`'s commands when one rides along.
+fn prepare(cache: &Cache, cmd: CacheCommand, check: Option<&NonceCheck>) -> Prepared {
     let k = |key: &str| cache.plain_key(key);
     let mut pipe = redis::pipe();
+    if let Some(c) = check {
+        c.add_to(&mut pipe);
+    }
     let answer = match cmd {
         CacheCommand::Get { key } => {
             pipe.cmd("GET").arg(k(&key));
@@ -149,19 +154,55 @@ pub async fn run(
     blocking: &Blocking,
     cmd: CacheCommand,
 ) -> Result<CacheReply, ApiError> {
+    run_checked(pools, cache, blocking, cmd, None).await.1
+}
+
+/// [`run`] with the request's shared replay check in front of the command (for reads: the
+/// check must settle before anything takes effect). The check's verdict comes first; None
+/// when it was not sent or its pipeline failed, and `store::nonces::settle` then runs it on
+/// its own.
+pub async fn run_checked(
+    pools: &Arc<Pools>,
+    cache: &Arc<Cache>,
+    blocking: &Blocking,
+    cmd: CacheCommand,
+    check: Option<&NonceCheck>,
+) -> (Option<Result<(), ApiError>>, Result<CacheReply, ApiError>) {
     if pools.redis_cluster() {
-        one_slot(cache, &cmd)?;
+        if let Err(e) = one_slot(cache, &cmd) {
+            return (None, Err(e));
+        }
     }
-    let Prepared { pipe, answer } = prepare(cache, cmd);
-    if let Some(mut conn) = pools.redis_async().await? {
-        let values = conn.query_pipe::<Vec<Value>>(&pipe).await;
+    let conn = match pools.redis_async().await {
+        Ok(conn) => conn,
+        Err(e) => return (None, Err(e)),
+    };
+    if let Some(mut conn) = conn {
+        let Prepared { pipe, answer } = prepare(cache, cmd, check);
+        let values = match check {
+            Some(_) => conn.query_pipe_each(&pipe).await,
+            None => conn.query_pipe::<Vec<Value>>(&pipe).await,
+        };
         if values.is_err() {
             pools.drop_redis_async();
         }
-        return values
+        let (verdict, values) = NonceCheck::split(check, values);
+        let reply = values
             .and_then(|v| read(answer, v))
             .unwrap_or_else(|e| failed(pools, e));
+        return (verdict, reply);
     }
+    (None, run_pooled(pools, cache, blocking, cmd).await)
+}
+
+/// A command on a pooled connection, through the blocking pool.
+async fn run_pooled(
+    pools: &Arc<Pools>,
+    cache: &Arc<Cache>,
+    blocking: &Blocking,
+    cmd: CacheCommand,
+) -> Result<CacheReply, ApiError> {
+    let Prepared { pipe, answer } = prepare(cache, cmd, None);
     let p = pools.clone();
     blocking
         .run(move || {

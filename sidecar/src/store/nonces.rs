@@ -8,7 +8,9 @@
 //!   (`EXPIREAT`, in the same round trip). One set per second rather than one key per nonce:
 //!   Redis then neither creates nor expires a key per request. Measured (bench `scale`): a
 //!   signed cache GET cost Redis 3.4x the CPU of the GET alone with a key per nonce, 1.5x with
-//!   sets sent in the same write as the lookup (`routes::signed_json_unshared`); memory is 80 bytes a nonce (133 as keys), i.e. 80 B x requests/s x (max_skew_s + 1)
+//!   sets. A read's check rides in front of the read's own pipeline ([`NonceCheck`]): one
+//!   message to Redis, one reply. Memory is 80 bytes a nonce (133 as keys), i.e. 80 B x
+//!   requests/s x (max_skew_s + 1)
 //!   (75 MB at 30,000 requests/s and the default 30 s window). Redis down: the check is
 //!   skipped and the request goes on with its sidecar's own check (a replayed read changes
 //!   nothing, and writes have the next line);
@@ -33,6 +35,7 @@ use crate::store::ferry_tables;
 use crate::store::pools::Pools;
 use crate::store::postgres::PgSession;
 use postgres::error::SqlState;
+use redis::{RedisResult, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -60,6 +63,88 @@ struct Shared {
     ensured: Arc<AtomicBool>,
 }
 
+/// The shared replay check of one request: SADD of its nonce's fingerprint to the set of its
+/// signed second (the reply is the verdict), then EXPIREAT of that set. It rides in front of a
+/// read's own pipeline, so both cost Redis one message, the sidecar one reply and one timer.
+#[must_use = "the shared replay check must run before the request takes effect"]
+pub struct NonceCheck {
+    key: String,
+    member: [u8; 16],
+    expire_at: u64,
+}
+
+impl NonceCheck {
+    /// How many replies its commands take at the front of a pipeline's answer. Neither
+    /// command is `ignore`d: a cluster connection splits a pipeline by slot, which keeps every
+    /// reply but not the marks.
+    pub const REPLIES: usize = 2;
+
+    /// Adds the check's commands to `pipe`, and has each command of `pipe` answer for itself
+    /// (`ignore_errors`), so a server's error to the request's own command cannot take the
+    /// verdict with it: send it with `AsyncConn::query_pipe_each`.
+    pub fn add_to(&self, pipe: &mut redis::Pipeline) {
+        pipe.ignore_errors();
+        pipe.cmd("SADD")
+            .arg(&self.key)
+            .arg(&self.member[..])
+            .cmd("EXPIREAT")
+            .arg(&self.key)
+            .arg(self.expire_at);
+    }
+
+    /// The verdict of a pipeline's answer whose first replies are this check's: 1 added (a
+    /// first sighting), 0 seen by some sidecar before.
+    pub fn verdict(replies: &[Value]) -> Result<(), ApiError> {
+        match replies {
+            [Value::Int(1), ..] => Ok(()),
+            [Value::Int(_), ..] => Err(ApiError::Replayed),
+            other => {
+                tracing::debug!(reply = ?other.first(), "shared replay check skipped: unexpected reply");
+                Ok(())
+            }
+        }
+    }
+
+    /// The verdict from the answer of a pipeline this check rode in front of (None without a
+    /// check), and the answers of the pipeline's other commands, each server error turned back
+    /// into an `Err`. A pipeline that failed as a whole (Redis down or hung, which trips the
+    /// breaker) skips the check, as [`SharedNonces::run`] does.
+    pub fn split(
+        check: Option<&NonceCheck>,
+        answer: RedisResult<Vec<Value>>,
+    ) -> (Option<Result<(), ApiError>>, RedisResult<Vec<Value>>) {
+        if check.is_none() {
+            return (None, answer);
+        }
+        match answer {
+            Ok(replies) => {
+                let front = Self::REPLIES.min(replies.len());
+                let verdict = Self::verdict(&replies[..front]);
+                let rest = replies.into_iter().skip(front).map(Value::extract_error);
+                (Some(verdict), rest.collect())
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "shared replay check skipped: redis failed");
+                (Some(Ok(())), Err(e))
+            }
+        }
+    }
+}
+
+/// The verdict of a check that rode in front of a read's commands (`sent`), or else the check
+/// run on its own (the read's commands did not go to Redis on the event loop).
+pub async fn settle(
+    pools: &Pools,
+    check: Option<NonceCheck>,
+    sent: Option<Result<(), ApiError>>,
+) -> Result<(), ApiError> {
+    match (sent, check) {
+        (Some(verdict), _) => verdict,
+        (None, Some(check)) => SharedNonces::run(pools, &check).await,
+        (None, None) => Ok(()),
+    }
+}
+
 /// A write's nonce, for its round trips to Postgres.
 #[derive(Debug, Clone)]
 pub struct WriteNonce {
@@ -83,24 +168,35 @@ impl SharedNonces {
         }
     }
 
+    /// The shared check of a request's nonce, ready to send (None with `auth.replay =
+    /// "local"`). A read sends it in front of its own commands ([`NonceCheck::add_to`]);
+    /// anything else, or a read whose commands do not go to Redis, sends it alone ([`run`]).
+    ///
+    /// [`run`]: SharedNonces::run
+    pub fn prepare(&self, seen: &Seen) -> Option<NonceCheck> {
+        self.shared.as_ref().map(|s| NonceCheck {
+            key: format!("{}n:{}", s.prefix, seen.timestamp),
+            member: seen.fingerprint.to_le_bytes(),
+            // A few seconds past the window, in case Redis's clock is behind ours.
+            expire_at: seen.until_s + 5,
+        })
+    }
+
     /// Records a request's nonce in Redis; refuses one another sidecar has seen.
     pub async fn check(&self, pools: &Pools, seen: Seen) -> Result<(), ApiError> {
-        let Some(s) = &self.shared else {
-            return Ok(());
-        };
-        let key = format!("{}n:{}", s.prefix, seen.timestamp);
+        match self.prepare(&seen) {
+            Some(check) => Self::run(pools, &check).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Sends a prepared check on its own.
+    pub async fn run(pools: &Pools, check: &NonceCheck) -> Result<(), ApiError> {
         let mut pipe = redis::pipe();
-        pipe.cmd("SADD")
-            .arg(&key)
-            .arg(&seen.fingerprint.to_le_bytes()[..])
-            // A few seconds past the window, in case Redis's clock is behind ours.
-            .cmd("EXPIREAT")
-            .arg(&key)
-            .arg(seen.until_s + 5)
-            .ignore();
+        check.add_to(&mut pipe);
         let reply = match pools.redis_async().await {
             Ok(Some(mut conn)) => {
-                let r = pipe.query_async::<(i64,)>(&mut conn).await;
+                let r = conn.query_pipe_each(&pipe).await;
                 if r.is_err() {
                     pools.drop_redis_async();
                 }
@@ -110,8 +206,9 @@ impl SharedNonces {
             Ok(None) | Err(_) => return Ok(()),
         };
         match reply {
-            Ok((1,)) => Ok(()),
-            Ok(_) => Err(ApiError::Replayed),
+            Ok(replies) => NonceCheck::verdict(&replies),
+            // Redis failing skips the check: the request goes on with its sidecar's own (a
+            // replayed read changes nothing, and writes have their row in Postgres).
             Err(e) => {
                 tracing::debug!(error = %e, "shared replay check skipped: redis failed");
                 Ok(())

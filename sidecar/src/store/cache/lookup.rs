@@ -1,6 +1,8 @@
 //! Lookups: many entries in one Redis round trip, versions read (or created) with them.
 
 use super::{classify, now_ms, token, Cache, Entry, Lookup, Observed, Probe, EPOCH_TAG};
+use crate::http::error::ApiError;
+use crate::store::nonces::NonceCheck;
 use crate::store::pools::Pools;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -18,7 +20,7 @@ impl Cache {
     /// Looks up many entries in one Redis round trip on a pooled connection (blocking).
     /// Answers in the order of `probes`.
     pub fn lookup_many(&self, pools: &Pools, probes: &[Probe<'_>]) -> Vec<Lookup> {
-        let Some(prepared) = self.prepare_lookup(pools, probes) else {
+        let Some(prepared) = self.prepare_lookup(pools, probes, None) else {
             return bypass(probes);
         };
         // redis_conn trips the breaker itself when it fails.
@@ -30,40 +32,60 @@ impl Cache {
     }
 
     /// The same lookup on this worker's multiplexed connection (no thread hop); None when
-    /// this worker has none, so the caller takes the pooled path.
+    /// this worker has none, so the caller takes the pooled path. A replay check given rides
+    /// in front of the lookup (one message to Redis); its verdict comes back when it was sent
+    /// and the pipeline answered.
     pub async fn lookup_many_async(
         &self,
         pools: &Pools,
         probes: &[Probe<'_>],
-    ) -> Option<Vec<Lookup>> {
+        check: Option<&NonceCheck>,
+    ) -> Option<(Option<Result<(), ApiError>>, Vec<Lookup>)> {
         // While the breaker is open the pooled path probes (and closes it): never claim the
         // probe here.
         if !pools.redis_breaker_closed() {
             return None;
         }
-        let Some(prepared) = self.prepare_lookup(pools, probes) else {
-            return Some(bypass(probes));
+        let Some(prepared) = self.prepare_lookup(pools, probes, check) else {
+            return Some((None, bypass(probes)));
         };
         let mut conn = match pools.redis_async().await {
             Ok(Some(c)) => c,
             Ok(None) => return None,
-            Err(_) => return Some(bypass(probes)),
+            Err(_) => return Some((None, bypass(probes))),
         };
-        let values = conn.query_pipe(&prepared.pipe).await;
+        let values = match check {
+            Some(_) => conn.query_pipe_each(&prepared.pipe).await,
+            None => conn.query_pipe(&prepared.pipe).await,
+        };
         if values.is_err() {
             pools.drop_redis_async();
         }
-        Some(self.read_lookup(pools, prepared, values))
+        let (verdict, values) = NonceCheck::split(check, values);
+        let values = values.and_then(|v| {
+            v.into_iter()
+                .map(|v| redis::from_redis_value(v).map_err(Into::into))
+                .collect()
+        });
+        Some((verdict, self.read_lookup(pools, prepared, values)))
     }
 
-    /// The pipeline of a lookup, or None when the cache is not usable now. Each version is
-    /// read with SET NX GET: an existing one is returned, a missing one is created with a
-    /// fresh token (the reply is then nil and the token ours).
-    fn prepare_lookup<'a>(&self, pools: &Pools, probes: &'a [Probe<'a>]) -> Option<Prepared<'a>> {
+    /// The pipeline of a lookup (behind `check`'s commands, if any), or None when the cache is
+    /// not usable now. Each version is read with SET NX GET: an existing one is returned, a
+    /// missing one is created with a fresh token (the reply is then nil and the token ours).
+    fn prepare_lookup<'a>(
+        &self,
+        pools: &Pools,
+        probes: &'a [Probe<'a>],
+        check: Option<&NonceCheck>,
+    ) -> Option<Prepared<'a>> {
         if probes.is_empty() || !self.usable(pools) {
             return None;
         }
         let mut pipe = redis::pipe();
+        if let Some(c) = check {
+            c.add_to(&mut pipe);
+        }
         let mut tag_names: BTreeSet<&str> = BTreeSet::from([EPOCH_TAG]);
         let entry_keys: Vec<String> = probes
             .iter()

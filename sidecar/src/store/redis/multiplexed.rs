@@ -50,6 +50,27 @@ impl AsyncConn {
     }
 }
 
+impl AsyncConn {
+    /// [`AsyncConn::query_pipe`] for a pipeline built with `ignore_errors()`: each command's
+    /// own error is its answer (a `Value::ServerError`), on a cluster too, where the pipeline
+    /// is split by slot and the flag would be lost.
+    pub async fn query_pipe_each(&mut self, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
+        match self {
+            AsyncConn::Single(c) => pipe.query_async(c).await,
+            AsyncConn::Cluster(c) => {
+                let keep = SlotPipes {
+                    keep_errors: true,
+                    atomic: false,
+                };
+                let by_slot = pipe
+                    .cmd_iter()
+                    .map(|cmd| (super::slot(first_key(cmd)), cmd.clone()));
+                send_by_slot(c, by_slot, keep).await
+            }
+        }
+    }
+}
+
 /// How the per-slot pipelines of [`send_by_slot`] are sent.
 #[derive(Default, Clone, Copy)]
 pub struct SlotPipes {
