@@ -1,0 +1,140 @@
+//! The shared replay check in Redis of a signed request (`SADD` to its signed second's set,
+//! then `EXPIREAT`), sent in front of a read's own pipeline or on its own.
+
+use super::SharedNonces;
+use crate::http::error::ApiError;
+use crate::http::replay::Seen;
+use crate::store::pools::Pools;
+use redis::{RedisResult, Value};
+
+/// The shared replay check of one request: SADD of its nonce's fingerprint to the set of its
+/// signed second (the reply is the verdict), then EXPIREAT of that set. It rides in front of a
+/// read's own pipeline, so both cost Redis one message, the sidecar one reply and one timer.
+#[must_use = "the shared replay check must run before the request takes effect"]
+pub struct NonceCheck {
+    key: String,
+    member: [u8; 16],
+    expire_at: u64,
+}
+
+impl NonceCheck {
+    /// How many replies its commands take at the front of a pipeline's answer. Neither
+    /// command is `ignore`d: a cluster connection splits a pipeline by slot, which keeps every
+    /// reply but not the marks.
+    pub const REPLIES: usize = 2;
+
+    /// Adds the check's commands to `pipe`, and has each command of `pipe` answer for itself
+    /// (`ignore_errors`), so a server's error to the request's own command cannot take the
+    /// verdict with it: send it with `AsyncConn::query_pipe_each`.
+    pub fn add_to(&self, pipe: &mut redis::Pipeline) {
+        pipe.ignore_errors();
+        pipe.cmd("SADD")
+            .arg(&self.key)
+            .arg(&self.member[..])
+            .cmd("EXPIREAT")
+            .arg(&self.key)
+            .arg(self.expire_at);
+    }
+
+    /// The verdict of a pipeline's answer whose first replies are this check's: 1 added (a
+    /// first sighting), 0 seen by some sidecar before.
+    pub fn verdict(replies: &[Value]) -> Result<(), ApiError> {
+        match replies {
+            [Value::Int(1), ..] => Ok(()),
+            [Value::Int(_), ..] => Err(ApiError::Replayed),
+            other => {
+                tracing::debug!(reply = ?other.first(), "shared replay check skipped: unexpected reply");
+                Ok(())
+            }
+        }
+    }
+
+    /// The verdict from the answer of a pipeline this check rode in front of (None without a
+    /// check), and the answers of the pipeline's other commands, each server error turned back
+    /// into an `Err`. A pipeline that failed as a whole (Redis down or hung, which trips the
+    /// breaker) skips the check, as [`SharedNonces::run`] does.
+    pub fn split(
+        check: Option<&NonceCheck>,
+        answer: RedisResult<Vec<Value>>,
+    ) -> (Option<Result<(), ApiError>>, RedisResult<Vec<Value>>) {
+        if check.is_none() {
+            return (None, answer);
+        }
+        match answer {
+            Ok(replies) => {
+                let front = Self::REPLIES.min(replies.len());
+                let verdict = Self::verdict(&replies[..front]);
+                let rest = replies.into_iter().skip(front).map(Value::extract_error);
+                (Some(verdict), rest.collect())
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "shared replay check skipped: redis failed");
+                (Some(Ok(())), Err(e))
+            }
+        }
+    }
+}
+
+/// The verdict of a check that rode in front of a read's commands (`sent`), or else the check
+/// run on its own (the read's commands did not go to Redis on the event loop).
+pub async fn settle(
+    pools: &Pools,
+    check: Option<NonceCheck>,
+    sent: Option<Result<(), ApiError>>,
+) -> Result<(), ApiError> {
+    match (sent, check) {
+        (Some(verdict), _) => verdict,
+        (None, Some(check)) => SharedNonces::run(pools, &check).await,
+        (None, None) => Ok(()),
+    }
+}
+
+impl SharedNonces {
+    /// The shared check of a request's nonce, ready to send (None with `auth.replay =
+    /// "local"`). A read sends it in front of its own commands ([`NonceCheck::add_to`]);
+    /// anything else, or a read whose commands do not go to Redis, sends it alone ([`run`]).
+    ///
+    /// [`run`]: SharedNonces::run
+    pub fn prepare(&self, seen: &Seen) -> Option<NonceCheck> {
+        self.shared.as_ref().map(|s| NonceCheck {
+            key: format!("{}n:{}", s.prefix, seen.timestamp),
+            member: seen.fingerprint.to_le_bytes(),
+            // A few seconds past the window, in case Redis's clock is behind ours.
+            expire_at: seen.until_s + 5,
+        })
+    }
+
+    /// Records a request's nonce in Redis; refuses one another sidecar has seen.
+    pub async fn check(&self, pools: &Pools, seen: Seen) -> Result<(), ApiError> {
+        match self.prepare(&seen) {
+            Some(check) => Self::run(pools, &check).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Sends a prepared check on its own.
+    pub async fn run(pools: &Pools, check: &NonceCheck) -> Result<(), ApiError> {
+        let mut pipe = redis::pipe();
+        check.add_to(&mut pipe);
+        let reply = match pools.redis_async().await {
+            Ok(Some(mut conn)) => {
+                let r = conn.query_pipe_each(&pipe).await;
+                if r.is_err() {
+                    pools.drop_redis_async();
+                }
+                r
+            }
+            // No multiplexed connection while the breaker is open: Redis is down.
+            Ok(None) | Err(_) => return Ok(()),
+        };
+        match reply {
+            Ok(replies) => NonceCheck::verdict(&replies),
+            // Redis failing skips the check: the request goes on with its sidecar's own (a
+            // replayed read changes nothing, and writes have their row in Postgres).
+            Err(e) => {
+                tracing::debug!(error = %e, "shared replay check skipped: redis failed");
+                Ok(())
+            }
+        }
+    }
+}
