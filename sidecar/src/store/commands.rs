@@ -178,6 +178,9 @@ pub async fn run_checked(
         Err(e) => return (None, Err(e)),
     };
     if let Some(mut conn) = conn {
+        // On a cluster a lone MGET over many slots is split by the cluster client; in a
+        // pipeline it would go whole to its first key's slot. So there the check goes alone.
+        let check = check.filter(|_| !pools.redis_cluster());
         let Prepared { pipe, answer } = prepare(cache, cmd, check);
         let values = match check {
             Some(_) => conn.query_pipe_each(&pipe).await,
