@@ -54,6 +54,18 @@ fn malformed_and_mistyped_bodies_are_400_naming_the_field() {
             None,
         ),
         (
+            "bytes after the object",
+            br#"{"sql": "SELECT 1"} junk"#.to_vec(),
+            "bad_request",
+            None,
+        ),
+        (
+            "a second object",
+            br#"{"sql": "SELECT 1"}{"sql": "SELECT 2"}"#.to_vec(),
+            "bad_request",
+            None,
+        ),
+        (
             "invalid utf-8",
             b"{\"sql\": \"SELECT \xff\"}".to_vec(),
             "bad_request",

@@ -16,20 +16,27 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if let Ok(t) = serde_json::from_slice(body) {
         return Ok(t);
     }
-    let de = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(de).map_err(|e| {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let t = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
-        let inner = e.into_inner();
         let field = (path != ".").then_some(path);
-        let message = match (&field, inner.classify()) {
-            (_, serde_json::error::Category::Syntax | serde_json::error::Category::Eof) => {
-                format!("the body is not valid JSON ({inner})")
-            }
-            (Some(f), _) => format!("{f}: {inner}"),
-            (None, _) => inner.to_string(),
-        };
-        ApiError::BadRequest { message, field }
-    })
+        refusal(e.into_inner(), field)
+    })?;
+    // What the plain parse refused may be a well-formed value with bytes after it
+    // (`{...} junk`): `end` refuses those, as `from_slice` does.
+    de.end().map_err(|e| refusal(e, None))?;
+    Ok(t)
+}
+
+fn refusal(inner: serde_json::Error, field: Option<String>) -> ApiError {
+    let message = match (&field, inner.classify()) {
+        (_, serde_json::error::Category::Syntax | serde_json::error::Category::Eof) => {
+            format!("the body is not valid JSON ({inner})")
+        }
+        (Some(f), _) => format!("{f}: {inner}"),
+        (None, _) => inner.to_string(),
+    };
+    ApiError::BadRequest { message, field }
 }
 
 #[cfg(test)]
@@ -47,6 +54,8 @@ mod tests {
         }
         assert!(parse::<QueryRequest>(b"{not json").is_err());
         assert!(parse::<QueryRequest>(b"").is_err());
+        assert!(parse::<QueryRequest>(br#"{"sql": "x"} junk"#).is_err());
+        assert!(parse::<QueryRequest>(br#"{"sql": "x"}  "#).is_ok());
         assert!(parse::<QueryRequest>(br#"{"sql": "x", "extra": 1}"#).is_err());
     }
 }
