@@ -5,6 +5,7 @@
 
 mod env;
 mod ferry;
+mod precise_sleep;
 mod proxy;
 mod report;
 mod resp;

@@ -52,22 +52,6 @@ impl Drop for LatencyProxy {
     }
 }
 
-/// tokio's timer has a 1 ms granularity and rounds up, which would add up to a millisecond per
-/// direction; so sleep coarsely to within 2 ms of `due`, then yield until it.
-async fn sleep_precisely_until(due: Instant) {
-    const SPIN: Duration = Duration::from_millis(2);
-    let now = Instant::now();
-    if due <= now {
-        return;
-    }
-    if due - now > SPIN {
-        tokio::time::sleep_until(due - SPIN).await;
-    }
-    while Instant::now() < due {
-        tokio::task::yield_now().await;
-    }
-}
-
 /// Copies one direction, each chunk delivered `delay` after it was read (or after
 /// `not_before`, when it was read earlier).
 async fn pipe(
@@ -79,7 +63,7 @@ async fn pipe(
     let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
     let writer = async move {
         while let Some((due, chunk)) = rx.recv().await {
-            sleep_precisely_until(due).await;
+            crate::precise_sleep::until(due.into_std()).await;
             if to.write_all(&chunk).await.is_err() {
                 break;
             }
