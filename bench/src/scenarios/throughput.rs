@@ -6,7 +6,7 @@
 //! the sidecar holds 2,000 open connections (its peak RSS is the scenario's).
 
 use super::{Measurement, Plan};
-use crate::env::{pgbench, proc_stat, tree_cpu_ticks};
+use crate::env::{await_reaped, child_count, pgbench, proc_stat, tree_cpu_ticks};
 use crate::ferry::Ferry;
 use crate::Ctx;
 use rand::Rng;
@@ -183,6 +183,7 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
     out.push(row("query: Ferry uncached (/sql, Neon protocol)", rate, c));
 
     ctx.step("throughput: pgbench -S");
+    let backends_before = child_count(ctx.pg_pid);
     let pg_before = tree_cpu_ticks(ctx.pg_pid);
     let pb = Command::new(pgbench())
         .args([
@@ -206,6 +207,7 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
         ])
         .env("PGPASSWORD", &ctx.pg_password)
         .output();
+    await_reaped(ctx.pg_pid, backends_before);
     let pg_ticks = tree_cpu_ticks(ctx.pg_pid).saturating_sub(pg_before);
     let stdout = pb
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
