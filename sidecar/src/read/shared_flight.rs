@@ -9,18 +9,20 @@ use crate::http::error::ApiError;
 use crate::read::engine::{lookup_many, Reads};
 use crate::read::flight::Fetched;
 use crate::read::plan::ReadPlan;
-use crate::store::cache::Lookup;
+use crate::store::cache::{Lookup, Probe};
 use crate::store::leases::Lease;
 use std::future::Future;
 use std::pin::Pin;
 
 pub type Fill = Pin<Box<dyn Future<Output = Result<Fetched, ApiError>>>>;
 
-/// `work` (a fill of `plan`) behind the read's lease. Once the lease is answered, the entry is
-/// looked up again: another sidecar may have filled it (and let its lease go) since this read
-/// looked, and then nothing runs. The second lookup must follow the lease's answer, not travel
-/// with it: sent together, Redis may run it first and miss a fill that lands in between (a
-/// refresh ran twice in `single_flight_across_sidecars.rs` that way).
+/// `work` (a fill of `plan`) behind the read's lease. Behind the lease, the entry is looked up
+/// again: another sidecar may have filled it (and let its lease go) since this read looked,
+/// and then nothing runs. The second lookup must run after the lease's `SET`: run first, it
+/// can miss a fill that lands in between (a refresh ran twice in
+/// `single_flight_across_sidecars.rs` when the two were sent apart and unordered). On a single
+/// Redis both go in one message on one connection, which Redis runs in order (one round trip);
+/// on a cluster the lookup waits for the lease's answer.
 pub fn leased(
     state: &Reads,
     plan: &ReadPlan,
@@ -34,8 +36,7 @@ pub fn leased(
                 return work().await;
             }
             let deadline = s.blocking.timeout();
-            let lease = s.leases.acquire(&s.pools, &identity).await;
-            let found = fresh(&s, &plan).await;
+            let (lease, found) = lease_then_lookup(&s, &plan, &identity).await;
             match (lease, found) {
                 (Lease::Held { key, token }, found) => {
                     let out = match found {
@@ -73,10 +74,33 @@ pub fn leased(
     }
 }
 
+/// The read's lease tried, then its entry looked up (see [`leased`]).
+async fn lease_then_lookup(s: &Reads, plan: &ReadPlan, identity: &str) -> (Lease, Option<Fetched>) {
+    let Some(attempt) = s.leases.attempt(identity) else {
+        return (Lease::Unavailable, fresh(s, plan).await);
+    };
+    if let Some(c) = &plan.cache {
+        let probe = Probe {
+            key: &c.key,
+            fingerprint: &c.fingerprint,
+            tags: &c.tags,
+        };
+        if let Some((reply, found)) = s.cache.lookup_behind(&s.pools, &probe, &attempt).await {
+            return (attempt.settle(reply), hit(found));
+        }
+    }
+    let lease = attempt.send(&s.pools).await;
+    (lease, fresh(s, plan).await)
+}
+
 /// The read's entry, when it is a fresh hit now (checked against the current versions).
 async fn fresh(s: &Reads, plan: &ReadPlan) -> Option<Fetched> {
-    match lookup_many(s, &[plan]).await.ok()?.pop() {
-        Some(Some(Lookup::Hit { rows, .. })) => Some(Fetched {
+    hit(lookup_many(s, &[plan]).await.ok()?.pop()??)
+}
+
+fn hit(found: Lookup) -> Option<Fetched> {
+    match found {
+        Lookup::Hit { rows, .. } => Some(Fetched {
             rows,
             too_large: false,
         }),

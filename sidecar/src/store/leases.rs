@@ -67,6 +67,59 @@ pub enum Lease {
     Unavailable,
 }
 
+/// A lease asked for, not yet sent: its `SET NX PX` goes out on its own ([`Attempt::send`]) or
+/// in front of other commands ([`Attempt::add_to`], then [`Attempt::settle`] with its reply).
+pub struct Attempt {
+    key: String,
+    token: String,
+    waiter: Waiter,
+}
+
+impl Attempt {
+    /// Adds the lease's `SET NX PX` to `pipe`.
+    pub fn add_to(&self, pipe: &mut redis::Pipeline) {
+        pipe.cmd("SET")
+            .arg(&self.key)
+            .arg(&self.token)
+            .arg("NX")
+            .arg("PX")
+            .arg(LEASE.as_millis() as u64);
+    }
+
+    /// Sends the `SET` on its own.
+    pub async fn send(self, pools: &Pools) -> Lease {
+        let Ok(Some(mut conn)) = pools.redis_async().await else {
+            return Lease::Unavailable;
+        };
+        let mut pipe = redis::pipe();
+        self.add_to(&mut pipe);
+        match conn.query_pipe_each(&pipe).await {
+            Ok(replies) => self.settle(replies.into_iter().next()),
+            Err(e) => {
+                pools.drop_redis_async();
+                tracing::debug!(error = %e, "no fill lease: redis failed");
+                Lease::Unavailable
+            }
+        }
+    }
+
+    /// What the `SET`'s reply means: OK, ours; nil, another sidecar's; anything else (an
+    /// error, no reply) leaves the fill without a lease.
+    pub fn settle(self, reply: Option<redis::Value>) -> Lease {
+        match reply {
+            Some(redis::Value::Okay) => Lease::Held {
+                key: self.key,
+                token: self.token,
+            },
+            Some(redis::Value::Nil) => Lease::Taken(self.waiter),
+            other => {
+                tracing::debug!(reply = ?other, "no fill lease: unexpected reply");
+                Lease::Unavailable
+            }
+        }
+    }
+}
+
 pub struct Waiter {
     key: String,
     rx: watch::Receiver<bool>,
@@ -94,8 +147,16 @@ impl Leases {
 
     /// Tries the lease of the read `identity` (`CachePlan::flight_identity`).
     pub async fn acquire(self: &Arc<Self>, pools: &Pools, identity: &str) -> Lease {
+        match self.attempt(identity) {
+            Some(attempt) => attempt.send(pools).await,
+            None => Lease::Unavailable,
+        }
+    }
+
+    /// The lease of the read `identity`, ready to send (None when misses are not shared).
+    pub fn attempt(self: &Arc<Self>, identity: &str) -> Option<Attempt> {
         if !self.enabled {
-            return Lease::Unavailable;
+            return None;
         }
         let digest = hex::encode(Sha256::digest(identity.as_bytes()));
         let key = format!("{}lease:{}", self.prefix, &digest[..32]);
@@ -110,27 +171,8 @@ impl Leases {
             rx,
             leases: self.clone(),
         };
-        let Ok(Some(mut conn)) = pools.redis_async().await else {
-            return Lease::Unavailable;
-        };
         let token = hex::encode(rand::random::<[u8; 16]>());
-        let set = redis::cmd("SET")
-            .arg(&key)
-            .arg(&token)
-            .arg("NX")
-            .arg("PX")
-            .arg(LEASE.as_millis() as u64)
-            .query_async::<Option<String>>(&mut conn)
-            .await;
-        match set {
-            Ok(Some(_)) => Lease::Held { key, token },
-            Ok(None) => Lease::Taken(waiter),
-            Err(e) => {
-                pools.drop_redis_async();
-                tracing::debug!(error = %e, "no fill lease: redis failed");
-                Lease::Unavailable
-            }
-        }
+        Some(Attempt { key, token, waiter })
     }
 
     /// Keeps the lease while the fill runs (never returns: drop it when the fill is done).

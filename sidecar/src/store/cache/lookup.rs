@@ -2,8 +2,11 @@
 
 use super::{classify, now_ms, token, Cache, Entry, Lookup, Observed, Probe, EPOCH_TAG};
 use crate::http::error::ApiError;
+use crate::store::leases::Attempt;
 use crate::store::nonces::NonceCheck;
 use crate::store::pools::Pools;
+use crate::store::redis::AsyncConn;
+use redis::{RedisResult, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A lookup pipeline built, waiting for Redis' answer.
@@ -20,7 +23,7 @@ impl Cache {
     /// Looks up many entries in one Redis round trip on a pooled connection (blocking).
     /// Answers in the order of `probes`.
     pub fn lookup_many(&self, pools: &Pools, probes: &[Probe<'_>]) -> Vec<Lookup> {
-        let Some(prepared) = self.prepare_lookup(pools, probes, None) else {
+        let Some(prepared) = self.prepare_lookup(pools, probes, |_| ()) else {
             return bypass(probes);
         };
         // redis_conn trips the breaker itself when it fails.
@@ -46,7 +49,12 @@ impl Cache {
         if !pools.redis_breaker_closed() {
             return None;
         }
-        let Some(prepared) = self.prepare_lookup(pools, probes, check) else {
+        let front = |pipe: &mut redis::Pipeline| {
+            if let Some(c) = check {
+                c.add_to(pipe);
+            }
+        };
+        let Some(prepared) = self.prepare_lookup(pools, probes, front) else {
             return Some((None, bypass(probes)));
         };
         let mut conn = match pools.redis_async().await {
@@ -70,22 +78,64 @@ impl Cache {
         Some((verdict, self.read_lookup(pools, prepared, values)))
     }
 
-    /// The pipeline of a lookup (behind `check`'s commands, if any), or None when the cache is
-    /// not usable now. Each version is read with SET NX GET: an existing one is returned, a
-    /// missing one is created with a fresh token (the reply is then nil and the token ours).
+    /// One lookup behind a fill lease's `SET NX`, in one message to a single Redis, which
+    /// runs the lookup after the `SET`: it sees every fill whose lease was let go before ours
+    /// was taken (a holder releases only after its write-back). The lease's reply comes first.
+    /// None when they cannot go together (a cluster keeps the lease and the entry on different
+    /// nodes, which order nothing between them; no multiplexed connection here; the cache not
+    /// usable now): the caller then sends the lease, and looks up after its answer.
+    pub async fn lookup_behind(
+        &self,
+        pools: &Pools,
+        probe: &Probe<'_>,
+        lease: &Attempt,
+    ) -> Option<(Option<Value>, Lookup)> {
+        if !pools.redis_breaker_closed() {
+            return None;
+        }
+        let probes = std::slice::from_ref(probe);
+        let prepared = self.prepare_lookup(pools, probes, |pipe| {
+            pipe.ignore_errors();
+            lease.add_to(pipe);
+        })?;
+        let mut conn = match pools.redis_async().await {
+            Ok(Some(c @ AsyncConn::Single(_))) => c,
+            _ => return None,
+        };
+        let values = conn.query_pipe_each(&prepared.pipe).await;
+        if values.is_err() {
+            pools.drop_redis_async();
+        }
+        let (reply, values) = match values {
+            Ok(v) => {
+                let mut v = v.into_iter();
+                let reply = v.next();
+                let rest: RedisResult<Vec<Option<Vec<u8>>>> = v
+                    .map(|v| redis::from_redis_value(v.extract_error()?).map_err(Into::into))
+                    .collect();
+                (reply, rest)
+            }
+            Err(e) => (None, Err(e)),
+        };
+        let found = self.read_lookup(pools, prepared, values).pop()?;
+        Some((reply, found))
+    }
+
+    /// The pipeline of a lookup (behind what `front` adds: a replay check, a fill lease), or
+    /// None when the cache is not usable now. Each version is read with SET NX GET: an existing
+    /// one is returned, a missing one is created with a fresh token (the reply is then nil and
+    /// the token ours).
     fn prepare_lookup<'a>(
         &self,
         pools: &Pools,
         probes: &'a [Probe<'a>],
-        check: Option<&NonceCheck>,
+        front: impl FnOnce(&mut redis::Pipeline),
     ) -> Option<Prepared<'a>> {
         if probes.is_empty() || !self.usable(pools) {
             return None;
         }
         let mut pipe = redis::pipe();
-        if let Some(c) = check {
-            c.add_to(&mut pipe);
-        }
+        front(&mut pipe);
         let mut tag_names: BTreeSet<&str> = BTreeSet::from([EPOCH_TAG]);
         let entry_keys: Vec<String> = probes
             .iter()

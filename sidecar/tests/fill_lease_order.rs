@@ -1,0 +1,61 @@
+//! A miss looks its entry up again behind its fill lease, and that second lookup reaches Redis
+//! after the lease's `SET`, never before: run first, it could miss another sidecar's fill
+//! whose lease was let go in between, and the same query would run twice. Redis's own log of
+//! the commands it ran (MONITOR) judges, for a miss through the sidecar binary.
+use ferry_testkit::{PgServer, RedisServer, SidecarProcess};
+use serde_json::json;
+use std::process::Stdio;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
+
+/// The commands Redis ran for its clients (not inside scripts), in order, until it has been
+/// quiet for half a second.
+fn monitored(mut conn: redis::Connection) -> Vec<String> {
+    conn.set_read_timeout(Some(Duration::from_millis(500)))
+        .expect("read timeout");
+    let mut lines = Vec::new();
+    while let Ok(v) = conn.recv_response() {
+        if let Ok(line) = redis::from_redis_value::<String>(v) {
+            if !line.contains(" lua]") {
+                lines.push(line);
+            }
+        }
+    }
+    lines
+}
+
+#[test]
+fn a_miss_looks_again_only_after_its_lease_is_taken() {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    pg.setup_demo_schema();
+    let s = SidecarProcess::start(BIN, &redis.url(), &pg.url(), &[], Stdio::null());
+    let mut monitor = redis.conn();
+    redis::cmd("MONITOR")
+        .exec(&mut monitor)
+        .expect("MONITOR is answered");
+
+    let req = json!({"sql": "SELECT ferry_test_touch() AS n", "cache": {"ttl_s": 60}});
+    let a = s.client.query(req.clone());
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(a.body["cache"], "miss");
+    let log = monitored(monitor);
+
+    let lease = log
+        .iter()
+        .position(|l| l.contains("\"SET\"") && l.contains(":lease:") && l.contains("\"NX\""))
+        .unwrap_or_else(|| panic!("no fill lease taken; Redis ran:\n{}", log.join("\n")));
+    let write_back = log
+        .iter()
+        .position(|l| l.contains("\"EVAL"))
+        .unwrap_or_else(|| panic!("no write-back; Redis ran:\n{}", log.join("\n")));
+    let looked_before = log[..lease].iter().any(|l| l.contains("\"GET\""));
+    let looked_after = log[lease..write_back].iter().any(|l| l.contains("\"GET\""));
+    assert!(
+        looked_before && looked_after,
+        "expected a lookup, the lease, a lookup behind it, then the write-back; Redis ran:\n{}",
+        log.join("\n")
+    );
+    assert_eq!(pg.reads(), 1, "one query ran on Postgres");
+}
