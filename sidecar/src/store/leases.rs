@@ -145,15 +145,8 @@ impl Leases {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Tries the lease of the read `identity` (`CachePlan::flight_identity`).
-    pub async fn acquire(self: &Arc<Self>, pools: &Pools, identity: &str) -> Lease {
-        match self.attempt(identity) {
-            Some(attempt) => attempt.send(pools).await,
-            None => Lease::Unavailable,
-        }
-    }
-
-    /// The lease of the read `identity`, ready to send (None when misses are not shared).
+    /// The lease of the read `identity` (`CachePlan::flight_identity`), ready to send (None
+    /// when misses are not shared).
     pub fn attempt(self: &Arc<Self>, identity: &str) -> Option<Attempt> {
         if !self.enabled {
             return None;
