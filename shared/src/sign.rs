@@ -104,13 +104,59 @@ pub fn canonical_string(
     )
 }
 
-fn mac_for(secret: &[u8], canonical: &str) -> HmacSha256 {
+/// The MAC of [`canonical_string`]'s bytes, fed to HMAC piece by piece: no string is built,
+/// which a verifier does for every request under every accepted secret.
+fn mac_for(
+    secret: &[u8],
+    timestamp: u64,
+    nonce: &str,
+    method: &str,
+    path_and_query: &str,
+    digest: &[u8; 64],
+) -> HmacSha256 {
     // HMAC accepts keys of any length, so new_from_slice cannot fail; the fallback keeps this
     // function total without an unwrap.
     let mut mac = HmacSha256::new_from_slice(secret)
         .unwrap_or_else(|_| <HmacSha256 as Mac>::new(&Default::default()));
-    mac.update(canonical.as_bytes());
+    let mut digits = [0u8; 20];
+    mac.update(decimal(timestamp, &mut digits));
+    mac.update(b"\n");
+    mac.update(nonce.as_bytes());
+    mac.update(b"\n");
+    // Upper-cased through a small buffer (methods are short tokens, usually upper-case already).
+    for chunk in method.as_bytes().chunks(16) {
+        let mut upper = [0u8; 16];
+        let upper = &mut upper[..chunk.len()];
+        upper.copy_from_slice(chunk);
+        upper.make_ascii_uppercase();
+        mac.update(upper);
+    }
+    mac.update(b"\n");
+    mac.update(path_and_query.as_bytes());
+    mac.update(b"\n");
+    mac.update(digest);
     mac
+}
+
+/// `n` in decimal, as `format!("{n}")` writes it, into `buf`.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+/// [`body_digest`] into a buffer.
+fn body_digest_hex(body: &[u8]) -> [u8; 64] {
+    let mut out = [0u8; 64];
+    // 32 bytes always fit 64 hex digits, so this cannot fail.
+    let _ = hex::encode_to_slice(Sha256::digest(body), &mut out);
+    out
 }
 
 /// Signs one request. `nonce` must be 16-64 hex characters of fresh randomness (the caller
@@ -123,8 +169,10 @@ pub fn sign(
     path_and_query: &str,
     body: &[u8],
 ) -> SignatureHeaders {
-    let canonical = canonical_string(timestamp, nonce, method, path_and_query, body);
-    let tag = mac_for(secret, &canonical).finalize().into_bytes();
+    let digest = body_digest_hex(body);
+    let tag = mac_for(secret, timestamp, nonce, method, path_and_query, &digest)
+        .finalize()
+        .into_bytes();
     SignatureHeaders {
         timestamp: timestamp.to_string(),
         nonce: nonce.to_string(),
@@ -179,7 +227,7 @@ fn check_nonce(s: &str) -> Result<(), SignError> {
     }
 }
 
-fn parse_signature(s: &str) -> Result<Vec<u8>, SignError> {
+fn parse_signature(s: &str) -> Result<[u8; 32], SignError> {
     let hex_part = s
         .strip_prefix(SIGNATURE_PREFIX)
         .ok_or(SignError::Malformed(HEADER_SIGNATURE))?;
@@ -187,7 +235,9 @@ fn parse_signature(s: &str) -> Result<Vec<u8>, SignError> {
     if hex_part.len() != 64 {
         return Err(SignError::Malformed(HEADER_SIGNATURE));
     }
-    hex::decode(hex_part).map_err(|_| SignError::Malformed(HEADER_SIGNATURE))
+    let mut tag = [0u8; 32];
+    hex::decode_to_slice(hex_part, &mut tag).map_err(|_| SignError::Malformed(HEADER_SIGNATURE))?;
+    Ok(tag)
 }
 
 /// The cheap checks, made before the body is read: header formats and the clock window.
@@ -196,7 +246,7 @@ pub fn check_headers(
     headers: &SignatureHeaders,
     now_s: u64,
     max_skew_s: u64,
-) -> Result<(u64, Vec<u8>), SignError> {
+) -> Result<(u64, [u8; 32]), SignError> {
     let timestamp = parse_timestamp(&headers.timestamp)?;
     check_nonce(&headers.nonce)?;
     let tag = parse_signature(&headers.signature)?;
@@ -219,8 +269,8 @@ pub struct SignedRequest<'a> {
 /// Verifies a request statelessly: header formats, the clock window, then the MAC under each
 /// accepted secret (more than one during a secret rotation). The MAC comparison is
 /// constant-time (`hmac`'s `verify_slice`).
-pub fn verify(
-    secrets: &[&[u8]],
+pub fn verify<S: AsRef<[u8]>>(
+    secrets: &[S],
     req: &SignedRequest<'_>,
     now_s: u64,
     max_skew_s: u64,
@@ -231,24 +281,26 @@ pub fn verify(
 
 /// [`verify`] for a request whose headers [`check_headers`] has already passed (a server
 /// checks them before reading the body): `checked` is what that call returned.
-pub fn verify_checked(
-    secrets: &[&[u8]],
+pub fn verify_checked<S: AsRef<[u8]>>(
+    secrets: &[S],
     req: &SignedRequest<'_>,
-    checked: &(u64, Vec<u8>),
+    checked: &(u64, [u8; 32]),
 ) -> Result<Verified, SignError> {
     let headers = req.headers;
     let (timestamp, tag) = (checked.0, &checked.1);
-    let canonical = canonical_string(
-        timestamp,
-        &headers.nonce,
-        req.method,
-        req.path_and_query,
-        req.body,
-    );
+    let digest = body_digest_hex(req.body);
     // Every secret is tried, even after a match, so timing does not reveal which one matched.
     let mut matched = None;
     for (i, secret) in secrets.iter().enumerate() {
-        if mac_for(secret, &canonical).verify_slice(tag).is_ok() && matched.is_none() {
+        let mac = mac_for(
+            secret.as_ref(),
+            timestamp,
+            &headers.nonce,
+            req.method,
+            req.path_and_query,
+            &digest,
+        );
+        if mac.verify_slice(tag).is_ok() && matched.is_none() {
             matched = Some(i);
         }
     }

@@ -3,6 +3,7 @@
 
 use crate::http::error::ApiError;
 use crate::http::replay::{NonceStore, Seen};
+use actix_web::http::header::HeaderName;
 use actix_web::{web, HttpRequest};
 use bytes::{Bytes, BytesMut};
 use ferry_shared::sign::{self, HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP};
@@ -34,21 +35,22 @@ fn now_s() -> u64 {
         .unwrap_or(0)
 }
 
-fn header<'a>(req: &'a HttpRequest, name: &str) -> Result<Option<&'a str>, ApiError> {
+// Looked up by a name made once: a `&str` name is parsed and validated on every lookup.
+const TIMESTAMP: HeaderName = HeaderName::from_static(HEADER_TIMESTAMP);
+const NONCE: HeaderName = HeaderName::from_static(HEADER_NONCE);
+const SIGNATURE: HeaderName = HeaderName::from_static(HEADER_SIGNATURE);
+
+fn header<'a>(req: &'a HttpRequest, name: &HeaderName) -> Result<Option<&'a str>, ApiError> {
     match req.headers().get(name) {
         None => Ok(None),
-        Some(v) => v
-            .to_str()
-            .map(Some)
-            .map_err(|_| ApiError::Auth(sign::SignError::Malformed(static_name(name)))),
-    }
-}
-
-fn static_name(name: &str) -> &'static str {
-    match name {
-        HEADER_TIMESTAMP => HEADER_TIMESTAMP,
-        HEADER_NONCE => HEADER_NONCE,
-        _ => HEADER_SIGNATURE,
+        Some(v) => v.to_str().map(Some).map_err(|_| {
+            // The constants' own names, as the refusal's message wants them (&'static).
+            let name = [HEADER_TIMESTAMP, HEADER_NONCE, HEADER_SIGNATURE]
+                .into_iter()
+                .find(|n| *n == name.as_str())
+                .unwrap_or(HEADER_SIGNATURE);
+            ApiError::Auth(sign::SignError::Malformed(name))
+        }),
     }
 }
 
@@ -95,9 +97,9 @@ impl Verifier {
         payload: web::Payload,
     ) -> Result<(Bytes, Signer), ApiError> {
         let headers = sign::parse_headers(
-            header(req, HEADER_TIMESTAMP)?,
-            header(req, HEADER_NONCE)?,
-            header(req, HEADER_SIGNATURE)?,
+            header(req, &TIMESTAMP)?,
+            header(req, &NONCE)?,
+            header(req, &SIGNATURE)?,
         )
         .map_err(ApiError::Auth)?;
         let now = now_s();
@@ -110,14 +112,14 @@ impl Verifier {
             .uri()
             .path_and_query()
             .map_or_else(|| req.path(), |pq| pq.as_str());
-        let secrets: Vec<&[u8]> = self.secrets.iter().map(Vec::as_slice).collect();
         let signed = sign::SignedRequest {
             headers: &headers,
             method: req.method().as_str(),
             path_and_query,
             body: &body,
         };
-        let verified = sign::verify_checked(&secrets, &signed, &checked).map_err(ApiError::Auth)?;
+        let verified =
+            sign::verify_checked(&self.secrets, &signed, &checked).map_err(ApiError::Auth)?;
         let nonce = self
             .nonces
             .check_and_insert(&verified.nonce, verified.timestamp, now)?;
@@ -159,6 +161,11 @@ impl Verifier {
             }
             Ok(buf.freeze())
         };
+        let mut read = std::pin::pin!(read);
+        // A body that came whole with the headers (the usual case) needs no timer.
+        if let Some(done) = futures_util::FutureExt::now_or_never(read.as_mut()) {
+            return done;
+        }
         tokio::time::timeout(self.body_timeout, read)
             .await
             .map_err(|_| ApiError::bad_request("the body was not received in time"))?

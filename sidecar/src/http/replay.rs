@@ -50,7 +50,16 @@ struct Bucket {
 /// 128 bits of SHA-256 of the lower-cased nonce: fixed size whatever the nonce's length, and
 /// no two nonces collide in practice ("ABCD..." and "abcd..." are the same random number).
 pub(crate) fn fingerprint(nonce: &str) -> u128 {
-    let digest = Sha256::digest(nonce.to_ascii_lowercase().as_bytes());
+    // Lower-cased on the stack: a checked nonce has at most NONCE_MAX_LEN characters.
+    let mut buf = [0u8; ferry_shared::sign::NONCE_MAX_LEN];
+    let digest = match buf.get_mut(..nonce.len()) {
+        Some(lower) => {
+            lower.copy_from_slice(nonce.as_bytes());
+            lower.make_ascii_lowercase();
+            Sha256::digest(lower)
+        }
+        None => Sha256::digest(nonce.to_ascii_lowercase().as_bytes()),
+    };
     let mut first = [0u8; 16];
     first.copy_from_slice(&digest[..16]);
     u128::from_le_bytes(first)

@@ -192,9 +192,9 @@ fn parse_json<T: serde::de::DeserializeOwned>(
 ) -> Result<T, ApiError> {
     // Absent is fine (the body must still be JSON); anything but JSON is refused.
     if let Some(ct) = req.headers().get(actix_web::http::header::CONTENT_TYPE) {
-        let ct = ct.to_str().unwrap_or_default().to_ascii_lowercase();
+        let ct = ct.to_str().unwrap_or_default();
         let essence = ct.split(';').next().unwrap_or_default().trim();
-        if essence != "application/json" {
+        if !essence.eq_ignore_ascii_case("application/json") {
             return Err(ApiError::UnsupportedMediaType);
         }
     }

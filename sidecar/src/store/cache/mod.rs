@@ -138,8 +138,25 @@ pub fn now_ms() -> u64 {
 }
 
 /// A fresh version token: 128 random bits, never reused in practice.
+/// Feeds what is written to a hash (for serde_json::to_writer; it never fails).
+struct Hashing<'a>(&'a mut Sha256);
+
+impl std::io::Write for Hashing<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// 128 random bits as 32 hex digits (what `{:032x}` writes, without the formatter).
 fn token() -> String {
-    format!("{:032x}", rand::random::<u128>())
+    let mut hex = [0u8; 32];
+    let _ = hex::encode_to_slice(rand::random::<u128>().to_be_bytes(), &mut hex);
+    hex.iter().map(|&b| b as char).collect()
 }
 
 impl Cache {
@@ -194,8 +211,9 @@ impl Cache {
             h.update((part.len() as u64).to_le_bytes());
             h.update(part.as_bytes());
         }
-        // serde_json writes a Value the same way every time (object keys sorted).
-        h.update(Value::Array(params.to_vec()).to_string().as_bytes());
+        // serde_json writes a Value the same way every time (object keys sorted); a slice
+        // serializes as the array of its values, written straight into the hash.
+        let _ = serde_json::to_writer(Hashing(&mut h), params);
         hex::encode(h.finalize())
     }
 
@@ -275,6 +293,34 @@ mod tests {
         );
         assert!(Cache::logical_key(&a, None).starts_with(HASH_KEY_PREFIX));
         assert_eq!(Cache::logical_key(&a, Some("item:1")), "item:1");
+    }
+
+    #[test]
+    fn tokens_are_32_lowercase_hex_digits_and_fresh() {
+        let (a, b) = (token(), token());
+        assert_ne!(a, b);
+        for t in [a, b] {
+            assert_eq!(t.len(), 32, "{t}");
+            assert!(
+                t.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')),
+                "{t}"
+            );
+        }
+    }
+
+    #[test]
+    fn fingerprints_do_not_change_across_versions() {
+        // Pinned: sidecars of two versions share one Redis during a rolling deploy, and a
+        // fingerprint that changed would orphan every entry.
+        let params = [
+            json!(1),
+            json!("x\u{e9}\"y"),
+            json!({"b": [1.5, null], "a": true}),
+        ];
+        assert_eq!(
+            Cache::fingerprint_in(&["as", "alice"], "select $1, $2, $3", &params),
+            "2dc8646e1ec4fc845af0aa610d23d6542adbf02f6a7d38f1a997b0bf6568bda3"
+        );
     }
 
     #[test]
