@@ -3,6 +3,7 @@
 
 use super::Config;
 use crate::http::error::ApiError;
+use std::fmt::Display;
 
 /// Most tags one read may carry.
 pub const MAX_TAGS: usize = 32;
@@ -43,17 +44,17 @@ impl Limits {
     }
 
     /// A cache key or tag: 1 to `cache.max_key_bytes` bytes, no control characters.
-    pub fn key(&self, field: &str, key: &str) -> Result<(), ApiError> {
+    pub fn key(&self, field: impl Display, key: &str) -> Result<(), ApiError> {
         let max = self.max_key_bytes;
         if key.is_empty() || key.len() > max {
             return Err(ApiError::invalid(
-                field,
+                field.to_string(),
                 format!("must be 1 to {max} bytes"),
             ));
         }
         if key.chars().any(char::is_control) {
             return Err(ApiError::invalid(
-                field,
+                field.to_string(),
                 "must not contain control characters",
             ));
         }
@@ -61,30 +62,36 @@ impl Limits {
     }
 
     /// A list of keys: 1 to `max` of them, each a valid key.
-    pub fn keys(&self, field: &str, keys: &[String], max: usize) -> Result<(), ApiError> {
+    pub fn keys(&self, field: impl Display, keys: &[String], max: usize) -> Result<(), ApiError> {
         if keys.is_empty() || keys.len() > max {
-            return Err(ApiError::invalid(field, format!("give 1 to {max} keys")));
+            return Err(ApiError::invalid(
+                field.to_string(),
+                format!("give 1 to {max} keys"),
+            ));
         }
         keys.iter()
             .enumerate()
-            .try_for_each(|(i, k)| self.key(&format!("{field}[{i}]"), k))
+            .try_for_each(|(i, k)| self.key(format_args!("{field}[{i}]"), k))
     }
 
     /// Tags: at most MAX_TAGS, each a valid key.
-    pub fn tags(&self, field: &str, tags: &[String]) -> Result<(), ApiError> {
+    pub fn tags(&self, field: impl Display, tags: &[String]) -> Result<(), ApiError> {
         if tags.len() > MAX_TAGS {
-            return Err(ApiError::invalid(field, format!("at most {MAX_TAGS} tags")));
+            return Err(ApiError::invalid(
+                field.to_string(),
+                format!("at most {MAX_TAGS} tags"),
+            ));
         }
         tags.iter()
             .enumerate()
-            .try_for_each(|(i, t)| self.key(&format!("{field}[{i}]"), t))
+            .try_for_each(|(i, t)| self.key(format_args!("{field}[{i}]"), t))
     }
 
     /// Keys a write invalidates by name: at most `limits.max_invalidate_keys`.
-    pub fn invalidate_keys(&self, field: &str, keys: &[String]) -> Result<(), ApiError> {
+    pub fn invalidate_keys(&self, field: impl Display, keys: &[String]) -> Result<(), ApiError> {
         if keys.len() > self.max_invalidate_keys {
             return Err(ApiError::invalid(
-                field,
+                field.to_string(),
                 format!(
                     "at most {} keys (limits.max_invalidate_keys); use a tag for more",
                     self.max_invalidate_keys
@@ -93,24 +100,24 @@ impl Limits {
         }
         keys.iter()
             .enumerate()
-            .try_for_each(|(i, k)| self.key(&format!("{field}[{i}]"), k))
+            .try_for_each(|(i, k)| self.key(format_args!("{field}[{i}]"), k))
     }
 
     /// A TTL: 1 to `cache.max_ttl_s` seconds.
-    pub fn ttl(&self, field: &str, s: u64) -> Result<(), ApiError> {
+    pub fn ttl(&self, field: impl Display, s: u64) -> Result<(), ApiError> {
         self.check_seconds(field, s, 1)
     }
 
     /// A duration that may be 0 (stale-while-revalidate, stale-if-error): up to `max_ttl_s`.
-    pub fn seconds(&self, field: &str, s: u64) -> Result<(), ApiError> {
+    pub fn seconds(&self, field: impl Display, s: u64) -> Result<(), ApiError> {
         self.check_seconds(field, s, 0)
     }
 
-    fn check_seconds(&self, field: &str, s: u64, min: u64) -> Result<(), ApiError> {
+    fn check_seconds(&self, field: impl Display, s: u64, min: u64) -> Result<(), ApiError> {
         let max = self.max_ttl_s;
         if s < min || s > max {
             return Err(ApiError::invalid(
-                field,
+                field.to_string(),
                 format!("must be between {min} and {max} seconds"),
             ));
         }
@@ -118,11 +125,11 @@ impl Limits {
     }
 
     /// How many statements one transaction holds: 1 to `limits.max_transaction_statements`.
-    pub fn transaction_statements(&self, field: &str, n: usize) -> Result<(), ApiError> {
+    pub fn transaction_statements(&self, field: impl Display, n: usize) -> Result<(), ApiError> {
         let max = self.max_transaction_statements;
         if n == 0 || n > max {
             return Err(ApiError::invalid(
-                field,
+                field.to_string(),
                 format!("give 1 to {max} statements"),
             ));
         }
@@ -130,10 +137,13 @@ impl Limits {
     }
 
     /// How many items one batch holds: 1 to `cache.max_batch`.
-    pub fn batch(&self, field: &str, n: usize, what: &str) -> Result<(), ApiError> {
+    pub fn batch(&self, field: impl Display, n: usize, what: &str) -> Result<(), ApiError> {
         let max = self.max_batch;
         if n == 0 || n > max {
-            return Err(ApiError::invalid(field, format!("give 1 to {max} {what}")));
+            return Err(ApiError::invalid(
+                field.to_string(),
+                format!("give 1 to {max} {what}"),
+            ));
         }
         Ok(())
     }
@@ -157,5 +167,22 @@ mod tests {
         let many: Vec<String> = (0..=MAX_TAGS).map(|i| i.to_string()).collect();
         assert!(l.tags("tags", &many).is_err());
         assert!(l.keys("keys", &[], 10).is_err());
+    }
+
+    #[test]
+    fn an_item_in_a_list_is_named_by_its_index() {
+        let l = Limits::new(&Config::default());
+        let list = ["ok".to_string(), String::new(), "ok".to_string()];
+        let field = |r: Result<(), ApiError>| match r {
+            Err(ApiError::InvalidValue { field, .. }) => field,
+            other => panic!("refused with a field: {other:?}"),
+        };
+        assert_eq!(field(l.keys("keys", &list, 10)), "keys[1]");
+        assert_eq!(field(l.tags("cache.tags", &list)), "cache.tags[1]");
+        let prefixed = format_args!("reads[2].{}", "invalidate.keys");
+        assert_eq!(
+            field(l.invalidate_keys(prefixed, &list)),
+            "reads[2].invalidate.keys[1]"
+        );
     }
 }

@@ -53,12 +53,14 @@ pub fn plan(config: &Config, req: KeyedRequest) -> Result<KeyedPlan, ApiError> {
         .iter()
         .enumerate()
         .map(|(i, id)| {
-            let field = format!("ids[{i}]");
             let text = id_text(id).ok_or_else(|| {
-                ApiError::invalid(&field, "must be a number or a non-empty string")
+                ApiError::invalid(
+                    format!("ids[{i}]"),
+                    "must be a number or a non-empty string",
+                )
             })?;
             // The id becomes part of a cache key: the key rules apply to it.
-            limits.key(&field, &text)?;
+            limits.key(format_args!("ids[{i}]"), &text)?;
             Ok(text)
         })
         .collect::<Result<Vec<_>, ApiError>>()?;

@@ -7,6 +7,7 @@ use crate::store::cache::{table_reset_tag, table_tag, Cache, EntryPolicy, HASH_K
 use crate::store::identity::SessionIdentity;
 use ferry_shared::api::{CacheMode, Invalidate, Position, QueryRequest};
 use serde_json::Value;
+use std::fmt::Display;
 use std::sync::Arc;
 
 /// A read ready to run.
@@ -103,38 +104,41 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
     }
     let asked = asked.unwrap_or_default();
     let limits = config.limits();
-    let f = |name: &str| format!("{field}cache.{name}");
+    let f = |name: &'static str| CacheField(field, name);
     let ttl_s = asked.ttl_s.or(defaults.ttl_s).ok_or_else(|| {
-        ApiError::invalid(f("ttl_s"), "required (this query has no configured TTL)")
+        ApiError::invalid(
+            f("ttl_s").to_string(),
+            "required (this query has no configured TTL)",
+        )
     })?;
-    limits.ttl(&f("ttl_s"), ttl_s)?;
+    limits.ttl(f("ttl_s"), ttl_s)?;
     let swr_s = asked.swr_s.or(defaults.swr_s).unwrap_or(0);
-    limits.seconds(&f("swr_s"), swr_s)?;
+    limits.seconds(f("swr_s"), swr_s)?;
     let stale_if_error_s = asked
         .stale_if_error_s
         .or(defaults.stale_if_error_s)
         .unwrap_or(0);
-    limits.seconds(&f("stale_if_error_s"), stale_if_error_s)?;
+    limits.seconds(f("stale_if_error_s"), stale_if_error_s)?;
     let mut tags = defaults.tags;
     tags.extend(asked.tags);
     tags.sort();
     tags.dedup();
-    limits.tags(&f("tags"), &tags)?;
+    limits.tags(f("tags"), &tags)?;
     // The tables' tags are Ferry's own, added after the callers' tags were checked.
-    let tables = tables(config, &defaults.tables, &asked.tables, &f("tables"))?;
+    let tables = tables(config, &defaults.tables, &asked.tables, f("tables"))?;
     tags.extend(tables.iter().map(|t| table_tag(t)));
     if let Some(k) = &asked.key {
         if who.is_some() {
             // A named entry is one entry: it cannot hold each user's rows apart.
             return Err(ApiError::invalid(
-                f("key"),
+                f("key").to_string(),
                 "a read with an identity cannot name its entry; invalidate it by tags or tables",
             ));
         }
-        limits.key(&f("key"), k)?;
+        limits.key(f("key"), k)?;
         if k.starts_with(HASH_KEY_PREFIX) {
             return Err(ApiError::invalid(
-                f("key"),
+                f("key").to_string(),
                 format!("keys starting with {HASH_KEY_PREFIX:?} are reserved for hashed entries"),
             ));
         }
@@ -244,11 +248,11 @@ fn tables(
     config: &Config,
     named: &[String],
     asked: &[String],
-    field: &str,
+    field: impl Display,
 ) -> Result<Vec<String>, ApiError> {
     if asked.len() > MAX_TAGS {
         return Err(ApiError::invalid(
-            field,
+            field.to_string(),
             format!("at most {MAX_TAGS} tables"),
         ));
     }
@@ -270,6 +274,17 @@ fn tables(
     out.sort();
     out.dedup();
     Ok(out)
+}
+
+/// A read's `cache.*` field under its prefix (`reads[3].cache.ttl_s` in a batch), spelled out
+/// only when an error names it: a read that passes its checks formats no field names.
+#[derive(Clone, Copy)]
+struct CacheField<'a>(&'a str, &'static str);
+
+impl Display for CacheField<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}cache.{}", self.0, self.1)
+    }
 }
 
 impl CachePlan {

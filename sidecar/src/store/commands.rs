@@ -25,7 +25,7 @@ pub fn validate(limits: &Limits, cmd: &CacheCommand) -> Result<(), ApiError> {
             entries
                 .iter()
                 .enumerate()
-                .try_for_each(|(i, e)| limits.key(&format!("entries[{i}].key"), &e.key))
+                .try_for_each(|(i, e)| limits.key(format_args!("entries[{i}].key"), &e.key))
                 .and(ttl_ok(*ttl_s))
         }
     }
