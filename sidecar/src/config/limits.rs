@@ -1,5 +1,7 @@
 //! The request bounds, in one place: every size, TTL, key, tag, id and count check that a
 //! handler makes goes through [`Limits`], so the rules and their messages cannot drift apart.
+//! Each check takes the field it names as `impl Display` (a `&str`, or `format_args!` for
+//! `keys[3]`): the name is written out only into an error, so a request that passes builds none.
 
 use super::Config;
 use crate::http::error::ApiError;
