@@ -99,6 +99,30 @@ fn command_mistakes_are_4xx() {
         assert_eq!(r.status, status, "{body}: {:?}", r.body);
         assert_eq!(r.code(), code, "{body}: {:?}", r.body);
     }
+    // One bad item in a list is refused, named by its index, and nothing of the list runs:
+    // the good key before it is not written either.
+    let bad_items = [
+        (json!({"op": "mget", "keys": ["ok", "a\u{1}b"]}), "keys[1]"),
+        (json!({"op": "del", "keys": ["ok", "", "ok2"]}), "keys[1]"),
+        (
+            json!({"op": "mset", "entries": [
+                {"key": "fresh", "value": "v"},
+                {"key": "k".repeat(600), "value": "v"},
+            ]}),
+            "entries[1].key",
+        ),
+    ];
+    for (body, field) in bad_items {
+        let r = c.cache(body.clone());
+        assert_eq!(r.status, 400, "{body}: {:?}", r.body);
+        assert_eq!(r.code(), "invalid_value", "{body}: {:?}", r.body);
+        assert_eq!(r.body["error"]["field"], field, "{body}: {:?}", r.body);
+    }
+    let fresh: Option<String> = redis::cmd("GET")
+        .arg("ferry:k:fresh")
+        .query(&mut stack.redis.conn())
+        .expect("get");
+    assert_eq!(fresh, None, "a refused mset wrote its first entry");
     // A value someone else stored as raw bytes is refused by name, not mangled.
     redis::cmd("SET")
         .arg("ferry:k:bin")
