@@ -1,5 +1,5 @@
 //! The read engine. `plan` turns a request into what will run (all validation, before any
-//! I/O; `identity` the end user it runs as); `engine` looks reads up in one pipeline and answers each: hit, stale-while-revalidate,
+//! I/O; `identity` the end user it runs as; `invalidation` what a write will drop); `engine` looks reads up in one pipeline and answers each: hit, stale-while-revalidate,
 //! a fill from Postgres through `flight` (single-flight; across sidecars with
 //! `shared_flight`), or stale-if-error; `keyed` serves
 //! rows of a keyspace by id; `postgres` runs what Postgres answers; `replica_read` sends a read that skips the cache to a streaming
@@ -8,6 +8,7 @@
 pub mod engine;
 pub mod flight;
 pub mod identity;
+pub mod invalidation;
 pub mod keyed;
 pub mod plan;
 mod postgres;

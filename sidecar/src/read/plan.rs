@@ -3,9 +3,9 @@
 
 use crate::config::{table_name, Config, NamedQuery, ReadLimits, MAX_TAGS};
 use crate::http::error::ApiError;
-use crate::store::cache::{table_reset_tag, table_tag, Cache, EntryPolicy, HASH_KEY_PREFIX};
+use crate::store::cache::{table_tag, Cache, EntryPolicy, HASH_KEY_PREFIX};
 use crate::store::identity::SessionIdentity;
-use ferry_shared::api::{CacheMode, Invalidate, Position, QueryRequest};
+use ferry_shared::api::{CacheMode, Position, QueryRequest};
 use serde_json::Value;
 use std::fmt::Display;
 use std::sync::Arc;
@@ -208,37 +208,6 @@ pub fn text_read(
         identity: None,
         after: None,
     })
-}
-
-/// What a write invalidates after its commit, checked: the caller's keys and tags, and for
-/// each table both of its tags (the entries that declared it, and the keyspace rows read from
-/// it). Returns (keys, tags).
-pub fn invalidation(
-    config: &Config,
-    inv: Option<Invalidate>,
-) -> Result<(Vec<String>, Vec<String>), ApiError> {
-    let inv = inv.unwrap_or_default();
-    let limits = config.limits();
-    limits.invalidate_keys("invalidate.keys", &inv.keys)?;
-    limits.tags("invalidate.tags", &inv.tags)?;
-    if inv.tables.len() > MAX_TAGS {
-        return Err(ApiError::invalid(
-            "invalidate.tables",
-            format!("at most {MAX_TAGS} tables"),
-        ));
-    }
-    let mut tags = inv.tags;
-    for (i, raw) in inv.tables.iter().enumerate() {
-        let t = table_name(raw).ok_or_else(|| {
-            ApiError::invalid(
-                format!("invalidate.tables[{i}]"),
-                "not a table name (schema.table or table, unquoted)",
-            )
-        })?;
-        tags.push(table_tag(&t));
-        tags.push(table_reset_tag(&t));
-    }
-    Ok((inv.keys, tags))
 }
 
 /// The tables a read depends on, normalized: the named query's (checked at load) and the

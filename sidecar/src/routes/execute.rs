@@ -3,7 +3,7 @@
 use super::State;
 use crate::http::error::ApiError;
 use crate::read::identity::identity;
-use crate::read::plan;
+use crate::read::{invalidation, plan};
 use crate::store::db;
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::{ExecuteRequest, ExecuteResponse};
@@ -18,7 +18,7 @@ pub async fn execute(
     let config = state.config();
     let (sql, named) = plan::statement(&config, e.sql, e.query, "")?;
     let who = identity(&config, e.identity, named.is_none(), "")?;
-    let (keys, tags) = plan::invalidation(&config, e.invalidate)?;
+    let (keys, tags) = invalidation::plan(&config, e.invalidate)?;
     super::admit_user(&state, &config, who.as_deref()).await?;
     let s = state.clone();
     let params = e.params;

@@ -5,7 +5,7 @@
 
 use super::State;
 use crate::http::error::ApiError;
-use crate::read::plan;
+use crate::read::invalidation;
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::{InvalidationStatus, OutcomeRequest, OutcomeResponse};
 
@@ -22,7 +22,7 @@ pub async fn outcome(
         ));
     }
     let config = state.config();
-    let (keys, tags) = plan::invalidation(&config, o.invalidate)?;
+    let (keys, tags) = invalidation::plan(&config, o.invalidate)?;
     let nonce = state.nonces.for_outcome(&o.nonce).ok_or_else(|| {
         ApiError::invalid(
             "nonce",

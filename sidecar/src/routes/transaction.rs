@@ -6,7 +6,7 @@ use super::State;
 use crate::config::{Config, ReadLimits};
 use crate::http::error::ApiError;
 use crate::read::identity::identity;
-use crate::read::plan;
+use crate::read::{invalidation, plan};
 use crate::store::identity::SessionIdentity;
 use crate::store::transaction::{self, TxPlan};
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -44,7 +44,7 @@ pub async fn transaction(
         .collect::<Result<Vec<_>, ApiError>>()?;
     transaction::check(&statements)?;
     let who = identity(&config, t.identity, raw_sql, "")?;
-    let (keys, tags) = plan::invalidation(&config, t.invalidate)?;
+    let (keys, tags) = invalidation::plan(&config, t.invalidate)?;
     super::admit_user(&state, &config, who.as_deref()).await?;
     let tx = TxPlan {
         statements,
@@ -179,7 +179,7 @@ async fn end(
     let (e, signer): (EndRequest, _) = super::signed_json_as(&state, &req, payload).await?;
     let credential = signer.credential;
     let config = state.config();
-    let (keys, tags) = plan::invalidation(&config, e.invalidate)?;
+    let (keys, tags) = invalidation::plan(&config, e.invalidate)?;
     let (owner, _) = owner(&config, credential, e.identity, false)?;
     let s = state.clone();
     let resp = state
