@@ -130,6 +130,52 @@ fn invalidations_are_capped_and_nothing_runs_past_the_cap() {
 }
 
 #[test]
+fn one_bad_item_in_a_list_is_named_and_nothing_of_the_request_runs() {
+    let (redis, pg, s) = start(&[]);
+    let c = &s.client;
+    // The caller holds the secret and hides one bad item among good ones; each answer must
+    // name the item, and Redis and Postgres must show that nothing of the request ran.
+    let refused = |a: Answer, field: &str| {
+        assert_eq!(a.status, 400, "{field}: {:?}", a.body);
+        assert_eq!(a.code(), "invalid_value", "{field}: {:?}", a.body);
+        assert_eq!(a.body["error"]["field"], field, "{:?}", a.body);
+    };
+    refused(
+        c.cache(json!({"op": "mget", "keys": ["ok", "a\u{1}b"]})),
+        "keys[1]",
+    );
+    refused(
+        c.cache(json!({"op": "mset", "entries": [
+            {"key": "first", "value": "v"},
+            {"key": "k".repeat(600), "value": "v"},
+        ]})),
+        "entries[1].key",
+    );
+    let first: Option<String> = redis::cmd("GET")
+        .arg("ferry:k:first")
+        .query(&mut redis.conn())
+        .expect("get");
+    assert_eq!(first, None, "a refused mset wrote its first entry");
+    refused(
+        c.query(json!({"sql": "SELECT 1", "cache": {"ttl_s": 60, "tags": ["ok", ""]}})),
+        "cache.tags[1]",
+    );
+    refused(
+        c.execute(json!({
+            "sql": "UPDATE items SET name = 'hidden' WHERE id = 1",
+            "invalidate": {"keys": ["ok", "x\u{7f}y"]}
+        })),
+        "invalidate.keys[1]",
+    );
+    let name: String = pg
+        .client()
+        .query_one("SELECT name FROM items WHERE id = 1", &[])
+        .expect("row")
+        .get(0);
+    assert_eq!(name, "item 1", "a refused write ran");
+}
+
+#[test]
 fn invalidations_waiting_for_redis_are_bounded_and_never_dropped() {
     let (redis, _pg, s) = start(&[
         ("FERRY_LIMITS_MAX_PENDING_INVALIDATIONS", "5"),

@@ -119,6 +119,9 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
         .or(defaults.stale_if_error_s)
         .unwrap_or(0);
     limits.seconds(f("stale_if_error_s"), stale_if_error_s)?;
+    // The caller's tags first, in the caller's order, so that an error names the index it
+    // sent; then the merged list, sorted, for the count.
+    limits.tags(f("tags"), &asked.tags)?;
     let mut tags = defaults.tags;
     tags.extend(asked.tags);
     tags.sort();
