@@ -22,6 +22,14 @@ fn start(env: &[(&str, &str)]) -> (RedisServer, PgServer, SidecarProcess) {
     (redis, pg, sidecar)
 }
 
+/// Postgres's own view of the row a refused write would have changed.
+fn item_1_name(pg: &PgServer) -> String {
+    pg.client()
+        .query_one("SELECT name FROM items WHERE id = 1", &[])
+        .expect("row")
+        .get(0)
+}
+
 fn peak_rss_mb(pid: u32) -> u64 {
     ferry_testkit::peak_rss_kb(pid) / 1024
 }
@@ -121,11 +129,7 @@ fn invalidations_are_capped_and_nothing_runs_past_the_cap() {
     }));
     assert_eq!(a.status, 400, "{:?}", a.body);
     assert_eq!(a.body["error"]["field"], "invalidate.keys");
-    let name: String = pg
-        .client()
-        .query_one("SELECT name FROM items WHERE id = 1", &[])
-        .expect("row")
-        .get(0);
+    let name = item_1_name(&pg);
     assert_eq!(name, "item 1", "a refused request runs nothing");
 }
 
@@ -167,11 +171,7 @@ fn one_bad_item_in_a_list_is_named_and_nothing_of_the_request_runs() {
         })),
         "invalidate.keys[1]",
     );
-    let name: String = pg
-        .client()
-        .query_one("SELECT name FROM items WHERE id = 1", &[])
-        .expect("row")
-        .get(0);
+    let name = item_1_name(&pg);
     assert_eq!(name, "item 1", "a refused write ran");
 }
 
