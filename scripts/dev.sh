@@ -270,6 +270,9 @@ The sidecar directly (signed requests):
 
   export FERRY_SECRET=\$(cat .run/secret) FERRY_URL=http://127.0.0.1:$SIDECAR_PORT
   scripts/ferry-curl.sh POST /v1/query '{"sql":"SELECT id, name FROM items WHERE id = \$1","params":[1],"cache":{"ttl_s":60,"key":"item:1"}}'
+  scripts/ferry-curl.sh POST /v1/query '{"query":"item","params":[2],"cache":{"mode":"no-cache"}}'
+  psql -h 127.0.0.1 -p $PG_PORT -U postgres -Atc "SELECT state, query FROM pg_stat_activity WHERE application_name = 'ferry-sidecar'"
+                                                         # [queries.item] has skip_reset: its session ran no DISCARD ALL after it
   scripts/ferry-curl.sh POST /v1/execute '{"sql":"BEGIN"}'      # 400: sessions are never left open
   scripts/ferry-curl.sh POST /v1/query '{"sql":"DELETE FROM items"}' # 400: reads cannot write
   scripts/ferry-curl.sh POST /v1/outcome '{"nonce":"0123456789abcdef0123456789abcdef"}'

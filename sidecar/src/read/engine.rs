@@ -268,7 +268,8 @@ fn fill(
     observed: Observed,
 ) -> impl FnOnce() -> Fill {
     let s = state.clone();
-    let (limits, format, who) = (plan.limits, plan.format, plan.identity.clone());
+    let (limits, format, who, reset) =
+        (plan.limits, plan.format, plan.identity.clone(), plan.reset);
     let (sql, params, key, entry) = (
         plan.sql.clone(),
         plan.params.clone(),
@@ -281,7 +282,9 @@ fn fill(
                 ReadFormat::Text { array_mode } => {
                     Some(text_query(&s, sql.clone(), &params, array_mode, limits).await)
                 }
-                ReadFormat::Json => on_event_loop(&s, &sql, &params, limits, who.clone()).await,
+                ReadFormat::Json => {
+                    on_event_loop(&s, &sql, &params, limits, who.clone(), reset).await
+                }
             };
             if let Some(rows) = on_loop {
                 let rows = rows?;
@@ -308,7 +311,7 @@ fn fill(
             let job = s.clone();
             s.blocking
                 .run(move || {
-                    let rows = db::query(&job.pools, &sql, &params, limits, who.as_deref())?;
+                    let rows = db::query(&job.pools, &sql, &params, limits, who.as_deref(), reset)?;
                     let stored = job.cache.store(&job.pools, &key, &observed, &rows, &entry);
                     Ok(Fetched {
                         rows,

@@ -6,7 +6,7 @@ use crate::config::Keyspace;
 use crate::config::{table_name, Config, ReadLimits};
 use crate::http::error::ApiError;
 use crate::store::cache::{table_reset_tag, Cache, EntryPolicy, Lookup, Observed, Probe, Stored};
-use crate::store::db;
+use crate::store::db::{self, Reset};
 use crate::store::pools::Pools;
 use ferry_shared::api::{KeyedRequest, KeyedResponse, KeyedResult, KeyedStatus, Row};
 use serde_json::Value;
@@ -132,7 +132,8 @@ pub fn run(pools: &Pools, cache: &Cache, plan: KeyedPlan) -> Result<KeyedRespons
             .iter()
             .map(|(u, _)| ids[first_seen[*u]].clone())
             .collect();
-        let rows = db::query(pools, &ks.sql, &[Value::Array(missing)], limits, None)?;
+        let missing = [Value::Array(missing)];
+        let rows = db::query(pools, &ks.sql, &missing, limits, None, Reset::Always)?;
         let mut by_id: HashMap<String, Row> = HashMap::new();
         for row in rows {
             let id = row.get(&ks.key_column).and_then(id_text).ok_or_else(|| {

@@ -4,6 +4,7 @@
 use crate::config::{table_name, Config, NamedQuery, ReadLimits, MAX_TAGS};
 use crate::http::error::ApiError;
 use crate::store::cache::{table_tag, Cache, EntryPolicy, HASH_KEY_PREFIX};
+use crate::store::db::Reset;
 use crate::store::identity::SessionIdentity;
 use ferry_shared::api::{CacheMode, Position, QueryRequest};
 use serde_json::Value;
@@ -23,6 +24,8 @@ pub struct ReadPlan {
     pub identity: Option<Arc<SessionIdentity>>,
     /// The position the read must see (`after`): it decides whether a replica may serve it.
     pub after: Option<Position>,
+    /// Whether its session is reset after it (`skip_reset` on its named query).
+    pub reset: Reset,
 }
 
 /// How a read's rows come back.
@@ -90,6 +93,7 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
     let (sql, named) = statement(config, req.sql, req.query, field)?;
     let who = super::identity::identity(config, req.identity, named.is_none(), field)?;
     let defaults = named.cloned().unwrap_or_default();
+    let reset = Reset::for_read(defaults.skip_reset, who.is_some());
     let asked = req.cache;
     if asked.is_none() && defaults.ttl_s.is_none() {
         return Ok(ReadPlan {
@@ -100,6 +104,7 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
             format: ReadFormat::Json,
             identity: who,
             after: req.after,
+            reset,
         });
     }
     let asked = asked.unwrap_or_default();
@@ -169,6 +174,7 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
         format: ReadFormat::Json,
         identity: who,
         after: req.after,
+        reset,
     })
 }
 
@@ -208,6 +214,7 @@ pub fn text_read(
             mode: CacheMode::Default,
         }),
         format: ReadFormat::Text { array_mode },
+        reset: Reset::Always,
         identity: None,
         after: None,
     })

@@ -6,6 +6,7 @@ use super::engine::Reads as State;
 use crate::config::ReadLimits;
 use crate::http::error::ApiError;
 use crate::read::plan::{ReadFormat, ReadPlan};
+use crate::store::db::Reset;
 use crate::store::identity::SessionIdentity;
 use crate::store::pg_text::{self, Query, SqlPlan};
 use crate::store::{db, db_async};
@@ -22,6 +23,7 @@ pub(super) async fn on_event_loop(
     params: &[Value],
     limits: ReadLimits,
     who: Option<Arc<SessionIdentity>>,
+    after: Reset,
 ) -> Option<Result<Vec<Row>, ApiError>> {
     let _slot = match state.blocking.admit() {
         Ok(slot) => slot,
@@ -33,6 +35,7 @@ pub(super) async fn on_event_loop(
         params.to_vec(),
         limits,
         who,
+        after,
     );
     match tokio::time::timeout(state.blocking.timeout(), fast).await {
         Err(_) => Some(Err(ApiError::Timeout {
@@ -50,6 +53,7 @@ pub(super) async fn run_query(state: &State, plan: ReadPlan) -> Result<Vec<Row>,
         format,
         identity: who,
         after,
+        reset,
         ..
     } = plan;
     if let ReadFormat::Text { array_mode } = format {
@@ -75,13 +79,13 @@ pub(super) async fn run_query(state: &State, plan: ReadPlan) -> Result<Vec<Row>,
             return rows;
         }
     }
-    if let Some(answer) = on_event_loop(state, &sql, &params, limits, who.clone()).await {
+    if let Some(answer) = on_event_loop(state, &sql, &params, limits, who.clone(), reset).await {
         return answer;
     }
     let s = state.clone();
     state
         .blocking
-        .run(move || db::query(&s.pools, &sql, &params, limits, who.as_deref()))
+        .run(move || db::query(&s.pools, &sql, &params, limits, who.as_deref(), reset))
         .await
 }
 

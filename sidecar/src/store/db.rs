@@ -11,8 +11,9 @@ use crate::store::pg_json::{self, Raw};
 use crate::store::pg_params::{self, TextParam};
 use crate::store::pools::Pools;
 use crate::store::postgres::PgSession;
-pub use crate::store::session::RESET;
+use crate::store::session::with_read_session;
 pub(super) use crate::store::session::{rollback, with_sent_session, with_session};
+pub use crate::store::session::{Reset, RESET};
 use crate::store::statement::{self, Route};
 use ferry_shared::api::Row;
 use postgres::fallible_iterator::FallibleIterator;
@@ -31,12 +32,13 @@ pub fn query(
     params: &[Value],
     limits: ReadLimits,
     who: Option<&SessionIdentity>,
+    after: Reset,
 ) -> Result<Vec<Row>, ApiError> {
     statement::check(sql, Route::Read)?;
     let mut attempts = 0;
     loop {
         attempts += 1;
-        match with_session(pools, |s| {
+        match with_read_session(pools, after, |s| {
             if let Some(who) = who {
                 who.assume(&mut s.client)?;
             }

@@ -5,7 +5,7 @@
 
 use crate::config::ReadLimits;
 use crate::http::error::ApiError;
-use crate::store::db::{self, Failure, RowBudget, RESET};
+use crate::store::db::{self, Failure, Reset, RowBudget, RESET};
 use crate::store::identity::SessionIdentity;
 use crate::store::param_types::{self, ParamTypes};
 use crate::store::pools::Pools;
@@ -27,6 +27,7 @@ pub async fn query(
     params: Vec<Value>,
     limits: ReadLimits,
     who: Option<Arc<SessionIdentity>>,
+    after: Reset,
 ) -> Option<Result<Vec<Row>, ApiError>> {
     if let Err(e) = statement::check(&sql, Route::Read) {
         return Some(Err(e));
@@ -36,21 +37,37 @@ pub async fn query(
     // after the rows) before the session is reused. A caller that gives up early (its
     // deadline) leaves the task to end the statement and reset the session.
     let (tx, rx) = oneshot::channel();
-    actix_rt::spawn(read_task(pools, sql, params, limits, who, tx));
+    let read = Read {
+        sql,
+        params,
+        limits,
+        who,
+        after,
+    };
+    actix_rt::spawn(read_task(pools, read, tx));
     // A task that ended without answering had no session: the pooled path runs the read.
     rx.await.ok().flatten()
 }
 
 type Answer = Option<Result<Vec<Row>, ApiError>>;
 
-async fn read_task(
-    pools: Arc<Pools>,
+/// What one read runs, and whether its session is reset after it.
+struct Read {
     sql: String,
     params: Vec<Value>,
     limits: ReadLimits,
     who: Option<Arc<SessionIdentity>>,
-    tx: oneshot::Sender<Answer>,
-) {
+    after: Reset,
+}
+
+async fn read_task(pools: Arc<Pools>, read: Read, tx: oneshot::Sender<Answer>) {
+    let Read {
+        sql,
+        params,
+        limits,
+        who,
+        after,
+    } = read;
     // A read is idempotent: on a connection found closed (Postgres restarted since it was
     // opened) it is run once more, on a fresh one.
     for attempt in 1..=2 {
@@ -68,14 +85,17 @@ async fn read_task(
             };
             let (out, reset) = match &who {
                 Some(who) => match who.assume_async(client).await {
-                    Ok(()) => read_on(client, &pools.param_types, &sql, &params, limits).await,
+                    Ok(()) => {
+                        read_on(client, &pools.param_types, &sql, &params, limits, after).await
+                    }
                     Err(f) => (Err(f), None),
                 },
-                None => read_on(client, &pools.param_types, &sql, &params, limits).await,
+                None => read_on(client, &pools.param_types, &sql, &params, limits, after).await,
             };
             // The rest of the result still on its way, or the connection gone: the session is
             // dropped (closing the connection), not reset.
             let abandoned = matches!(out, Ok((_, Some(_))) | Err(Failure::Closed(_)));
+            let succeeded = matches!(out, Ok((_, None)));
             match out {
                 Err(Failure::Closed(e)) if attempt < 2 => {
                     tracing::debug!(error = %e, "postgres connection was closed; retrying once");
@@ -94,19 +114,29 @@ async fn read_task(
             if abandoned {
                 return;
             }
-            let reset_ok = match reset {
-                Some(sent) => sent.finish().await.is_ok(),
-                None => client.batch_execute(RESET).await.is_ok(),
-            };
-            if reset_ok {
-                // DISCARD ALL dropped the driver's cached type-lookup statements too.
-                client.clear_type_cache();
+            if reset.is_none() && !after.needed(succeeded) {
+                // Nothing to undo (`skip_reset`): the session goes back as it came.
+                true
+            } else {
+                reset_session(client, reset).await
             }
-            reset_ok
         };
         session.reusable = reset_ok;
         return;
     }
+}
+
+/// Finishes the reset sent behind the statement, or sends it now.
+async fn reset_session(client: &Client, sent: Option<Sent<'_>>) -> bool {
+    let reset_ok = match sent {
+        Some(sent) => sent.finish().await.is_ok(),
+        None => client.batch_execute(RESET).await.is_ok(),
+    };
+    if reset_ok {
+        // DISCARD ALL dropped the driver's cached type-lookup statements too.
+        client.clear_type_cache();
+    }
+    reset_ok
 }
 
 /// The session's reset, as a future of the driver.
@@ -122,6 +152,7 @@ async fn read_on<'a>(
     sql: &str,
     params: &[Value],
     limits: ReadLimits,
+    after: Reset,
 ) -> (
     Result<(Vec<Row>, Option<String>), Failure>,
     Option<Sent<'a>>,
@@ -133,11 +164,17 @@ async fn read_on<'a>(
                 .zip(known.iter())
                 .map(|(p, ty)| (p as &(dyn ToSql + Sync), ty.clone()));
             let read = async { collect(client.query_typed_raw(sql, typed).await, limits).await };
-            let (out, reset) = sent_behind(read, Box::pin(client.batch_execute(RESET))).await;
+            let (out, reset) = if after == Reset::Always {
+                let (out, reset) = sent_behind(read, Box::pin(client.batch_execute(RESET))).await;
+                (out, Some(reset))
+            } else {
+                // Sent only if the read fails (the caller then resets).
+                (read.await, None)
+            };
             match out {
-                // The reset ran before anything sent from here on: the slow way resets again.
+                // Any reset ran before anything sent from here on: the slow way resets again.
                 Err(Failure::Pg(e)) if param_types::maybe_stale(&e) => {}
-                other => return (other, Some(reset)),
+                other => return (other, reset),
             }
         }
         types.forget(sql);

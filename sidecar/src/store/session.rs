@@ -16,6 +16,35 @@ use crate::store::postgres::PgSession;
 /// four times as much, and its ROLLBACK wrote a warning to the server log on every request.)
 pub const RESET: &str = "DISCARD ALL";
 
+/// Whether a session is reset after a read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Reset {
+    /// After every request: the default.
+    #[default]
+    Always,
+    /// Only after a failed run: a named query with `skip_reset = true`, which its operator
+    /// vouches changes nothing in the session. Every other request still resets the session
+    /// it used, so the session such a read gets is always a fresh one.
+    OnFailure,
+}
+
+impl Reset {
+    /// The rule: only the operator's statements may skip it (never raw SQL), and never when
+    /// run as an end user, whose role and claims must not outlive the request.
+    pub fn for_read(named_skip_reset: bool, as_end_user: bool) -> Reset {
+        if named_skip_reset && !as_end_user {
+            Reset::OnFailure
+        } else {
+            Reset::Always
+        }
+    }
+
+    /// Whether a run that ended with `succeeded` still needs the reset.
+    pub fn needed(self, succeeded: bool) -> bool {
+        self == Reset::Always || !succeeded
+    }
+}
+
 /// [`with_session`], again on another session when the one drawn was found lost before the
 /// caller's statements were sent (`Failure::Unsent`): a write that never left is safe to send.
 /// A restart of Postgres can leave every pooled session dead, so as many times as the pool has
@@ -43,6 +72,20 @@ pub(super) fn with_session<T>(
     work: impl FnOnce(&mut PgSession) -> Result<T, Failure>,
 ) -> Result<T, Failure> {
     with_conn(pools.pg_conn(), work)
+}
+
+/// [`with_session`] for a read whose plan may spare the reset ([`Reset::OnFailure`]).
+pub(super) fn with_read_session<T>(
+    pools: &Pools,
+    after: Reset,
+    work: impl FnOnce(&mut PgSession) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    let mut session = pools.pg_conn().map_err(Failure::Api)?;
+    let out = work(&mut session);
+    if after.needed(out.is_ok()) {
+        reset(&mut session);
+    }
+    out
 }
 
 /// [`with_session`] on a session already checked out (a replica's).
