@@ -22,6 +22,33 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|_| repo_root().join("target"))
 }
 
+/// The bench's point read as a named query that skips the session reset (`skip_reset`, the
+/// operator's opt-in): `pgbench -S`'s statement, which changes nothing in the session.
+pub const POINT_READ: &str = "bench_point_read";
+
+/// deploy/ferry.toml with [`POINT_READ`] added, written once per bench run.
+fn config_file() -> PathBuf {
+    static FILE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        let base = std::fs::read_to_string(repo_root().join("deploy/ferry.toml"))
+            .expect("read deploy/ferry.toml");
+        let file = std::env::temp_dir().join(format!("ferry-bench-{}.toml", std::process::id()));
+        let extra = format!(
+            "\n[queries.{POINT_READ}]\n\
+             sql = \"SELECT abalance FROM pgbench_accounts WHERE aid = $1\"\n\
+             skip_reset = true\n"
+        );
+        std::fs::write(&file, base + &extra).expect("write the bench's config");
+        file
+    })
+    .clone()
+}
+
+/// Removes the config file [`config_file`] wrote (at the end of the run).
+pub fn remove_config_file() {
+    let _ = std::fs::remove_file(config_file());
+}
+
 /// A process we started; killed on drop.
 pub struct Proc {
     pub child: Child,
@@ -77,7 +104,7 @@ pub fn start_sidecar(redis_url: &str, pg_url: &str, extra: &[(&str, &str)]) -> P
         .env("FERRY_AUTH_ALLOW_RAW_SQL", "true")
         .env("FERRY_SERVER_MAX_IN_FLIGHT", "4096")
         .env("FERRY_SERVER_ADMIN_LISTEN", "")
-        .env("FERRY_CONFIG", repo_root().join("deploy/ferry.toml"))
+        .env("FERRY_CONFIG", config_file())
         .env("FERRY_UPSTASH_ENABLED", "true")
         .env("FERRY_UPSTASH_TOKEN", UPSTASH_TOKEN)
         .env("FERRY_NEON_ENABLED", "true")

@@ -100,7 +100,7 @@ fn steps(which: Which) -> u64 {
         Which::Postgres => 15,
         Which::Keys => 6,
         Which::Connections => 2,
-        Which::Throughput => 9,
+        Which::Throughput => 10,
         Which::OneClient => 1,
         Which::Replay => 1,
         Which::Staleness => 2,
@@ -326,6 +326,7 @@ fn write(out: &std::path::Path, report: &report::Report, md: &str) -> Result<(),
     }
     report.chart(&out.join(format!("latency{suffix}.svg")))?;
     report.staleness_chart(&out.join(format!("staleness{suffix}.svg")))?;
+    env::remove_config_file();
     eprintln!("results written to {}", out.display());
     Ok(())
 }

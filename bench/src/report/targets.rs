@@ -206,6 +206,19 @@ impl Report {
             })(),
         );
         push(
+            "throughput: the same read as a named query with skip_reset >= 0.5x pgbench -S",
+            (|| {
+                let (f, p) = (
+                    tp("query: Ferry uncached, named query with skip_reset", "rps")?,
+                    tp("query: pgbench", "rps")?,
+                );
+                Some((
+                    f >= 0.5 * p,
+                    format!("{f:.0} rps vs {p:.0} tps ({:.2}x)", f / p),
+                ))
+            })(),
+        );
+        push(
             "one client, 0 RTT: hit p50 <= webdis p50 + 0.05 ms, miss p50 <= Postgres + 0.1 ms",
             (|| {
                 let w = self.p50("one client", 0.0, "webdis GET")?;

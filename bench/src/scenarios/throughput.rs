@@ -115,9 +115,14 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
     out.push(row("cache GET: redis-benchmark (raw Redis)", rate, c));
 
     let sql = "SELECT abalance FROM pgbench_accounts WHERE aid = $1";
-    for (label, cached) in [
-        ("query: Ferry cached (/v1/query hit)", true),
-        ("query: Ferry uncached (/v1/query)", false),
+    for (label, cached, named) in [
+        ("query: Ferry cached (/v1/query hit)", true, false),
+        ("query: Ferry uncached (/v1/query)", false, false),
+        (
+            "query: Ferry uncached, named query with skip_reset (/v1/query)",
+            false,
+            true,
+        ),
     ] {
         ctx.step(&format!("throughput: {label}"));
         if cached {
@@ -138,6 +143,9 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
                 let body = if cached {
                     let aid = rand::thread_rng().gen_range(1..=100);
                     json!({"sql": sql, "params": [aid], "cache": {"ttl_s": 600}})
+                } else if named {
+                    let aid = rand::thread_rng().gen_range(1..=100_000);
+                    json!({"query": crate::env::POINT_READ, "params": [aid]})
                 } else {
                     let aid = rand::thread_rng().gen_range(1..=100_000);
                     json!({"sql": sql, "params": [aid]})
