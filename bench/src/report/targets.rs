@@ -192,31 +192,21 @@ impl Report {
                 Some((f >= w, format!("{f:.0} rps vs {w:.0} rps ({:.2}x)", f / w)))
             })(),
         );
+        // A Ferry path's requests/s against at least half of pgbench -S's transactions/s.
+        let half_of_pgbench = |path: &str| {
+            let (f, p) = (tp(path, "rps")?, tp("query: pgbench", "rps")?);
+            Some((
+                f >= 0.5 * p,
+                format!("{f:.0} rps vs {p:.0} tps ({:.2}x)", f / p),
+            ))
+        };
         push(
             "throughput: uncached /v1/query >= 0.5x pgbench -S (pool = clients)",
-            (|| {
-                let (f, p) = (
-                    tp("query: Ferry uncached", "rps")?,
-                    tp("query: pgbench", "rps")?,
-                );
-                Some((
-                    f >= 0.5 * p,
-                    format!("{f:.0} rps vs {p:.0} tps ({:.2}x)", f / p),
-                ))
-            })(),
+            half_of_pgbench("query: Ferry uncached"),
         );
         push(
             "throughput: the same read as a named query with skip_reset >= 0.5x pgbench -S",
-            (|| {
-                let (f, p) = (
-                    tp("query: Ferry uncached, named query with skip_reset", "rps")?,
-                    tp("query: pgbench", "rps")?,
-                );
-                Some((
-                    f >= 0.5 * p,
-                    format!("{f:.0} rps vs {p:.0} tps ({:.2}x)", f / p),
-                ))
-            })(),
+            half_of_pgbench("query: Ferry uncached, named query with skip_reset"),
         );
         push(
             "one client, 0 RTT: hit p50 <= webdis p50 + 0.05 ms, miss p50 <= Postgres + 0.1 ms",
