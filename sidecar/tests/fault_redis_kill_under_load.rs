@@ -26,24 +26,28 @@ fn reads_never_fail_while_redis_dies_and_returns() {
         Arc::new(AtomicU64::new(0)),
     );
     let hit_times: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    // The first failed read's answer, for the assertion's message.
+    let first_failure: Arc<Mutex<Option<String>>> = Arc::default();
     let load = {
-        let (stop, sent, failed, hits, hit_times) = (
+        let (stop, sent, failed, hits, hit_times, first_failure) = (
             stop.clone(),
             sent.clone(),
             failed.clone(),
             hits.clone(),
             hit_times.clone(),
+            first_failure.clone(),
         );
         std::thread::spawn(move || {
             c.block_on(async {
                 let workers = (0..8).map(|w| {
-                    let (c, stop, sent, failed, hits, hit_times) = (
+                    let (c, stop, sent, failed, hits, hit_times, first_failure) = (
                         c.clone(),
                         stop.clone(),
                         sent.clone(),
                         failed.clone(),
                         hits.clone(),
                         hit_times.clone(),
+                        first_failure.clone(),
                     );
                     async move {
                         let mut i = 0u64;
@@ -61,6 +65,10 @@ fn reads_never_fail_while_redis_dies_and_returns() {
                             if r.status != 200 || r.body["rows"][0]["name"] != format!("item {id}")
                             {
                                 failed.fetch_add(1, Ordering::SeqCst);
+                                first_failure
+                                    .lock()
+                                    .expect("lock")
+                                    .get_or_insert_with(|| format!("{} {}", r.status, r.body));
                             } else if r.body["cache"] == "hit" {
                                 hits.fetch_add(1, Ordering::SeqCst);
                                 hit_times.lock().expect("lock").push(Instant::now());
@@ -118,7 +126,12 @@ fn reads_never_fail_while_redis_dies_and_returns() {
          after Redis accepted connections again: {ms:?} ms"
     );
     assert!(sent_while_down > 0);
-    assert_eq!(failed, 0, "a read failed because Redis failed");
+    assert_eq!(
+        failed,
+        0,
+        "a read failed because Redis failed: {:?}",
+        first_failure.lock().expect("lock")
+    );
     assert!(
         recoveries.iter().all(|d| *d < Duration::from_secs(2)),
         "{ms:?}"
