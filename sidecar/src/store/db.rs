@@ -42,7 +42,7 @@ pub fn query(
             if let Some(who) = who {
                 who.assume(&mut s.client)?;
             }
-            query_on(s, &pools.param_types, sql, params, limits)
+            query_on(s, &pools.param_types, sql, params, limits, after)
         }) {
             Err(Failure::Closed(e)) if attempts < 2 => {
                 tracing::debug!(error = %e, "postgres connection was closed; retrying once");
@@ -70,7 +70,7 @@ pub fn query_replica(
         if let Some(who) = who {
             who.assume(&mut s.client)?;
         }
-        query_on(s, &pools.param_types, sql, params, limits)
+        query_on(s, &pools.param_types, sql, params, limits, Reset::Always)
     })
     .map_err(Failure::into_api)
 }
@@ -152,7 +152,10 @@ fn query_on(
     sql: &str,
     params: &[Value],
     limits: ReadLimits,
+    after: Reset,
 ) -> Result<Vec<Row>, Failure> {
+    // A read that skips the reset resets before a retry: the failed attempt is a failed run.
+    let mut reset_first = crate::store::session::reset_now;
     let (rows, too_large) = run(
         session,
         types,
@@ -160,7 +163,7 @@ fn query_on(
         params,
         check_columns,
         |mut rows| read_rows(&mut rows, limits),
-        None,
+        (after == Reset::OnFailure).then_some(&mut reset_first as _),
     )?;
     if let Some(limit) = too_large {
         // The rest of the result is still on its way: close the connection rather than
@@ -184,14 +187,15 @@ pub(super) fn check_columns(stmt: &Statement) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Readies the session for the retry after a failed try: begins a write's aborted transaction
+/// again, or resets a read's session that is not reset after it.
+type Restart<'a> = &'a mut dyn FnMut(&mut PgSession) -> Result<(), Failure>;
+
 /// Runs `sql` and hands its rows to `take`. With the parameter types remembered from an earlier
 /// run it costs one round trip; otherwise the statement is prepared first (a second round
 /// trip), `check`ed, and its types remembered. A remembered type that has gone stale fails the
 /// fast run with a 22/42 error (which committed nothing): the statement is then run the slow
-/// way, as if it were new.
-/// Begins a write's transaction again after a failed try aborted it.
-type Restart<'a> = &'a mut dyn FnMut(&mut PgSession) -> Result<(), Failure>;
-
+/// way, as if it were new, after `restart` readies the session for it.
 fn run<T>(
     session: &mut PgSession,
     types: &ParamTypes,

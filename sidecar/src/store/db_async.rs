@@ -145,7 +145,7 @@ type ResetFuture<'a> = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Er
 /// `db::run` for the async driver: with remembered parameter types one round trip, with the
 /// session's reset sent right behind the statement (both written before either answer is
 /// read); else prepare (checked, types remembered) and run, and the caller resets after. A
-/// stale remembered type falls back to the slow way.
+/// stale remembered type falls back to the slow way, on a session reset first.
 async fn read_on<'a>(
     client: &'a Client,
     types: &ParamTypes,
@@ -172,8 +172,14 @@ async fn read_on<'a>(
                 (read.await, None)
             };
             match out {
-                // Any reset ran before anything sent from here on: the slow way resets again.
-                Err(Failure::Pg(e)) if param_types::maybe_stale(&e) => {}
+                // A reset sent behind the attempt ran before anything sent from here on.
+                Err(Failure::Pg(e)) if param_types::maybe_stale(&e) => {
+                    // Else the failed attempt is a failed run, whatever the retry does: what it
+                    // left on the session goes first.
+                    if reset.is_none() && !reset_session(client, None).await {
+                        return (Err(Failure::Pg(e)), None);
+                    }
+                }
                 other => return (other, reset),
             }
         }

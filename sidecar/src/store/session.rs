@@ -112,6 +112,17 @@ fn reset(s: &mut PgSession) {
     s.client.clear_type_cache();
 }
 
+/// The reset in the middle of a read that skips it ([`Reset::OnFailure`]): after a failed
+/// attempt, before its retry, since the attempt may have changed the session.
+pub(super) fn reset_now(s: &mut PgSession) -> Result<(), Failure> {
+    if let Err(e) = s.client.batch_execute(RESET) {
+        s.poisoned = true;
+        return Err(Failure::from(e));
+    }
+    s.client.clear_type_cache();
+    Ok(())
+}
+
 /// Ends a failed transaction so the session can be reset; a session that cannot is closed.
 pub(super) fn rollback(s: &mut PgSession) {
     if s.client.is_closed() || s.client.batch_execute("ROLLBACK").is_err() {
