@@ -25,7 +25,8 @@ use serde_json::Value;
 /// session default), so a write sent as a read is refused by Postgres and changes nothing.
 ///
 /// A read is idempotent, so when the pooled connection turns out to be dead (Postgres restarted
-/// since it was opened) it is retried once on a fresh one.
+/// or ended the session since it was opened) it is run again on another: as many times as the
+/// pool holds sessions that can all be dead (each one found dead is closed, not pooled again).
 pub fn query(
     pools: &Pools,
     sql: &str,
@@ -44,8 +45,8 @@ pub fn query(
             }
             query_on(s, &pools.param_types, sql, params, limits, after)
         }) {
-            Err(Failure::Closed(e)) if attempts < 2 => {
-                tracing::debug!(error = %e, "postgres connection was closed; retrying once");
+            Err(Failure::Closed(e)) if attempts <= pools.pg_pooled_size() => {
+                tracing::debug!(error = %e, "postgres session was lost; on another");
                 continue;
             }
             Err(f) => return Err(f.into_api()),

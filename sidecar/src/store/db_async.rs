@@ -68,9 +68,11 @@ async fn read_task(pools: Arc<Pools>, read: Read, tx: oneshot::Sender<Answer>) {
         who,
         after,
     } = read;
-    // A read is idempotent: on a connection found closed (Postgres restarted since it was
-    // opened) it is run once more, on a fresh one.
-    for attempt in 1..=2 {
+    // A read is idempotent: on a session found lost (Postgres restarted or ended it since it
+    // was opened) it is run again on another, as often as this worker's share can hold lost
+    // ones (each is closed, not reused).
+    let tries = pools.pg_share() + 1;
+    for attempt in 1..=tries {
         let mut session = match pools.pg_session().await {
             Ok(Some(s)) => s,
             Ok(None) => return,
@@ -97,8 +99,8 @@ async fn read_task(pools: Arc<Pools>, read: Read, tx: oneshot::Sender<Answer>) {
             let abandoned = matches!(out, Ok((_, Some(_))) | Err(Failure::Closed(_)));
             let succeeded = matches!(out, Ok((_, None)));
             match out {
-                Err(Failure::Closed(e)) if attempt < 2 => {
-                    tracing::debug!(error = %e, "postgres connection was closed; retrying once");
+                Err(Failure::Closed(e)) if attempt < tries => {
+                    tracing::debug!(error = %e, "postgres session was lost; on another");
                     continue;
                 }
                 Ok((rows, None)) => {

@@ -17,12 +17,21 @@ pub(super) enum Failure {
 
 impl From<postgres::Error> for Failure {
     fn from(e: postgres::Error) -> Self {
-        if e.is_closed() {
+        if connection_lost(&e) {
             Failure::Closed(e)
         } else {
             Failure::Pg(e)
         }
     }
+}
+
+/// The session is gone (closed, or Postgres terminated it: `pg_terminate_backend`, a restart,
+/// which leave pooled sessions that learn it on their next statement), as opposed to a
+/// statement that failed.
+pub(super) fn connection_lost(e: &postgres::Error) -> bool {
+    e.is_closed()
+        || e.code()
+            .is_some_and(|c| c.code().starts_with("57P") || c.code().starts_with("08"))
 }
 
 impl Failure {

@@ -112,7 +112,7 @@ impl OpenTransactions {
         loop {
             let mut session = pools.pg_conn()?;
             match session.client.batch_execute(&plan.begin()) {
-                Err(e) if tries > 0 && super::nonces::connection_lost(&e) => {
+                Err(e) if tries > 0 && super::failure::connection_lost(&e) => {
                     session.poisoned = true;
                     tries -= 1;
                     tracing::debug!(error = %e, "postgres session lost before BEGIN; another one");

@@ -105,6 +105,11 @@ impl AsyncPg {
         }
     }
 
+    /// The most sessions one worker holds.
+    pub fn per_worker(&self) -> usize {
+        self.per_worker
+    }
+
     /// The most connections these sessions can hold open.
     pub fn max(&self) -> usize {
         self.per_worker * self.workers
@@ -225,11 +230,10 @@ impl AsyncPg {
 
 impl Drop for AsyncSession {
     fn drop(&mut self) {
-        let Some(client) = self.client.take() else {
-            return;
-        };
-        let keep = self.reusable && !client.is_closed();
-        let mut client = Some(client);
+        // A session whose connect failed has no client, and gives its slot back all the same:
+        // else every failed connect of an outage would keep a slot of the share for good.
+        let mut client = self.client.take();
+        let keep = self.reusable && client.as_ref().is_some_and(|c| !c.is_closed());
         let _ = SHARES.try_with(|s| {
             let mut shares = s.borrow_mut();
             if let Some(share) = shares.iter_mut().find(|x| x.id == self.id) {

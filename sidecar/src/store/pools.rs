@@ -332,6 +332,11 @@ impl Pools {
         self.pg_pooled
     }
 
+    /// How many event-loop sessions each worker holds at most (the same, for its share).
+    pub fn pg_share(&self) -> usize {
+        self.pg_async.per_worker()
+    }
+
     pub fn sizes(&self) -> (u32, u32) {
         (self.redis_size, self.pg_size)
     }

@@ -31,6 +31,7 @@
 use crate::http::error::ApiError;
 use crate::http::replay::Seen;
 use crate::store::db::{rollback, with_session, Failure};
+use crate::store::failure::connection_lost;
 use crate::store::ferry_tables;
 use crate::store::pools::Pools;
 use crate::store::postgres::PgSession;
@@ -319,12 +320,4 @@ pub(super) fn record_then(
             _ => return Err(Failure::from(e)),
         }
     }
-}
-
-/// The session is gone (closed, or Postgres terminated it: a restart leaves pooled sessions
-/// that learn it on their next statement), as opposed to a statement that failed.
-pub(super) fn connection_lost(e: &postgres::Error) -> bool {
-    e.is_closed()
-        || e.code()
-            .is_some_and(|c| c.code().starts_with("57P") || c.code().starts_with("08"))
 }
