@@ -186,18 +186,8 @@ fn a_read_after_a_commit_never_returns_the_rows_before_it() {
     });
     let commits = commits.into_inner().unwrap();
     let reads = reads.into_inner().unwrap();
-    let mut stale = 0;
-    for (started, seen, _) in &reads {
-        let must = commits
-            .iter()
-            .filter(|(at, _)| *at + MAX_LAG < *started)
-            .map(|(_, n)| *n)
-            .max()
-            .unwrap_or(0);
-        if *seen < must {
-            stale += 1;
-        }
-    }
+    let seen: Vec<(Instant, i64)> = reads.iter().map(|(at, n, _)| (*at, *n)).collect();
+    let stale = stale_reads(&commits, &seen, MAX_LAG);
     let hits = reads.iter().filter(|r| r.2 == "hit").count();
     // How old each read's row was: from the commit that replaced it to the read's start.
     let mut ages: Vec<Duration> = reads

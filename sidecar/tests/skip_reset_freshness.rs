@@ -34,22 +34,6 @@ fn item(s: &SidecarProcess, id: i64, mode: &str) -> (i64, String) {
     (version, a.body["cache"].as_str().unwrap_or("").to_string())
 }
 
-/// Reads that returned a version older than one committed before `bound` ahead of their start.
-fn stale(commits: &[(Instant, i64)], reads: &[(Instant, i64)], bound: Duration) -> usize {
-    reads
-        .iter()
-        .filter(|(started, seen)| {
-            let must = commits
-                .iter()
-                .filter(|(at, _)| *at + bound < *started)
-                .map(|(_, n)| *n)
-                .max()
-                .unwrap_or(0);
-            *seen < must
-        })
-        .count()
-}
-
 #[test]
 fn reads_that_skip_the_reset_never_return_a_row_from_before_a_write() {
     let redis = ferry_testkit::RedisServer::start();
@@ -131,8 +115,8 @@ fn reads_that_skip_the_reset_never_return_a_row_from_before_a_write() {
     let through_ferry = through_ferry.into_inner().unwrap();
     let [reads1, reads2] = reads.map(|r| r.into_inner().unwrap());
     let kinds = kinds.into_inner().unwrap();
-    let stale_outside = stale(&outside, &reads1, cs::MAX_LAG);
-    let stale_ferry = stale(&through_ferry, &reads2, Duration::ZERO);
+    let stale_outside = cs::stale_reads(&outside, &reads1, cs::MAX_LAG);
+    let stale_ferry = cs::stale_reads(&through_ferry, &reads2, Duration::ZERO);
     println!(
         "FIGURES skip_reset freshness: {} reads of psql's row, {} stale past {} ms; {} reads of \
          Ferry's row, {} stale after an acknowledged write; answers {kinds:?}",

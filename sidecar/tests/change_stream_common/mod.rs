@@ -108,3 +108,20 @@ pub fn until_hit(s: &SidecarProcess, id: i32, expect: &str) {
         cache == "hit"
     });
 }
+
+/// How many reads (started at, version seen) returned a version older than one committed
+/// (at, version) more than `bound` before they started.
+pub fn stale_reads(commits: &[(Instant, i64)], reads: &[(Instant, i64)], bound: Duration) -> usize {
+    reads
+        .iter()
+        .filter(|(started, seen)| {
+            let must = commits
+                .iter()
+                .filter(|(at, _)| *at + bound < *started)
+                .map(|(_, n)| *n)
+                .max()
+                .unwrap_or(0);
+            *seen < must
+        })
+        .count()
+}
