@@ -7,10 +7,9 @@
 //! transaction or with a lock. Run twice: with the demo's `[queries.item]`, which skips the
 //! session reset (`skip_reset = true`), so no reset after a read finds its session dead; and
 //! with the reset after every read.
-use ferry_testkit::{PgServer, RedisServer, SidecarProcess};
+use ferry_testkit::DemoBinary;
 use serde_json::json;
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -57,21 +56,13 @@ fn reads_with_the_reset_never_get_a_dead_session() {
 }
 
 fn killed_restarted_and_frozen(config: &str, label: &str) {
-    let redis = RedisServer::start();
-    let mut pg = PgServer::start();
-    pg.setup_demo_schema();
-    let names: HashMap<i32, String> = pg
-        .client()
-        .query("SELECT id, name FROM items WHERE id <= 50", &[])
-        .expect("rows")
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
     let pool = POOL.to_string();
-    let s = SidecarProcess::start(
+    let DemoBinary {
+        redis: _redis,
+        mut pg,
+        sidecar: s,
+    } = DemoBinary::start(
         BIN,
-        &redis.url(),
-        &pg.url(),
         &[
             ("FERRY_CONFIG", config),
             ("FERRY_POSTGRES_POOL_SIZE", pool.as_str()),
@@ -79,8 +70,14 @@ fn killed_restarted_and_frozen(config: &str, label: &str) {
             ("FERRY_SERVER_REQUEST_TIMEOUT_MS", "1000"),
             ("FERRY_POSTGRES_CHECKOUT_TIMEOUT_MS", "500"),
         ],
-        Stdio::null(),
     );
+    let names: HashMap<i32, String> = pg
+        .client()
+        .query("SELECT id, name FROM items WHERE id <= 50", &[])
+        .expect("rows")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
     let pg_url = pg.url();
     let reads: Mutex<Vec<Read>> = Mutex::default();
     let most_sessions = AtomicI64::new(0);

@@ -5,9 +5,8 @@
 //! another, whatever the route or protocol: `/v1/query` (named, with and without the reset, and
 //! raw), `/v1/execute`, `/v1/transaction`, an interactive transaction, `/v1/batch/keyed` and
 //! Neon's `/sql`. Postgres's rows judge the writes.
-use ferry_testkit::{wait_until, PgServer, RedisServer, SidecarProcess};
+use ferry_testkit::{wait_until, DemoBinary, SidecarProcess};
 use serde_json::{json, Value};
-use std::process::Stdio;
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
@@ -116,14 +115,13 @@ fn every_route_succeeds_right_after_its_pooled_sessions_are_killed() {
 }
 
 fn killed_under_every_route(pool: &str, neon: bool) {
-    let redis = RedisServer::start();
-    let pg = PgServer::start();
-    pg.setup_demo_schema();
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/ferry.toml");
-    let s = SidecarProcess::start(
+    let DemoBinary {
+        redis: _redis,
+        pg,
+        sidecar: s,
+    } = DemoBinary::start(
         BIN,
-        &redis.url(),
-        &pg.url(),
         &[
             ("FERRY_CONFIG", config),
             ("FERRY_POSTGRES_POOL_SIZE", pool),
@@ -132,7 +130,6 @@ fn killed_under_every_route(pool: &str, neon: bool) {
             ("FERRY_NEON_ENABLED", if neon { "true" } else { "false" }),
             ("FERRY_NEON_TOKEN", TOKEN),
         ],
-        Stdio::null(),
     );
     let psql = &mut pg.client();
     let sessions = |psql: &mut postgres::Client| -> i64 {

@@ -18,7 +18,7 @@ pub mod wrangler;
 pub use self::balancer::Balancer;
 pub use self::client::Client;
 pub use self::postgres::PgServer;
-pub use self::process::SidecarProcess;
+pub use self::process::{DemoBinary, SidecarProcess};
 pub use self::proxy::CutProxy;
 pub use self::redis::RedisServer;
 pub use self::redis_cluster::RedisCluster;

@@ -105,3 +105,22 @@ impl Drop for SidecarProcess {
         }
     }
 }
+
+/// What most tests of the binary start from: a private Redis, a private Postgres with the
+/// demo schema, and the binary on them with `env` (its log discarded). Each server stops when
+/// its field is dropped: bind every field (`redis: _redis`), never `..`.
+pub struct DemoBinary {
+    pub redis: crate::RedisServer,
+    pub pg: crate::PgServer,
+    pub sidecar: SidecarProcess,
+}
+
+impl DemoBinary {
+    pub fn start(bin: &str, env: &[(&str, &str)]) -> DemoBinary {
+        let redis = crate::RedisServer::start();
+        let pg = crate::PgServer::start();
+        pg.setup_demo_schema();
+        let sidecar = SidecarProcess::start(bin, &redis.url(), &pg.url(), env, Stdio::null());
+        DemoBinary { redis, pg, sidecar }
+    }
+}

@@ -223,8 +223,10 @@ async fn run(
                 Ok(v) => v,
                 Err(e) => {
                     tracing::warn!(error = %e, "upstash: redis failed");
+                    // Not sent again (any command may come this way, INCR too); a connection
+                    // Redis ended is replaced without taking Redis for down.
                     state.pools.drop_redis_async();
-                    state.pools.mark_redis_failed();
+                    state.pools.redis_failed(&e);
                     return Err("ERR redis is unavailable".into());
                 }
             },
@@ -236,7 +238,7 @@ async fn run(
                     .run(move || {
                         let mut conn = pools.redis_conn()?;
                         pipe.query::<Vec<redis::Value>>(&mut *conn).map_err(|e| {
-                            pools.mark_redis_failed();
+                            pools.redis_failed(&e);
                             crate::http::error::ApiError::CacheUnavailable {
                                 internal: e.to_string(),
                             }

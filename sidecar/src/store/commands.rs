@@ -7,6 +7,7 @@ use crate::store::blocking::Blocking;
 use crate::store::cache::Cache;
 use crate::store::nonces::NonceCheck;
 use crate::store::pools::Pools;
+use crate::store::redis::lost;
 use ferry_shared::api::{CacheCommand, CacheReply};
 use redis::Value;
 use std::sync::Arc;
@@ -45,6 +46,14 @@ enum Answer {
     Mset,
     Incr,
     Expire,
+}
+
+impl Answer {
+    /// Whether the command may run twice (on a connection Redis ended, it may have run once):
+    /// all but INCR, whose second run would count twice.
+    fn repeatable(&self) -> bool {
+        !matches!(self, Answer::Incr)
+    }
 }
 
 /// The command's pipeline, behind `check`'s commands when one rides along.
@@ -139,7 +148,7 @@ fn failed(pools: &Pools, e: redis::RedisError) -> Result<CacheReply, ApiError> {
             "the stored value does not support this command",
         ));
     }
-    pools.mark_redis_failed();
+    pools.redis_failed(&e);
     Err(ApiError::CacheUnavailable {
         internal: e.to_string(),
     })
@@ -182,14 +191,23 @@ pub async fn run_checked(
         // pipeline it would go whole to its first key's slot. So there the check goes alone.
         let check = check.filter(|_| !pools.redis_cluster());
         let Prepared { pipe, answer } = prepare(cache, cmd, check);
-        let values = match check {
-            Some(_) => conn.query_pipe_each(&pipe).await,
-            None => conn.query_pipe::<Vec<Value>>(&pipe).await,
+        // On a connection Redis ended, the command goes again if it may run twice, without
+        // the replay check (it may have run: it is skipped, as when Redis fails).
+        let again = || {
+            let front = check.map_or(0, |_| NonceCheck::REPLIES);
+            answer
+                .repeatable()
+                .then(|| lost::without_front(&pipe, front))
         };
-        if values.is_err() {
-            pools.drop_redis_async();
-        }
-        let (verdict, values) = NonceCheck::split(check, values);
+        let (values, retried) =
+            lost::query_async(pools, &mut conn, &pipe, check.is_some(), again).await;
+        let (verdict, values) = match retried {
+            false => NonceCheck::split(check, values),
+            true => (
+                check.map(|_| Ok(())),
+                values.and_then(|v| v.into_iter().map(Value::extract_error).collect()),
+            ),
+        };
         let reply = values
             .and_then(|v| read(answer, v))
             .unwrap_or_else(|e| failed(pools, e));
@@ -209,8 +227,7 @@ async fn run_pooled(
     let p = pools.clone();
     blocking
         .run(move || {
-            let mut conn = p.redis_conn()?;
-            conn.query_pipe::<Vec<Value>>(&pipe)
+            lost::query::<Vec<Value>>(&p, &pipe, answer.repeatable())?
                 .and_then(|v| read(answer, v))
                 .unwrap_or_else(|e| failed(&p, e))
         })

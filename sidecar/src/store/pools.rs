@@ -166,6 +166,21 @@ impl Pools {
         self.redis_generation.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// After a failure on a Redis connection. One Redis ended (`redis::connection_lost`) is
+    /// replaced, with every connection opened before it (an operator's `CLIENT KILL` or an
+    /// idle timeout ends them all), and the breaker stays closed: Redis may well be up, and
+    /// should it be down, the next connect fails and opens the breaker. Anything else (a
+    /// timeout, a refusal) opens it now.
+    pub fn redis_failed(&self, e: &redis::RedisError) {
+        if crate::store::redis::connection_lost(e) {
+            tracing::debug!(error = %e, "redis connection lost; replacing the connections");
+            self.redis_generation.fetch_add(1, Ordering::AcqRel);
+            self.drop_redis_async();
+        } else {
+            self.mark_redis_failed();
+        }
+    }
+
     /// This worker's multiplexed Redis connection, or None: the breaker is open (the caller
     /// then takes the pooled path, which probes), or every multiplexed slot is taken.
     pub async fn redis_async(&self) -> Result<Option<AsyncConn>, ApiError> {

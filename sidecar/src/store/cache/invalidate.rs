@@ -64,8 +64,18 @@ impl Cache {
         for tag_key in moved.iter().skip(chunk.keys.len()) {
             pipe.set(tag_key, token());
         }
-        conn.query_pipe::<Vec<redis::Value>>(&pipe)
-            .map_err(|e| e.to_string())?;
+        if let Err(e) = conn.query_pipe::<Vec<redis::Value>>(&pipe) {
+            if !crate::store::redis::connection_lost(&e) {
+                return Err(e.to_string());
+            }
+            // Redis ended the connection: once more on a fresh one (fresh tokens make a
+            // second run harmless).
+            pools.redis_failed(&e);
+            drop(conn);
+            conn = pools.redis_conn().map_err(|e| e.to_string())?;
+            conn.query_pipe::<Vec<redis::Value>>(&pipe)
+                .map_err(|e| e.to_string())?;
+        }
         let Some((replicas, wait_ms)) = self.cluster.filter(|(n, _)| *n > 0) else {
             return Ok(());
         };

@@ -5,7 +5,7 @@ use crate::http::error::ApiError;
 use crate::store::leases::Attempt;
 use crate::store::nonces::NonceCheck;
 use crate::store::pools::Pools;
-use crate::store::redis::AsyncConn;
+use crate::store::redis::{lost, AsyncConn};
 use redis::{RedisResult, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -26,11 +26,10 @@ impl Cache {
         let Some(prepared) = self.prepare_lookup(pools, probes, |_| ()) else {
             return bypass(probes);
         };
-        // redis_conn trips the breaker itself when it fails.
-        let Ok(mut conn) = pools.redis_conn() else {
+        // Connecting trips the breaker itself when it fails.
+        let Ok(values) = lost::query(pools, &prepared.pipe, true) else {
             return bypass(probes);
         };
-        let values = conn.query_pipe(&prepared.pipe);
         self.read_lookup(pools, prepared, values)
     }
 
@@ -62,14 +61,21 @@ impl Cache {
             Ok(None) => return None,
             Err(_) => return Some((None, bypass(probes))),
         };
-        let values = match check {
-            Some(_) => conn.query_pipe_each(&prepared.pipe).await,
-            None => conn.query_pipe(&prepared.pipe).await,
+        // On a connection Redis ended, the lookup goes again, without the replay check (it may
+        // have run: it is skipped, as when Redis fails).
+        let again = || match check {
+            Some(_) => Some(lost::without_front(&prepared.pipe, NonceCheck::REPLIES)),
+            None => Some(prepared.pipe.clone()),
         };
-        if values.is_err() {
-            pools.drop_redis_async();
-        }
-        let (verdict, values) = NonceCheck::split(check, values);
+        let (values, retried) =
+            lost::query_async(pools, &mut conn, &prepared.pipe, check.is_some(), again).await;
+        let (verdict, values) = match retried {
+            false => NonceCheck::split(check, values),
+            true => (
+                check.map(|_| Ok(())),
+                values.and_then(|v| v.into_iter().map(Value::extract_error).collect()),
+            ),
+        };
         let values = values.and_then(|v| {
             v.into_iter()
                 .map(|v| redis::from_redis_value(v).map_err(Into::into))
@@ -196,7 +202,7 @@ impl Cache {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(error = %e, "redis lookup failed; serving from postgres");
-                pools.mark_redis_failed();
+                pools.redis_failed(&e);
                 return bypass(probes);
             }
         };

@@ -2,7 +2,9 @@
 
 use super::{now_ms, Cache, Entry, EntryPolicy, Observed, Stored};
 use crate::store::pools::Pools;
+use crate::store::redis::lost;
 use ferry_shared::api::Row;
+use redis::Value;
 
 /// Writes back only if no version moved since the read observed them. KEYS[1] entry,
 /// KEYS[2] key version, KEYS[3..] tag versions (the epoch among them). ARGV[1] value, ARGV[2]
@@ -47,14 +49,11 @@ impl Cache {
         if w.sent.is_empty() {
             return w.written;
         }
-        let result = pools
-            .redis_conn()
-            .map_err(|e| e.to_string())
-            .and_then(|mut conn| {
-                conn.query_pipe::<Vec<i64>>(&w.pipe)
-                    .map_err(|e| e.to_string())
-            });
-        w.finish(pools, result)
+        // A failure to connect has tripped the breaker: nothing was written.
+        match lost::query::<Vec<i64>>(pools, &w.pipe, true) {
+            Ok(result) => w.finish(pools, result),
+            Err(_) => w.written,
+        }
     }
 
     /// [`Cache::store`] on this worker's multiplexed connection (no thread hop); None when
@@ -78,14 +77,12 @@ impl Cache {
                 Ok(None) => return None,
                 Err(_) => return Some(Stored::NotWritten),
             };
-            let result = conn.query_pipe::<Vec<i64>>(&w.pipe).await;
-            if result.is_err() {
-                pools.drop_redis_async();
-            }
-            return w
-                .finish(pools, result.map_err(|e| e.to_string()))
-                .first()
-                .copied();
+            // Conditional writes: a second run writes nothing the first did not.
+            let again = || Some(w.pipe.clone());
+            let (result, _) = lost::query_async(pools, &mut conn, &w.pipe, false, again).await;
+            let result =
+                result.and_then(|v| redis::from_redis_value(Value::Array(v)).map_err(Into::into));
+            return w.finish(pools, result).first().copied();
         }
         w.written.first().copied()
     }
@@ -160,7 +157,7 @@ struct WriteBack {
 
 impl WriteBack {
     /// Each item's outcome from the scripts' answers; a Redis failure trips the breaker.
-    fn finish(self, pools: &Pools, result: Result<Vec<i64>, String>) -> Vec<Stored> {
+    fn finish(self, pools: &Pools, result: redis::RedisResult<Vec<i64>>) -> Vec<Stored> {
         let mut written = self.written;
         match result {
             Ok(flags) => {
@@ -172,7 +169,7 @@ impl WriteBack {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "redis write-back failed");
-                pools.mark_redis_failed();
+                pools.redis_failed(&e);
             }
         }
         written

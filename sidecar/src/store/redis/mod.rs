@@ -7,6 +7,7 @@
 //! slots is split: by node on the pooled connection (`RedisSession::query_pipe`), by slot on a
 //! multiplexed one, the groups sent at once (`AsyncConn::query_pipe`).
 
+pub mod lost;
 mod multiplexed;
 mod pooled;
 
@@ -16,6 +17,12 @@ pub use pooled::{slot, RedisManager, RedisSession};
 use crate::config::RedisConfig;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use std::time::Duration;
+
+/// Whether Redis ended the connection (`CLIENT KILL`, an idle `timeout`, a restart): the
+/// connection is lost, which is not yet Redis down (a new one may connect at once).
+pub fn connection_lost(e: &redis::RedisError) -> bool {
+    e.is_connection_dropped()
+}
 
 /// One server, or a cluster. (Built once per pool: the variants' sizes do not matter.)
 #[allow(clippy::large_enum_variant)]

@@ -51,6 +51,19 @@ impl AsyncConn {
 }
 
 impl AsyncConn {
+    /// [`AsyncConn::query_pipe_each`] when `each`, else [`AsyncConn::query_pipe`].
+    pub async fn query_values(
+        &mut self,
+        pipe: &redis::Pipeline,
+        each: bool,
+    ) -> RedisResult<Vec<Value>> {
+        if each {
+            self.query_pipe_each(pipe).await
+        } else {
+            self.query_pipe(pipe).await
+        }
+    }
+
     /// [`AsyncConn::query_pipe`] for a pipeline built with `ignore_errors()`: each command's
     /// own error is its answer (a `Value::ServerError`), on a cluster too, where the pipeline
     /// is split by slot and the flag would be lost.

@@ -1,0 +1,171 @@
+//! Redis ending the sidecar's connections while it stays up: `CLIENT KILL` (an operator), or a
+//! hosted Redis's idle `timeout`, which closes clients that sat idle. Redis is up, so nothing
+//! may fail or fall back: right after every connection was ended, a cached read is still a
+//! hit (not `bypass`: a closed connection is not Redis down), a cache command answers, and a
+//! write's invalidation is `done`. On the binary, with both a worker's multiplexed connection
+//! and the pooled ones in use; Redis's own `CLIENT LIST` judges that the connections ended.
+use ferry_testkit::{DemoBinary, SidecarProcess};
+use serde_json::json;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
+
+/// A request of one kind, for round `n`: what it answered wrong, if anything.
+type Check<'a> = Box<dyn Fn(i64) -> Option<String> + 'a>;
+
+fn checks(s: &SidecarProcess) -> Vec<(&'static str, Check<'_>)> {
+    let c = &s.client;
+    let read = json!({"sql": "SELECT name FROM items WHERE id = 1", "cache": {"ttl_s": 600}});
+    vec![
+        (
+            "cached read",
+            Box::new(move |_| {
+                let a = c.query(read.clone());
+                (a.status != 200 || a.body["cache"] != "hit").then(|| format!("{:?}", a.body))
+            }),
+        ),
+        (
+            "cache get",
+            Box::new(move |_| {
+                let a = c.cache(json!({"op": "get", "key": "kept"}));
+                (a.status != 200 || a.body["value"] != "v").then(|| format!("{:?}", a.body))
+            }),
+        ),
+        (
+            "cache set",
+            Box::new(move |n| {
+                let a = c.cache(json!({"op": "set", "key": format!("k{n}"), "value": "x"}));
+                (a.status != 200).then(|| format!("{:?}", a.body))
+            }),
+        ),
+        (
+            "write and invalidate",
+            Box::new(move |n| {
+                let a = c.execute(json!({
+                    "sql": "UPDATE items SET price = price WHERE id = $1", "params": [n],
+                    "invalidate": {"keys": [format!("items:{n}")]},
+                }));
+                (a.status != 200 || a.body["invalidation"] != "done")
+                    .then(|| format!("{:?}", a.body))
+            }),
+        ),
+    ]
+}
+
+/// The sidecar's connections, as Redis lists them (every client but the judge's own).
+fn sidecar_clients(judge: &mut redis::Connection) -> Vec<String> {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(judge)
+        .expect("CLIENT LIST");
+    let me: i64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query(judge)
+        .expect("CLIENT ID");
+    list.lines()
+        .filter(|l| !l.starts_with(&format!("id={me} ")))
+        .map(|l| l.split(' ').next().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Ends every connection but the judge's: normal clients, and the one that listens for other
+/// sidecars' fills.
+fn kill_all(judge: &mut redis::Connection) {
+    for kind in ["normal", "pubsub"] {
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg(kind)
+            .arg("SKIPME")
+            .arg("yes")
+            .query(judge)
+            .expect("CLIENT KILL");
+    }
+}
+
+/// Each worker's multiplexed connection, and pooled ones.
+#[test]
+fn every_cache_request_succeeds_right_after_redis_ends_the_sidecars_connections() {
+    killed_under_every_request("4", "multiplexed and pooled");
+}
+
+/// A pool of one Redis connection leaves the workers none: every command pooled.
+#[test]
+fn every_cache_request_succeeds_right_after_redis_ends_the_pooled_connection() {
+    killed_under_every_request("1", "pooled");
+}
+
+fn killed_under_every_request(pool: &str, label: &str) {
+    let DemoBinary {
+        redis,
+        pg: _pg,
+        sidecar: s,
+    } = DemoBinary::start(
+        BIN,
+        &[
+            ("FERRY_AUTH_ALLOW_RAW_SQL", "true"),
+            ("FERRY_SERVER_WORKERS", "2"),
+            ("FERRY_REDIS_POOL_SIZE", pool),
+            ("FERRY_SERVER_READINESS_INTERVAL_MS", "3600000"),
+        ],
+    );
+    let c = &s.client;
+    assert_eq!(
+        c.cache(json!({"op": "set", "key": "kept", "value": "v"}))
+            .status,
+        200
+    );
+    let checks = checks(&s);
+    let judge = &mut redis.conn();
+    let mut wrong = Vec::new();
+    let (mut counted, mut incr_refused) = (0, 0);
+    for n in 1..=4i64 {
+        for (what, check) in &checks {
+            // Connections open wherever this kind of request takes them from (a miss first:
+            // the entry is there for the hit).
+            c.query(json!({"sql": "SELECT name FROM items WHERE id = 1", "cache": {"ttl_s": 600}}));
+            ferry_testkit::wait_until(what, Duration::from_secs(10), || {
+                (0..4).all(|_| check(n).is_none())
+            });
+            let before = sidecar_clients(judge);
+            assert!(!before.is_empty(), "the sidecar holds no connection");
+            kill_all(judge);
+            let after = sidecar_clients(judge);
+            assert!(
+                before.iter().all(|id| !after.contains(id)),
+                "a connection survived: {before:?} -> {after:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+            if let Some(e) = check(n) {
+                wrong.push(format!("round {n}, {what}: {e}"));
+            }
+        }
+        // An INCR must not run twice, so one that meets an ended connection is not sent again:
+        // it may fail (503, at once), the next one may not, and Redis's count is the count of
+        // the answered ones.
+        kill_all(judge);
+        std::thread::sleep(Duration::from_millis(20));
+        for i in 0..2 {
+            let a = c.cache(json!({"op": "incr", "key": "counted"}));
+            match a.status {
+                200 => counted += 1,
+                503 if i == 0 => incr_refused += 1,
+                _ => wrong.push(format!("round {n}, incr {i}: {:?}", a.body)),
+            }
+        }
+    }
+    let value = c.cache(json!({"op": "get", "key": "counted"}));
+    assert_eq!(
+        value.body["value"],
+        counted.to_string(),
+        "answered INCRs: {counted}"
+    );
+    println!(
+        "FIGURES redis clients killed ({label}): {} requests, each right after Redis ended every sidecar \
+         connection; {} wrong; INCR right after: {incr_refused} of 4 refused (503), Redis counts \
+         {counted}, the answered ones",
+        4 * checks.len(),
+        wrong.len()
+    );
+    assert!(wrong.is_empty(), "with Redis up: {wrong:#?}");
+}
