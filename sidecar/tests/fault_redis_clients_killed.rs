@@ -6,6 +6,7 @@
 //! and the pooled ones in use; Redis's own `CLIENT LIST` judges that the connections ended.
 use ferry_testkit::{DemoBinary, SidecarProcess};
 use serde_json::json;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
@@ -13,7 +14,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
 /// A request of one kind, for round `n`: what it answered wrong, if anything.
 type Check<'a> = Box<dyn Fn(i64) -> Option<String> + 'a>;
 
-fn checks(s: &SidecarProcess) -> Vec<(&'static str, Check<'_>)> {
+fn checks<'a>(s: &'a SidecarProcess, written: &'a AtomicU64) -> Vec<(&'static str, Check<'a>)> {
     let c = &s.client;
     let read = json!({"sql": "SELECT name FROM items WHERE id = 1", "cache": {"ttl_s": 600}});
     vec![
@@ -39,14 +40,29 @@ fn checks(s: &SidecarProcess) -> Vec<(&'static str, Check<'_>)> {
             }),
         ),
         (
-            "write and invalidate",
+            // A write to a row whose entry is cached, acknowledged `done`: the next read is
+            // the new row, never the entry from before (Postgres's row is what was written).
+            "write, invalidate, read back",
             Box::new(move |n| {
+                let id = 200 + n;
+                let name = format!("v{}", written.fetch_add(1, Ordering::Relaxed));
+                let key = format!("items:{id}");
                 let a = c.execute(json!({
-                    "sql": "UPDATE items SET price = price WHERE id = $1", "params": [n],
-                    "invalidate": {"keys": [format!("items:{n}")]},
+                    "sql": "UPDATE items SET name = $2 WHERE id = $1", "params": [id, name],
+                    "invalidate": {"keys": [key]},
                 }));
-                (a.status != 200 || a.body["invalidation"] != "done")
-                    .then(|| format!("{:?}", a.body))
+                if a.status != 200 || a.body["invalidation"] != "done" {
+                    return Some(format!("write: {:?}", a.body));
+                }
+                let read = json!({"sql": "SELECT name FROM items WHERE id = $1", "params": [id],
+                                  "cache": {"ttl_s": 600, "key": key}});
+                for _ in 0..2 {
+                    let r = c.query(read.clone());
+                    if r.status != 200 || r.body["rows"][0]["name"] != name.as_str() {
+                        return Some(format!("read after the write of {name}: {:?}", r.body));
+                    }
+                }
+                None
             }),
         ),
     ]
@@ -115,7 +131,8 @@ fn killed_under_every_request(pool: &str, label: &str) {
             .status,
         200
     );
-    let checks = checks(&s);
+    let written = AtomicU64::new(0);
+    let checks = checks(&s, &written);
     let judge = &mut redis.conn();
     let mut wrong = Vec::new();
     let (mut counted, mut incr_refused) = (0, 0);
