@@ -5,7 +5,7 @@
 //! before answering. When Postgres cannot be reached for that either, the answer says the
 //! outcome is unknown (never a plain failure), and `POST /v1/outcome` later gives it. The rows
 //! judge.
-use ferry_testkit::{CutProxy, PgServer, RedisServer, SidecarProcess};
+use ferry_testkit::{wait_until, CutProxy, PgServer, RedisServer, SidecarProcess};
 use serde_json::json;
 use std::process::Stdio;
 use std::time::Duration;
@@ -42,14 +42,31 @@ fn setup(commit_ms: u64) -> (RedisServer, PgServer, CutProxy, SidecarProcess) {
     (redis, pg, proxy, s)
 }
 
+/// The rows with `body`, once no statement of the sidecar's is still running (a COMMIT cut off
+/// from the sidecar finishes on its own time, whatever the sidecar answered meanwhile).
 fn notes(pg: &PgServer, body: &str) -> i64 {
-    pg.client()
-        .query_one("SELECT count(*) FROM notes WHERE body = $1", &[&body])
+    let mut psql = pg.client();
+    wait_until(
+        "the sidecar's statements to end",
+        Duration::from_secs(10),
+        || {
+            let running: i64 = psql
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                 WHERE application_name = 'ferry-sidecar' AND state = 'active'",
+                    &[],
+                )
+                .expect("pg_stat_activity")
+                .get(0);
+            running == 0
+        },
+    );
+    psql.query_one("SELECT count(*) FROM notes WHERE body = $1", &[&body])
         .expect("count")
         .get(0)
 }
 
-/// Sends the write, cuts the proxy `cut_after_ms` into it (during its COMMIT), heals it
+/// Sends the write, cuts the proxy 500 ms into it (during its COMMIT), heals it
 /// `heal_after_ms` later; returns the write's answer.
 fn cut_during_commit(
     s: &SidecarProcess,
@@ -57,14 +74,25 @@ fn cut_during_commit(
     body: &str,
     heal_after_ms: u64,
 ) -> ferry_testkit::client::Answer {
+    break_during_commit(s, body, || {
+        proxy.cut();
+        std::thread::sleep(Duration::from_millis(heal_after_ms));
+        proxy.heal();
+    })
+}
+
+/// Sends the write, and runs `break_it` 500 ms into it (during its COMMIT).
+fn break_during_commit(
+    s: &SidecarProcess,
+    body: &str,
+    break_it: impl FnOnce() + Send,
+) -> ferry_testkit::client::Answer {
     let write = json!({"sql": "INSERT INTO notes (body) VALUES ($1)", "params": [body]});
     s.client.block_on(async {
         let sent = s.client.post("/v1/execute", &write);
         let cut = async {
             tokio::time::sleep(Duration::from_millis(500)).await;
-            proxy.cut();
-            tokio::time::sleep(Duration::from_millis(heal_after_ms)).await;
-            proxy.heal();
+            tokio::task::block_in_place(break_it);
         };
         futures::future::join(sent, cut).await.0
     })
@@ -77,6 +105,25 @@ fn a_write_whose_commit_loses_its_connection_is_answered_by_its_outcome() {
     let a = cut_during_commit(&s, &proxy, "cut-then-healed", 200);
     assert_eq!(
         notes(&pg, "cut-then-healed"),
+        1,
+        "Postgres finished the COMMIT"
+    );
+    assert_eq!(
+        (a.status, a.body["rows_affected"].as_u64()),
+        (200, Some(1)),
+        "a committed write answered as a failure: {}",
+        a.body
+    );
+}
+
+/// The network in between resets the connection instead (a TCP RST, no orderly close): the
+/// driver reports an I/O error ("connection reset"), which is the same lost session.
+#[test]
+fn a_write_whose_commit_connection_is_reset_is_answered_by_its_outcome() {
+    let (_redis, pg, proxy, s) = setup(1_000);
+    let a = break_during_commit(&s, "reset-mid-commit", || proxy.reset());
+    assert_eq!(
+        notes(&pg, "reset-mid-commit"),
         1,
         "Postgres finished the COMMIT"
     );

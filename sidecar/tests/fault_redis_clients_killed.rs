@@ -1,11 +1,15 @@
 //! Redis ending the sidecar's connections while it stays up: `CLIENT KILL` (an operator), or a
-//! hosted Redis's idle `timeout`, which closes clients that sat idle. Redis is up, so nothing
+//! hosted Redis's idle `timeout`, which closes clients that sat idle; or the network in between
+//! aborting them (a NAT or load balancer's TCP RST: "connection reset", not an orderly end).
+//! Redis is up, so nothing
 //! may fail or fall back: right after every connection was ended, a cached read is still a
 //! hit (not `bypass`: a closed connection is not Redis down), a cache command answers, and a
 //! write's invalidation is `done`. On the binary, with both a worker's multiplexed connection
 //! and the pooled ones in use; Redis's own `CLIENT LIST` judges that the connections ended.
-use ferry_testkit::{DemoBinary, SidecarProcess};
+use ferry_testkit::{CutProxy, PgServer, RedisServer, SidecarProcess};
 use serde_json::json;
+use std::net::SocketAddr;
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -99,32 +103,59 @@ fn kill_all(judge: &mut redis::Connection) {
     }
 }
 
+/// How every connection is ended.
+#[derive(Clone, Copy, Debug)]
+enum Ending {
+    /// `CLIENT KILL`: Redis closes them.
+    Killed,
+    /// The proxy in between aborts each with a TCP RST.
+    Reset,
+}
+
 /// Each worker's multiplexed connection, and pooled ones.
 #[test]
 fn every_cache_request_succeeds_right_after_redis_ends_the_sidecars_connections() {
-    killed_under_every_request("4", "multiplexed and pooled");
+    killed_under_every_request("4", "multiplexed and pooled", Ending::Killed);
 }
 
 /// A pool of one Redis connection leaves the workers none: every command pooled.
 #[test]
 fn every_cache_request_succeeds_right_after_redis_ends_the_pooled_connection() {
-    killed_under_every_request("1", "pooled");
+    killed_under_every_request("1", "pooled", Ending::Killed);
 }
 
-fn killed_under_every_request(pool: &str, label: &str) {
-    let DemoBinary {
-        redis,
-        pg: _pg,
-        sidecar: s,
-    } = DemoBinary::start(
+/// The network in between resets every connection (both shapes).
+#[test]
+fn every_cache_request_succeeds_right_after_the_network_resets_the_sidecars_connections() {
+    killed_under_every_request("4", "multiplexed and pooled", Ending::Reset);
+    killed_under_every_request("1", "pooled", Ending::Reset);
+}
+
+fn killed_under_every_request(pool: &str, label: &str, ending: Ending) {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    pg.setup_demo_schema();
+    let proxy = CutProxy::start(SocketAddr::from(([127, 0, 0, 1], redis.port)));
+    let redis_url = match ending {
+        Ending::Killed => redis.url(),
+        Ending::Reset => format!("redis://{}/", proxy.addr),
+    };
+    let s = SidecarProcess::start(
         BIN,
+        &redis_url,
+        &pg.url(),
         &[
             ("FERRY_AUTH_ALLOW_RAW_SQL", "true"),
             ("FERRY_SERVER_WORKERS", "2"),
             ("FERRY_REDIS_POOL_SIZE", pool),
             ("FERRY_SERVER_READINESS_INTERVAL_MS", "3600000"),
         ],
+        Stdio::null(),
     );
+    let end_all = |judge: &mut redis::Connection| match ending {
+        Ending::Killed => kill_all(judge),
+        Ending::Reset => proxy.reset(),
+    };
     let c = &s.client;
     assert_eq!(
         c.cache(json!({"op": "set", "key": "kept", "value": "v"}))
@@ -146,12 +177,12 @@ fn killed_under_every_request(pool: &str, label: &str) {
             });
             let before = sidecar_clients(judge);
             assert!(!before.is_empty(), "the sidecar holds no connection");
-            kill_all(judge);
-            let after = sidecar_clients(judge);
-            assert!(
-                before.iter().all(|id| !after.contains(id)),
-                "a connection survived: {before:?} -> {after:?}"
-            );
+            end_all(judge);
+            // (Redis learns of a reset one when the proxy closes its side.)
+            ferry_testkit::wait_until("the connections to end", Duration::from_secs(5), || {
+                let after = sidecar_clients(judge);
+                before.iter().all(|id| !after.contains(id))
+            });
             std::thread::sleep(Duration::from_millis(20));
             if let Some(e) = check(n) {
                 wrong.push(format!("round {n}, {what}: {e}"));
@@ -160,7 +191,7 @@ fn killed_under_every_request(pool: &str, label: &str) {
         // An INCR must not run twice, so one that meets an ended connection is not sent again:
         // it may fail (503, at once), the next one may not, and Redis's count is the count of
         // the answered ones.
-        kill_all(judge);
+        end_all(judge);
         std::thread::sleep(Duration::from_millis(20));
         for i in 0..2 {
             let a = c.cache(json!({"op": "incr", "key": "counted"}));
@@ -178,7 +209,7 @@ fn killed_under_every_request(pool: &str, label: &str) {
         "answered INCRs: {counted}"
     );
     println!(
-        "FIGURES redis clients killed ({label}): {} requests, each right after Redis ended every sidecar \
+        "FIGURES redis clients ended ({ending:?}, {label}): {} requests, each right after Redis ended every sidecar \
          connection; {} wrong; INCR right after: {incr_refused} of 4 refused (503), Redis counts \
          {counted}, the answered ones",
         4 * checks.len(),

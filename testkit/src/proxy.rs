@@ -1,15 +1,26 @@
-//! A TCP proxy between the sidecar and Redis or Postgres that a test can cut: every live
-//! connection is dropped at once (a network partition), and new ones are refused until healed.
+//! A TCP proxy between the sidecar and Redis or Postgres that a test can break in two ways:
+//! cut (every live connection closed at once, as in a network partition, and new ones refused
+//! until healed) or reset (every live connection aborted with a TCP RST and no FIN, as a NAT,
+//! load balancer or pooler in between does when it drops its state; new ones still go through).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 pub struct CutProxy {
     pub addr: SocketAddr,
     cut: Arc<AtomicBool>,
-    live: Arc<Mutex<Vec<TcpStream>>>,
+    live: Arc<Mutex<Vec<Link>>>,
+}
+
+/// One proxied connection: the client's side, the server's side, and whether it is being
+/// reset (its forwarding threads then end without closing the client's side politely).
+struct Link {
+    client: TcpStream,
+    server: TcpStream,
+    reset: Arc<AtomicBool>,
 }
 
 impl CutProxy {
@@ -17,7 +28,7 @@ impl CutProxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
         let addr = listener.local_addr().expect("addr");
         let cut = Arc::new(AtomicBool::new(false));
-        let live: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let live: Arc<Mutex<Vec<Link>>> = Arc::default();
         let (c, l) = (cut.clone(), live.clone());
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
@@ -30,10 +41,14 @@ impl CutProxy {
                 };
                 let _ = client.set_nodelay(true);
                 let _ = server.set_nodelay(true);
+                let reset = Arc::new(AtomicBool::new(false));
                 if let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) {
                     if let Ok(mut live) = l.lock() {
-                        live.push(c2);
-                        live.push(s2);
+                        live.push(Link {
+                            client: c2,
+                            server: s2,
+                            reset: reset.clone(),
+                        });
                     }
                 }
                 for (mut from, mut to) in [
@@ -43,6 +58,7 @@ impl CutProxy {
                 .into_iter()
                 .filter_map(|(a, b)| Some((a.ok()?, b.ok()?)))
                 {
+                    let reset = reset.clone();
                     std::thread::spawn(move || {
                         let mut buf = [0u8; 16 * 1024];
                         while let Ok(n) = from.read(&mut buf) {
@@ -50,7 +66,9 @@ impl CutProxy {
                                 break;
                             }
                         }
-                        let _ = to.shutdown(Shutdown::Both);
+                        if !reset.load(Ordering::SeqCst) {
+                            let _ = to.shutdown(Shutdown::Both);
+                        }
                     });
                 }
             }
@@ -61,15 +79,38 @@ impl CutProxy {
     /// Drops every live connection and refuses new ones.
     pub fn cut(&self) {
         self.cut.store(true, Ordering::SeqCst);
-        if let Ok(mut live) = self.live.lock() {
-            for s in live.drain(..) {
-                let _ = s.shutdown(Shutdown::Both);
-            }
+        for link in self.take_live() {
+            let _ = link.client.shutdown(Shutdown::Both);
+            let _ = link.server.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Aborts every live connection: the client gets a TCP RST (no FIN first), so its next
+    /// write or read fails with "connection reset" or "broken pipe", not an orderly end of
+    /// stream. The server's side is closed. New connections go through as before.
+    pub fn reset(&self) {
+        for link in self.take_live() {
+            link.reset.store(true, Ordering::SeqCst);
+            // Linger 0: the socket's last close sends RST. Shutting its reading side sends
+            // nothing to the client and wakes the thread reading it; closing the server's side
+            // wakes the other. Both then drop their handles, and this one is dropped here.
+            socket2::SockRef::from(&link.client)
+                .set_linger(Some(Duration::ZERO))
+                .expect("SO_LINGER 0 on a proxied connection");
+            let _ = link.client.shutdown(Shutdown::Read);
+            let _ = link.server.shutdown(Shutdown::Both);
         }
     }
 
     /// Accepts connections again.
     pub fn heal(&self) {
         self.cut.store(false, Ordering::SeqCst);
+    }
+
+    fn take_live(&self) -> Vec<Link> {
+        self.live
+            .lock()
+            .map(|mut live| live.drain(..).collect())
+            .unwrap_or_default()
     }
 }

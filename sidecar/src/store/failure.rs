@@ -25,13 +25,15 @@ impl From<postgres::Error> for Failure {
     }
 }
 
-/// The session is gone (closed, or Postgres terminated it: `pg_terminate_backend`, a restart,
-/// which leave pooled sessions that learn it on their next statement), as opposed to a
-/// statement that failed.
+/// The session is gone, as opposed to a statement that failed: closed, Postgres terminated it
+/// (`pg_terminate_backend`, a restart: pooled sessions learn it on their next statement), or
+/// its socket failed (a NAT, load balancer or pooler in between reset the connection: the
+/// driver then reports the I/O error, "connection reset" or "broken pipe", not a close).
 pub(super) fn connection_lost(e: &postgres::Error) -> bool {
     e.is_closed()
         || e.code()
             .is_some_and(|c| c.code().starts_with("57P") || c.code().starts_with("08"))
+        || std::error::Error::source(e).is_some_and(|cause| cause.is::<std::io::Error>())
 }
 
 impl Failure {
