@@ -135,6 +135,47 @@ fn a_write_whose_commit_connection_is_reset_is_answered_by_its_outcome() {
     );
 }
 
+/// Postgres ends the write's session during its COMMIT (`pg_terminate_backend`: 57P01 and a
+/// close). The COMMIT did not happen, and the answer says so: a plain 503
+/// `database_unavailable` after the outcome was asked, never a 200 and never `outcome_unknown`
+/// with Postgres up. The same write sent again then commits once.
+#[test]
+fn a_write_whose_session_is_terminated_during_its_commit_is_answered_as_not_committed() {
+    let (_redis, pg, _proxy, s) = setup(1_000);
+    let a = break_during_commit(&s, "terminated-mid-commit", || {
+        let ended: Vec<i32> = pg
+            .client()
+            .query(
+                "WITH s AS MATERIALIZED (SELECT pid FROM pg_stat_activity
+                                         WHERE application_name = 'ferry-sidecar'
+                                           AND state = 'active')
+                 SELECT pid FROM s WHERE pg_terminate_backend(pid)",
+                &[],
+            )
+            .expect("terminate")
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(ended.len(), 1, "the write's session, mid-COMMIT");
+    });
+    assert_eq!(
+        notes(&pg, "terminated-mid-commit"),
+        0,
+        "Postgres ended the transaction"
+    );
+    assert_eq!(
+        (a.status, a.code()),
+        (503, "database_unavailable"),
+        "a write that did not commit: {}",
+        a.body
+    );
+    let again = s.client.execute(
+        json!({"sql": "INSERT INTO notes (body) VALUES ($1)", "params": ["terminated-mid-commit"]}),
+    );
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(notes(&pg, "terminated-mid-commit"), 1);
+}
+
 #[test]
 fn a_commit_whose_outcome_cannot_be_asked_is_answered_as_unknown_then_resolved() {
     let (_redis, pg, proxy, s) = setup(1_000);
