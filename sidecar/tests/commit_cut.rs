@@ -15,6 +15,14 @@ const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
 /// Postgres with a table whose every COMMIT takes `commit_ms`, and a sidecar reaching it
 /// through a proxy the test cuts.
 fn setup(commit_ms: u64) -> (RedisServer, PgServer, CutProxy, SidecarProcess) {
+    setup_with(commit_ms, &[])
+}
+
+/// [`setup`], with more of the sidecar's environment.
+fn setup_with(
+    commit_ms: u64,
+    env: &[(&str, &str)],
+) -> (RedisServer, PgServer, CutProxy, SidecarProcess) {
     let redis = RedisServer::start();
     let pg = PgServer::start();
     pg.client()
@@ -36,7 +44,7 @@ fn setup(commit_ms: u64) -> (RedisServer, PgServer, CutProxy, SidecarProcess) {
         BIN,
         &redis.url(),
         &url,
-        &[("FERRY_POSTGRES_CHECKOUT_TIMEOUT_MS", "1000")],
+        &[&[("FERRY_POSTGRES_CHECKOUT_TIMEOUT_MS", "1000")], env].concat(),
         Stdio::null(),
     );
     (redis, pg, proxy, s)
@@ -88,8 +96,18 @@ fn break_during_commit(
     break_it: impl FnOnce() + Send,
 ) -> ferry_testkit::client::Answer {
     let write = json!({"sql": "INSERT INTO notes (body) VALUES ($1)", "params": [body]});
+    break_during(s, "/v1/execute", write, break_it)
+}
+
+/// Sends `body` to `path`, and runs `break_it` 500 ms into it.
+fn break_during(
+    s: &SidecarProcess,
+    path: &str,
+    body: serde_json::Value,
+    break_it: impl FnOnce() + Send,
+) -> ferry_testkit::client::Answer {
     s.client.block_on(async {
-        let sent = s.client.post("/v1/execute", &write);
+        let sent = s.client.post(path, &body);
         let cut = async {
             tokio::time::sleep(Duration::from_millis(500)).await;
             tokio::task::block_in_place(break_it);
@@ -174,6 +192,80 @@ fn a_write_whose_session_is_terminated_during_its_commit_is_answered_as_not_comm
     );
     assert_eq!(again.status, 200, "{}", again.body);
     assert_eq!(notes(&pg, "terminated-mid-commit"), 1);
+}
+
+/// Where no outcome is kept for a write (an interactive transaction's COMMIT; any write with
+/// `auth.replay = "local"`), a connection lost during its COMMIT leaves it unknown, and the
+/// answer says so: 503 `outcome_unknown`, never `database_unavailable`, which a caller reads as
+/// "it did not happen" and retries.
+#[test]
+fn an_interactive_commit_cut_off_is_answered_as_unknown() {
+    let (_redis, pg, proxy, s) = setup(1_000);
+    let begun = s
+        .client
+        .block_on(s.client.post("/v1/transaction/begin", &json!({})));
+    assert_eq!(begun.status, 200, "{}", begun.body);
+    let id = begun.body["id"].clone();
+    let inserted = s.client.block_on(s.client.post(
+        "/v1/transaction/query",
+        &json!({"id": id, "sql": "INSERT INTO notes (body) VALUES ('interactive-cut')"}),
+    ));
+    assert_eq!(inserted.status, 200, "{}", inserted.body);
+    let a = break_during(&s, "/v1/transaction/commit", json!({"id": id}), || {
+        proxy.cut();
+        std::thread::sleep(Duration::from_millis(200));
+        proxy.heal();
+    });
+    assert_eq!(
+        notes(&pg, "interactive-cut"),
+        1,
+        "Postgres finished the COMMIT"
+    );
+    assert_eq!(
+        (a.status, a.code()),
+        (503, "outcome_unknown"),
+        "a commit that may have happened: {}",
+        a.body
+    );
+}
+
+#[test]
+fn a_write_with_replay_local_cut_during_its_commit_is_answered_as_unknown() {
+    let (_redis, pg, proxy, s) = setup_with(1_000, &[("FERRY_AUTH_REPLAY", "local")]);
+    let a = cut_during_commit(&s, &proxy, "local-cut", 200);
+    assert_eq!(notes(&pg, "local-cut"), 1, "Postgres finished the COMMIT");
+    assert_eq!(
+        (a.status, a.code()),
+        (503, "outcome_unknown"),
+        "a commit that may have happened: {}",
+        a.body
+    );
+    let t = s.client.block_on(s.client.post(
+        "/v1/transaction",
+        &json!({"statements": [{"sql": "INSERT INTO notes (body) VALUES ('local-tx-cut')"}]}),
+    ));
+    assert_eq!(t.status, 200, "{}", t.body);
+    let a = break_during(
+        &s,
+        "/v1/transaction",
+        json!({"statements": [{"sql": "INSERT INTO notes (body) VALUES ('local-tx-cut-2')"}]}),
+        || {
+            proxy.cut();
+            std::thread::sleep(Duration::from_millis(200));
+            proxy.heal();
+        },
+    );
+    assert_eq!(
+        notes(&pg, "local-tx-cut-2"),
+        1,
+        "Postgres finished the COMMIT"
+    );
+    assert_eq!(
+        (a.status, a.code()),
+        (503, "outcome_unknown"),
+        "a transaction that may have committed: {}",
+        a.body
+    );
 }
 
 #[test]

@@ -75,8 +75,10 @@ pub enum ApiError {
     Overloaded { what: &'static str },
     #[error("postgres unavailable: {internal}")]
     DatabaseUnavailable { internal: String },
+    /// A write's connection was lost during its COMMIT: it may have committed. `kept`: its
+    /// outcome is kept (its nonce row), and `POST /v1/outcome` will tell.
     #[error("write outcome unknown: {internal}")]
-    OutcomeUnknown { internal: String },
+    OutcomeUnknown { internal: String, kept: bool },
     #[error("redis unavailable: {internal}")]
     CacheUnavailable { internal: String },
     #[error("timed out: {what}")]
@@ -223,9 +225,14 @@ impl ApiError {
             ApiError::MethodNotAllowed => "method not allowed on this route".into(),
             ApiError::Overloaded { what } => format!("overloaded ({what}); retry later"),
             ApiError::DatabaseUnavailable { .. } => "postgres is unavailable".into(),
-            ApiError::OutcomeUnknown { .. } => "the connection to postgres was lost during this \
-                 write's commit and postgres could not be asked whether it committed: ask POST \
-                 /v1/outcome with this request's nonce"
+            ApiError::OutcomeUnknown { kept: true, .. } => "the connection to postgres was lost \
+                 during this write's commit and postgres could not be asked whether it committed: \
+                 ask POST /v1/outcome with this request's nonce"
+                .into(),
+            ApiError::OutcomeUnknown { kept: false, .. } => "the connection to postgres was lost \
+                 during this write's commit, so it may have committed, and no outcome is kept for \
+                 it (an interactive transaction, or auth.replay = \"local\"): read back before \
+                 sending it again"
                 .into(),
             ApiError::CacheUnavailable { .. } => "redis is unavailable".into(),
             ApiError::Timeout { what } => format!("timed out waiting for {what}"),

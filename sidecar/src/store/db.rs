@@ -2,6 +2,7 @@
 
 use crate::config::ReadLimits;
 use crate::http::error::ApiError;
+use crate::store::failure::commit_lost;
 pub use crate::store::failure::pg_failure;
 pub(super) use crate::store::failure::Failure;
 use crate::store::identity::SessionIdentity;
@@ -95,10 +96,14 @@ pub fn execute(
             // A transaction of its own, so the nonce's row commits exactly when it does.
             nonces::begin(s, nonce, "BEGIN READ WRITE")?;
         }
+        // Whether the statement went out: without a nonce it commits on its own, so a
+        // connection lost after that leaves it unknown.
+        let mut sent = false;
         let ran = (|| {
             if let Some(who) = who {
                 who.assume(&mut s.client)?;
             }
+            sent = true;
             // Should the remembered parameter types turn out stale, the failed try aborted the
             // write's transaction: it is begun again (as the same user) before the retry.
             let mut restart = |s: &mut PgSession| -> Result<(), Failure> {
@@ -132,6 +137,7 @@ pub fn execute(
                 nonces::refuse_replays(s, nonce);
                 Err(f)
             }
+            (Err(Failure::Closed(e)), None) if sent => Err(commit_lost(e)),
             (out, None) => out,
         }
     })

@@ -36,6 +36,19 @@ pub(super) fn connection_lost(e: &postgres::Error) -> bool {
         || std::error::Error::source(e).is_some_and(|cause| cause.is::<std::io::Error>())
 }
 
+/// A COMMIT (or a statement committing on its own) that failed, where no outcome is kept to
+/// ask: with its connection lost it may well have committed, and the answer must say so.
+pub(super) fn commit_lost(e: postgres::Error) -> Failure {
+    if connection_lost(&e) {
+        Failure::Api(ApiError::OutcomeUnknown {
+            internal: format!("connection lost during a commit with no kept outcome: {e}"),
+            kept: false,
+        })
+    } else {
+        Failure::from(e)
+    }
+}
+
 impl Failure {
     pub(super) fn into_api(self) -> ApiError {
         match self {

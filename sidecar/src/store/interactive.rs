@@ -201,7 +201,13 @@ impl OpenTransactions {
             .client
             .batch_execute(if commit { "COMMIT" } else { "ROLLBACK" });
         finish(&mut open.session);
-        ended.map_err(|e| Failure::from(e).into_api())
+        ended.map_err(|e| {
+            if commit {
+                super::failure::commit_lost(e).into_api()
+            } else {
+                Failure::from(e).into_api()
+            }
+        })
     }
 
     /// Rolls back every transaction idle or alive past its bound (blocking; the reaper thread).

@@ -31,7 +31,7 @@
 use crate::http::error::ApiError;
 use crate::http::replay::Seen;
 use crate::store::db::{rollback, with_session, Failure};
-use crate::store::failure::connection_lost;
+use crate::store::failure::{commit_lost, connection_lost};
 use crate::store::ferry_tables;
 use crate::store::pools::Pools;
 use crate::store::postgres::PgSession;
@@ -221,7 +221,7 @@ pub(super) fn commit(
     let Some(n) = nonce else {
         return s.client.batch_execute("COMMIT").map_err(|e| {
             rollback(s);
-            Failure::from(e)
+            commit_lost(e)
         });
     };
     // The row is Ferry's, written as the login role: a write run as an end user's role
@@ -244,6 +244,7 @@ pub(super) fn commit(
             })),
             // Never a plain failure: the write may well have committed.
             Err(unknown) => Err(Failure::Api(ApiError::OutcomeUnknown {
+                kept: true,
                 internal: format!("connection lost during the commit ({e}); then: {unknown}"),
             })),
         };
