@@ -52,6 +52,9 @@ pub enum ErrorCode {
     TransactionNotFound,
     /// An interactive transaction that is already running a statement (409).
     TransactionBusy,
+    /// A statement of the transaction failed, so Postgres aborted it: it was rolled back and
+    /// nothing of it committed (409).
+    TransactionAborted,
     /// Raw SQL was sent to a sidecar with `auth.allow_raw_sql = false` (403).
     RawSqlForbidden,
     /// A request's `identity.role` is not one the sidecar's `identity.roles` lets it assume, or
@@ -99,7 +102,7 @@ impl ErrorCode {
             | AuthReplayed => 401,
             RawSqlForbidden | RoleNotAllowed => 403,
             NotFound | NotCached | TransactionNotFound => 404,
-            TransactionBusy => 409,
+            TransactionBusy | TransactionAborted => 409,
             MethodNotAllowed => 405,
             PayloadTooLarge => 413,
             RateLimited => 429,
@@ -126,6 +129,7 @@ impl ErrorCode {
             NotText => "not_text",
             TransactionNotFound => "transaction_not_found",
             TransactionBusy => "transaction_busy",
+            TransactionAborted => "transaction_aborted",
             PayloadTooLarge => "payload_too_large",
             UnsupportedMediaType => "unsupported_media_type",
             Unauthorized => "unauthorized",

@@ -194,12 +194,10 @@ fn a_write_whose_session_is_terminated_during_its_commit_is_answered_as_not_comm
     assert_eq!(notes(&pg, "terminated-mid-commit"), 1);
 }
 
-/// Where no outcome is kept for a write (an interactive transaction's COMMIT; any write with
-/// `auth.replay = "local"`), a connection lost during its COMMIT leaves it unknown, and the
-/// answer says so: 503 `outcome_unknown`, never `database_unavailable`, which a caller reads as
-/// "it did not happen" and retries.
+/// An interactive transaction's COMMIT cut off the same way: its commit request's nonce row
+/// went with the COMMIT, so it is answered by its outcome too (it committed), not left unknown.
 #[test]
-fn an_interactive_commit_cut_off_is_answered_as_unknown() {
+fn an_interactive_commit_cut_off_is_answered_by_its_outcome() {
     let (_redis, pg, proxy, s) = setup(1_000);
     let begun = s
         .client
@@ -222,13 +220,16 @@ fn an_interactive_commit_cut_off_is_answered_as_unknown() {
         "Postgres finished the COMMIT"
     );
     assert_eq!(
-        (a.status, a.code()),
-        (503, "outcome_unknown"),
-        "a commit that may have happened: {}",
+        (a.status, a.body["committed"].clone()),
+        (200, json!(true)),
+        "a committed transaction answered as a failure: {}",
         a.body
     );
 }
 
+/// Where no outcome is kept for a write (`auth.replay = "local"`), a connection lost during its
+/// COMMIT leaves it unknown, and the answer says so: 503 `outcome_unknown`, never
+/// `database_unavailable`, which a caller reads as "it did not happen" and retries.
 #[test]
 fn a_write_with_replay_local_cut_during_its_commit_is_answered_as_unknown() {
     let (_redis, pg, proxy, s) = setup_with(1_000, &[("FERRY_AUTH_REPLAY", "local")]);

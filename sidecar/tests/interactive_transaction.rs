@@ -107,6 +107,37 @@ fn commit_is_seen_rollback_is_not_and_nothing_escapes() {
     assert_eq!(guess.body["error"]["code"], "transaction_not_found");
 }
 
+/// A statement failed inside the transaction, so Postgres aborted it: its COMMIT is a
+/// ROLLBACK (Postgres answers it without an error). Ferry must not acknowledge that as a
+/// commit: the answer is an error saying nothing committed, and the rows agree.
+/// The same whether or not the COMMIT records a nonce row (`auth.replay = "local"`: none).
+#[test]
+fn a_commit_after_a_failed_statement_is_not_acknowledged() {
+    let (redis, pg, shared) = start();
+    let env = [("FERRY_AUTH_REPLAY", "local")];
+    let local = SidecarProcess::start(BIN, &redis.url(), &pg.url(), &env, Stdio::null());
+    for s in [&shared, &local] {
+        let id = begin(s);
+        let a = in_tx(s, &id, "UPDATE items SET name = 'lost' WHERE id = 4");
+        assert_eq!(a.body["rows_affected"], 1, "{:?}", a.body);
+        let failed = in_tx(s, &id, "SELECT 1 / 0");
+        assert_eq!(failed.status, 400, "{:?}", failed.body);
+        let ignored = in_tx(s, &id, "SELECT 1");
+        assert_eq!(ignored.code(), "transaction_aborted", "{:?}", ignored.body);
+        let c = post(s, "/v1/transaction/commit", json!({"id": id}));
+        assert_eq!(name(&pg, 4), "item 4", "Postgres rolled it back");
+        assert_eq!(
+            (c.status, c.code()),
+            (409, "transaction_aborted"),
+            "a rolled-back transaction acknowledged: {:?}",
+            c.body
+        );
+        assert_eq!(held(&pg), (0, 0), "nothing left open");
+        let again = in_tx(s, &id, "SELECT 1");
+        assert_eq!(again.status, 404, "it ended");
+    }
+}
+
 #[test]
 fn an_abandoned_transaction_is_rolled_back_and_its_lock_released() {
     let (_redis, pg, s) = start();

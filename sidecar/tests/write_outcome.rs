@@ -36,9 +36,20 @@ fn setup() -> (RedisServer, PgServer, SidecarProcess, SidecarProcess) {
 
 /// A write signed with `nonce`, or None when no answer came within `wait`.
 async fn write_with(c: &Client, body: &Value, nonce: &str, wait: Duration) -> Option<(u16, Value)> {
+    post_with(c, "/v1/execute", body, nonce, wait).await
+}
+
+/// `body` posted to `path`, signed with `nonce`; None when no answer came within `wait`.
+async fn post_with(
+    c: &Client,
+    path: &str,
+    body: &Value,
+    nonce: &str,
+    wait: Duration,
+) -> Option<(u16, Value)> {
     let bytes = serde_json::to_vec(body).expect("json");
-    let headers = c.headers_for("POST", "/v1/execute", &bytes, now_s(), nonce);
-    let sent = c.send_raw("POST", "/v1/execute", bytes, &headers);
+    let headers = c.headers_for("POST", path, &bytes, now_s(), nonce);
+    let sent = c.send_raw("POST", path, bytes, &headers);
     let a = tokio::time::timeout(wait, sent).await.ok()?;
     Some((a.status, a.body))
 }
@@ -168,6 +179,54 @@ fn an_outcome_is_final_and_a_fenced_write_never_runs() {
         let r = b.client.block_on(b.client.post("/v1/outcome", &bad));
         assert_eq!(r.status, 400, "{bad}: {:?}", r.body);
     }
+}
+
+/// An interactive transaction's COMMIT is a write like any other: asked by the nonce its
+/// commit request was signed with, `/v1/outcome` tells the truth (it committed), from another
+/// sidecar. Asked of a rolled-back one, it says not committed, and the rows agree.
+#[test]
+fn an_interactive_commit_has_an_outcome() {
+    let (_redis, pg, a, b) = setup();
+    let c = &a.client;
+    let run = |commit: bool, id: i32| {
+        let begun = c.block_on(c.post("/v1/transaction/begin", &json!({})));
+        assert_eq!(begun.status, 200, "{:?}", begun.body);
+        let tx = begun.body["id"].clone();
+        let sql = format!("INSERT INTO outcome_t (id) VALUES ({id})");
+        let q = c.block_on(c.post("/v1/transaction/query", &json!({"id": tx, "sql": sql})));
+        assert_eq!(q.status, 200, "{:?}", q.body);
+        let n = nonce();
+        let path = if commit {
+            "/v1/transaction/commit"
+        } else {
+            "/v1/transaction/rollback"
+        };
+        let ended = c.block_on(post_with(
+            c,
+            path,
+            &json!({"id": tx}),
+            &n,
+            Duration::from_secs(5),
+        ));
+        assert_eq!(ended.map(|e| e.0), Some(200));
+        n
+    };
+    let committed = run(true, 21);
+    assert_eq!(rows(&pg), BTreeSet::from([21]));
+    let o = outcome(&b.client, &committed);
+    assert_eq!(
+        (o["committed"].clone(), o["rows_affected"].clone()),
+        (json!(true), json!(1)),
+        "a committed transaction said not committed: {o}"
+    );
+    assert_eq!(
+        outcome(&b.client, &committed)["committed"],
+        true,
+        "and it stays so"
+    );
+    let rolled_back = run(false, 23);
+    assert_eq!(outcome(&b.client, &rolled_back)["committed"], false);
+    assert_eq!(rows(&pg), BTreeSet::from([21]));
 }
 
 /// A write runs in a transaction of its own (so its nonce row commits with it). When the

@@ -91,6 +91,12 @@ pub enum ApiError {
     TransactionNotFound,
     #[error("the transaction is running another statement")]
     TransactionBusy,
+    /// Postgres's 25P02: a statement failed earlier in the transaction, which is now aborted.
+    #[error(
+        "a statement failed earlier in this transaction, so postgres aborted it: it was \
+             rolled back and nothing of it committed"
+    )]
+    TransactionAborted,
     /// A statement of a transaction failed, and everything was rolled back.
     #[error("statement {index}: {source}")]
     InStatement { index: usize, source: Box<ApiError> },
@@ -130,6 +136,7 @@ impl ApiError {
             ApiError::InStatement { source, .. } => source.code(),
             ApiError::TransactionNotFound => ErrorCode::TransactionNotFound,
             ApiError::TransactionBusy => ErrorCode::TransactionBusy,
+            ApiError::TransactionAborted => ErrorCode::TransactionAborted,
             ApiError::BadRequest { .. } => ErrorCode::BadRequest,
             ApiError::InvalidValue { .. } => ErrorCode::InvalidValue,
             ApiError::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
@@ -180,7 +187,9 @@ impl ApiError {
         };
         detail.message = match self {
             ApiError::InStatement { .. } => String::new(),
-            ApiError::TransactionNotFound | ApiError::TransactionBusy => self.to_string(),
+            ApiError::TransactionNotFound
+            | ApiError::TransactionBusy
+            | ApiError::TransactionAborted => self.to_string(),
             ApiError::BadRequest { message, field } => {
                 detail.field = field.clone();
                 message.clone()
@@ -231,8 +240,7 @@ impl ApiError {
                 .into(),
             ApiError::OutcomeUnknown { kept: false, .. } => "the connection to postgres was lost \
                  during this write's commit, so it may have committed, and no outcome is kept for \
-                 it (an interactive transaction, or auth.replay = \"local\"): read back before \
-                 sending it again"
+                 it (auth.replay = \"local\"): read back before sending it again"
                 .into(),
             ApiError::CacheUnavailable { .. } => "redis is unavailable".into(),
             ApiError::Timeout { what } => format!("timed out waiting for {what}"),

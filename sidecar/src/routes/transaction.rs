@@ -117,10 +117,15 @@ pub async fn begin(
     let (owner, who) = owner(&config, credential, b.identity.clone(), false)?;
     super::admit_user(&state, &config, who.as_deref()).await?;
     let plan = options(b, config.limits().read, who);
+    // Only where its commit will write a row (`store::interactive`).
+    let table = state
+        .nonces
+        .for_write(signer.nonce)
+        .filter(|_| !plan.read_only);
     let s = state.clone();
     let id = state
         .blocking
-        .run(move || s.transactions.begin(&s.pools, &plan, owner))
+        .run(move || s.transactions.begin(&s.pools, &plan, owner, table.as_ref()))
         .await?;
     Ok(HttpResponse::Ok().json(BeginResponse {
         id,
@@ -178,6 +183,8 @@ async fn end(
 ) -> Result<HttpResponse, ApiError> {
     let (e, signer): (EndRequest, _) = super::signed_json_as(&state, &req, payload).await?;
     let credential = signer.credential;
+    // The commit request's nonce, recorded with the COMMIT: its outcome.
+    let commit_with = commit.then(|| state.nonces.for_write(signer.nonce));
     let config = state.config();
     let (keys, tags) = invalidation::plan(&config, e.invalidate)?;
     let (owner, _) = owner(&config, credential, e.identity, false)?;
@@ -185,7 +192,7 @@ async fn end(
     let resp = state
         .blocking
         .run(move || {
-            s.transactions.end(&e.id, &owner, commit)?;
+            s.transactions.end(&s.pools, &e.id, &owner, commit_with)?;
             let invalidation = if commit {
                 s.flights.forget(&keys, &tags);
                 s.cache.invalidate(&s.pools, &keys, &tags)

@@ -82,6 +82,9 @@ fn map_pg_error(e: postgres::Error) -> ApiError {
             what: "postgres (statement_timeout)",
         };
     }
+    if *code == SqlState::IN_FAILED_SQL_TRANSACTION {
+        return ApiError::TransactionAborted;
+    }
     match class {
         // connection exception, operator intervention (shutdown), insufficient resources
         "08" | "57" | "53" => ApiError::DatabaseUnavailable {

@@ -13,7 +13,9 @@
 //! A transaction runs one statement at a time: while one runs, another request on the same id
 //! is 409 and the reaper leaves it alone (the statement timeout bounds it).
 
-use super::db::{check_columns, read_rows, run_prepared, Failure, RESET};
+use super::db::{check_columns, read_rows, rollback, run_prepared, Failure, RESET};
+use super::failure::commit_lost;
+use super::nonces::{self, WriteNonce};
 use super::transaction::TxPlan;
 use crate::config::ReadLimits;
 use crate::http::error::ApiError;
@@ -31,6 +33,12 @@ struct Open {
     credential: String,
     opened: Instant,
     last_used: Instant,
+    /// Read-only: no nonce row is written at its COMMIT (it could not insert one).
+    read_only: bool,
+    /// Run as an end user's role: its COMMIT puts the login role back for the nonce row.
+    as_user: bool,
+    /// Rows its statements affected, kept with its outcome.
+    rows: u64,
 }
 
 enum Slot {
@@ -64,12 +72,15 @@ impl OpenTransactions {
         self.lock().len()
     }
 
-    /// Checks a connection out and opens the transaction on it (blocking).
+    /// Checks a connection out and opens the transaction on it (blocking). `table`: where its
+    /// COMMIT will record its nonce (None: no outcome kept), made sure of now, since a
+    /// transaction cannot create it halfway.
     pub fn begin(
         &self,
         pools: &Pools,
         plan: &TxPlan,
         credential: String,
+        table: Option<&WriteNonce>,
     ) -> Result<String, ApiError> {
         // Reserve the place first, so concurrent begins cannot pass the bound.
         let id = format!("{:032x}", rand::random::<u128>());
@@ -82,7 +93,7 @@ impl OpenTransactions {
             }
             slots.insert(id.clone(), Slot::Busy(credential.clone()));
         }
-        let opened = Self::open(pools, plan);
+        let opened = Self::open(pools, plan, table);
         match opened {
             Ok(session) => {
                 let now = Instant::now();
@@ -93,6 +104,9 @@ impl OpenTransactions {
                         credential,
                         opened: now,
                         last_used: now,
+                        read_only: plan.read_only,
+                        as_user: plan.identity.is_some(),
+                        rows: 0,
                     })),
                 );
                 Ok(id)
@@ -107,18 +121,21 @@ impl OpenTransactions {
     /// A pooled session with the transaction begun (as its user). A session found lost at the
     /// BEGIN (Postgres restarted since it was pooled) sent nothing that matters: another one is
     /// drawn, as many times as the pool has sessions.
-    fn open(pools: &Pools, plan: &TxPlan) -> Result<crate::store::pools::PgConn, ApiError> {
+    fn open(
+        pools: &Pools,
+        plan: &TxPlan,
+        table: Option<&WriteNonce>,
+    ) -> Result<crate::store::pools::PgConn, ApiError> {
         let mut tries = pools.pg_pooled_size();
         loop {
             let mut session = pools.pg_conn()?;
-            match session.client.batch_execute(&plan.begin()) {
-                Err(e) if tries > 0 && super::failure::connection_lost(&e) => {
-                    session.poisoned = true;
+            match nonces::begin(&mut session, table, &plan.begin()) {
+                Err(Failure::Unsent(e)) if tries > 0 => {
                     tries -= 1;
                     tracing::debug!(error = %e, "postgres session lost before BEGIN; another one");
                     continue;
                 }
-                Err(e) => return Err(Failure::from(e).into_api()),
+                Err(f) => return Err(f.into_api()),
                 Ok(()) => {}
             }
             if let Some(who) = &plan.identity {
@@ -182,6 +199,9 @@ impl OpenTransactions {
             }
             Err(f) => Err(f.into_api()),
         };
+        if let Ok(r) = &out {
+            open.rows = open.rows.saturating_add(r.rows_affected);
+        }
         if open.session.client.is_closed() {
             self.lock().remove(id);
         } else {
@@ -191,23 +211,37 @@ impl OpenTransactions {
         out
     }
 
-    /// Commits or rolls back, resets the session and returns it to the pool (blocking).
-    /// A failed COMMIT (a serialization failure, a deferred constraint) rolled back.
-    pub fn end(&self, id: &str, credential: &str, commit: bool) -> Result<(), ApiError> {
+    /// Rolls back, or commits with the nonce row the commit request was signed with (as
+    /// `/v1/execute` does: so a COMMIT whose connection is lost is answered by its outcome, and
+    /// `/v1/outcome` can tell), then resets the session and returns it to the pool (blocking).
+    /// A failed COMMIT (a serialization failure, a deferred constraint) rolled back. So did an
+    /// aborted transaction's, which Postgres answers without an error: it is 409
+    /// `transaction_aborted` here, never a commit. `commit`: None to roll back; Some(nonce) to
+    /// commit, the nonce None where no outcome is kept (`auth.replay = "local"`).
+    pub fn end(
+        &self,
+        pools: &Pools,
+        id: &str,
+        credential: &str,
+        commit: Option<Option<WriteNonce>>,
+    ) -> Result<(), ApiError> {
         let mut open = self.take(id, credential)?;
         self.lock().remove(id);
-        let ended = open
-            .session
-            .client
-            .batch_execute(if commit { "COMMIT" } else { "ROLLBACK" });
-        finish(&mut open.session);
-        ended.map_err(|e| {
-            if commit {
-                super::failure::commit_lost(e).into_api()
-            } else {
-                Failure::from(e).into_api()
+        let s = &mut open.session;
+        let ended = match commit {
+            None => s.client.batch_execute("ROLLBACK").map_err(Failure::from),
+            Some(Some(n)) if !open.read_only => {
+                nonces::commit(pools, s, Some(&n), open.rows, open.as_user)
             }
-        })
+            // No row to fail on: an empty statement first, which an aborted transaction
+            // refuses (25P02), where its COMMIT alone would roll back silently.
+            Some(_) => s.client.batch_execute("SELECT; COMMIT").map_err(|e| {
+                rollback(s);
+                commit_lost(e)
+            }),
+        };
+        finish(&mut open.session);
+        ended.map_err(Failure::into_api)
     }
 
     /// Rolls back every transaction idle or alive past its bound (blocking; the reaper thread).
