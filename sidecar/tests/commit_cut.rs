@@ -308,3 +308,63 @@ fn a_commit_whose_outcome_cannot_be_asked_is_answered_as_unknown_then_resolved()
     assert_eq!(o.status, 200, "{}", o.body);
     assert_eq!(o.body["committed"], true, "{}", o.body);
 }
+
+/// Promise 1 across sidecars through a reset mid-COMMIT: a second sidecar (straight to
+/// Postgres, the same Redis) has the count cached; a write and an interactive transaction,
+/// each reset during its COMMIT on the first sidecar and answered 200 by its outcome, invalidate
+/// it; the second sidecar then never answers the count from before the write.
+#[test]
+fn a_write_answered_by_its_outcome_is_read_back_fresh_from_another_sidecar() {
+    let (redis, pg, proxy, a) = setup(1_000);
+    let b = SidecarProcess::start(BIN, &redis.url(), &pg.url(), &[], Stdio::null());
+    let count = || {
+        let r = b.client.query(json!({
+            "sql": "SELECT count(*)::int AS n FROM notes WHERE body LIKE 'fresh-%'",
+            "cache": {"ttl_s": 300, "key": "notes:fresh"}
+        }));
+        assert_eq!(r.status, 200, "{}", r.body);
+        (r.body["rows"][0]["n"].as_i64(), r.body["cache"].clone())
+    };
+    let invalidate = json!({"keys": ["notes:fresh"]});
+    assert_eq!(count().0, Some(0));
+    assert_eq!(
+        count(),
+        (Some(0), json!("hit")),
+        "cached on the second sidecar"
+    );
+    let write = json!({"sql": "INSERT INTO notes (body) VALUES ('fresh-1')",
+                       "invalidate": invalidate});
+    let w = break_during(&a, "/v1/execute", write, || proxy.reset());
+    assert_eq!(w.status, 200, "{}", w.body);
+    assert_eq!(notes(&pg, "fresh-1"), 1);
+    assert_eq!(
+        count().0,
+        Some(1),
+        "the pre-write count after an acknowledged write"
+    );
+
+    let begun = a
+        .client
+        .block_on(a.client.post("/v1/transaction/begin", &json!({})));
+    let id = begun.body["id"].clone();
+    let q = a.client.block_on(a.client.post(
+        "/v1/transaction/query",
+        &json!({"id": id, "sql": "INSERT INTO notes (body) VALUES ('fresh-2')"}),
+    ));
+    assert_eq!(q.status, 200, "{}", q.body);
+    assert_eq!(count(), (Some(1), json!("hit")), "cached again");
+    let end = json!({"id": id, "invalidate": invalidate});
+    let c = break_during(&a, "/v1/transaction/commit", end, || proxy.reset());
+    assert_eq!(
+        (c.status, c.body["committed"].clone()),
+        (200, json!(true)),
+        "{}",
+        c.body
+    );
+    assert_eq!(notes(&pg, "fresh-2"), 1);
+    assert_eq!(
+        count().0,
+        Some(2),
+        "the pre-commit count after an acknowledged commit"
+    );
+}
