@@ -28,7 +28,8 @@ pub async fn cache(
         nonces::settle(&state.pools, check, sent).await?;
         reply?
     } else {
-        unshared.check(&state).await?;
+        // A write: Redis's record of its nonce is all that stops a replay running it twice.
+        unshared.require(&state).await?;
         commands::run(&state.pools, &state.cache, &state.blocking, cmd).await?
     };
     Ok(HttpResponse::Ok()

@@ -168,6 +168,15 @@ impl Unshared {
         state.nonces.check(&state.pools, self.0).await
     }
 
+    /// The check for a request whose effect Redis alone guards: never skipped
+    /// (`SharedNonces::require`).
+    pub async fn require(self, state: &State) -> Result<(), ApiError> {
+        state
+            .nonces
+            .require(&state.pools, &state.blocking, self.0)
+            .await
+    }
+
     /// The check, to send in front of a read's own commands; `store::nonces::settle` then
     /// takes its verdict, or runs it alone when it was not sent.
     pub fn prepare(self, state: &State) -> Option<crate::store::nonces::NonceCheck> {

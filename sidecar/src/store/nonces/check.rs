@@ -4,8 +4,11 @@
 use super::SharedNonces;
 use crate::http::error::ApiError;
 use crate::http::replay::Seen;
+use crate::store::blocking::Blocking;
 use crate::store::pools::Pools;
+use crate::store::redis::connection_lost;
 use redis::{RedisResult, Value};
+use std::sync::Arc;
 
 /// The shared replay check of one request: SADD of its nonce's fingerprint to the set of its
 /// signed second (the reply is the verdict), then EXPIREAT of that set. It rides in front of a
@@ -46,6 +49,19 @@ impl NonceCheck {
                 tracing::debug!(reply = ?other.first(), "shared replay check skipped: unexpected reply");
                 Ok(())
             }
+        }
+    }
+
+    /// The verdict of a check that may not be skipped ([`SharedNonces::require`]): 1 is a
+    /// first sighting; 0 a replay, unless this was a second attempt (then it may be the
+    /// first's own SADD); anything else, Redis trouble.
+    fn required(replies: &[Value], again: bool) -> Result<(), ApiError> {
+        match replies {
+            [Value::Int(1), ..] => Ok(()),
+            [Value::Int(0), ..] if !again => Err(ApiError::Replayed),
+            other => Err(ApiError::CacheUnavailable {
+                internal: format!("shared replay check not settled: {:?}", other.first()),
+            }),
         }
     }
 
@@ -112,6 +128,57 @@ impl SharedNonces {
         }
     }
 
+    /// The check of a request whose effect Redis alone guards (a cache write: Postgres keeps
+    /// no row for it), made or the request refused. Unlike [`check`](Self::check) it is never
+    /// skipped: Redis failing or its breaker open, the answer is 503 (the write itself needs
+    /// Redis anyway), where a skipped check would let a replay to another sidecar run the write
+    /// twice. While the breaker is open it goes over a pooled connection (the path that probes
+    /// Redis). A check cut off by a lost connection is asked again once on a fresh pooled one;
+    /// "seen" then may be this request's own first SADD, so that is 503 too, never a replay
+    /// verdict the request did not earn, and never the write run twice.
+    pub async fn require(
+        &self,
+        pools: &Arc<Pools>,
+        blocking: &Blocking,
+        seen: Seen,
+    ) -> Result<(), ApiError> {
+        let Some(check) = self.prepare(&seen) else {
+            return Ok(());
+        };
+        let mut pipe = redis::pipe();
+        check.add_to(&mut pipe);
+        let mut again = false;
+        if let Some(mut conn) = pools.redis_async().await? {
+            match conn.query_pipe_each(&pipe).await {
+                Ok(replies) => return NonceCheck::required(&replies, false),
+                Err(e) => {
+                    pools.redis_failed(&e);
+                    if !connection_lost(&e) {
+                        return Err(unavailable(e));
+                    }
+                    again = true;
+                }
+            }
+        }
+        let p = pools.clone();
+        blocking
+            .run(move || {
+                for attempt in [again, true] {
+                    match p.redis_conn()?.query_pipe::<Vec<Value>>(&pipe) {
+                        Ok(replies) => return NonceCheck::required(&replies, attempt),
+                        Err(e) => {
+                            p.redis_failed(&e);
+                            if attempt || !connection_lost(&e) {
+                                return Err(unavailable(e));
+                            }
+                        }
+                    }
+                }
+                unreachable!("the second attempt returns")
+            })
+            .await
+    }
+
     /// Sends a prepared check on its own.
     pub async fn run(pools: &Pools, check: &NonceCheck) -> Result<(), ApiError> {
         let mut pipe = redis::pipe();
@@ -136,5 +203,11 @@ impl SharedNonces {
                 Ok(())
             }
         }
+    }
+}
+
+fn unavailable(e: redis::RedisError) -> ApiError {
+    ApiError::CacheUnavailable {
+        internal: format!("shared replay check: {e}"),
     }
 }

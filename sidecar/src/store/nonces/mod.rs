@@ -13,7 +13,8 @@
 //!   requests/s x (max_skew_s + 1)
 //!   (75 MB at 30,000 requests/s and the default 30 s window). Redis down: the check is
 //!   skipped and the request goes on with its sidecar's own check (a replayed read changes
-//!   nothing, and writes have the next line);
+//!   nothing, and writes have the next line), except for a cache write, which Redis alone
+//!   guards: its check is never skipped ([`SharedNonces::require`]);
 //! - in Postgres, for every write (`/v1/execute`, `/v1/transaction`): a row in `auth.nonce_table`,
 //!   inserted inside the write's own transaction, in the round trip of its COMMIT, with the rows
 //!   it affected. A second run of the same write fails on the row (unique) and rolls back, so a
