@@ -368,3 +368,56 @@ fn a_write_answered_by_its_outcome_is_read_back_fresh_from_another_sidecar() {
         "the pre-commit count after an acknowledged commit"
     );
 }
+
+/// Neon's `/sql` is not signed, so no nonce and no outcome is kept for its writes: a write
+/// statement (its own transaction) and a batch (one transaction), each cut off during its
+/// COMMIT, committed, and must be answered as possibly committed (503 `outcome_unknown`),
+/// never as Postgres being unavailable, which a caller reads as "not done" and retries.
+#[test]
+fn a_neon_sql_write_cut_during_its_commit_is_answered_as_unknown() {
+    const TOKEN: &str = "commit-cut-neon-token-0123456789abcdef0123";
+    let env = [("FERRY_NEON_ENABLED", "true"), ("FERRY_NEON_TOKEN", TOKEN)];
+    let (_redis, pg, proxy, s) = setup_with(1_000, &env);
+    let insert =
+        |body: &str| json!({"query": "INSERT INTO notes (body) VALUES ($1)", "params": [body]});
+    for (body, request) in [
+        ("neon-single", insert("neon-single")),
+        ("neon-batch", json!({"queries": [insert("neon-batch")]})),
+    ] {
+        let url = format!("http://127.0.0.1:{}/sql", s.port);
+        let (status, answer) = s.client.block_on(async {
+            let sent = async {
+                let r = reqwest::Client::new()
+                    .post(url)
+                    .header(
+                        "Neon-Connection-String",
+                        format!("postgresql://app:{TOKEN}@db.ferry.invalid/app"),
+                    )
+                    .body(request.to_string())
+                    .send()
+                    .await
+                    .expect("send /sql");
+                let status = r.status().as_u16();
+                (
+                    status,
+                    r.json::<serde_json::Value>().await.unwrap_or_default(),
+                )
+            };
+            let cut = async {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                tokio::task::block_in_place(|| {
+                    proxy.cut();
+                    std::thread::sleep(Duration::from_millis(200));
+                    proxy.heal();
+                });
+            };
+            futures::future::join(sent, cut).await.0
+        });
+        assert_eq!(notes(&pg, body), 1, "{body}: Postgres finished the COMMIT");
+        assert_eq!(
+            (status, answer["code"].as_str()),
+            (503, Some("outcome_unknown")),
+            "{body}: a write that committed: {answer}"
+        );
+    }
+}

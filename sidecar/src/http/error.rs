@@ -240,7 +240,8 @@ impl ApiError {
                 .into(),
             ApiError::OutcomeUnknown { kept: false, .. } => "the connection to postgres was lost \
                  during this write's commit, so it may have committed, and no outcome is kept for \
-                 it (auth.replay = \"local\"): read back before sending it again"
+                 it (auth.replay = \"local\", or Neon's /sql, which is not signed): read back \
+                 before sending it again"
                 .into(),
             ApiError::CacheUnavailable { .. } => "redis is unavailable".into(),
             ApiError::Timeout { what } => format!("timed out waiting for {what}"),

@@ -92,13 +92,16 @@ async fn on_session(
             set.map_err(pg)?;
             stmt
         };
-        return statement(client, q, &stmt.map_err(pg)?, &mut budget).await;
+        // A statement that may write is its own transaction: lost once sent, it may have
+        // committed, and no outcome is kept for `/sql` (it is not signed).
+        let sent = if plan.read_only { pg } else { committing };
+        return statement(client, q, &stmt.map_err(pg)?, &mut budget, sent).await;
     }
     client.batch_execute(&begin(plan)).await.map_err(pg)?;
     let mut results = Vec::with_capacity(plan.queries.len());
     for q in &plan.queries {
         let ran = match client.prepare(&q.sql).await {
-            Ok(stmt) => statement(client, q, &stmt, &mut budget).await,
+            Ok(stmt) => statement(client, q, &stmt, &mut budget, pg).await,
             Err(e) => Err(pg(e)),
         };
         match ran {
@@ -111,7 +114,7 @@ async fn on_session(
     }
     if let Err(e) = client.batch_execute("COMMIT").await {
         let _ = client.batch_execute("ROLLBACK").await;
-        return Err(pg(e));
+        return Err(committing(e));
     }
     Ok(json!({ "results": results }))
 }
@@ -139,11 +142,13 @@ fn begin(plan: &SqlPlan) -> String {
 }
 
 /// Runs one prepared statement as a simple query; its result as node-postgres shapes it.
+/// `sent`: how a failure once it was sent reaches the caller.
 async fn statement(
     client: &Client,
     q: &Query,
     stmt: &Statement,
     budget: &mut Budget,
+    sent: fn(tokio_postgres::Error) -> ApiError,
 ) -> Result<Value, ApiError> {
     if stmt.params().len() != q.params.len() {
         return Err(ApiError::BadParams {
@@ -178,12 +183,12 @@ async fn statement(
     let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
     let mut rows = Vec::new();
     let (mut completed, mut count) = (0usize, 0u64);
-    let stream = client.simple_query_raw(&text).await.map_err(pg)?;
+    let stream = client.simple_query_raw(&text).await.map_err(sent)?;
     let mut stream = std::pin::pin!(stream);
     while let Some(message) = stream.next().await {
         let message = match message {
             Ok(m) => m,
-            Err(e) => return Err(located(pg(e), completed, target)),
+            Err(e) => return Err(located(sent(e), completed, target)),
         };
         match message {
             SimpleQueryMessage::Row(row) => rows.push(budget.row(&row, &names, q.array_mode)?),
@@ -238,6 +243,16 @@ fn located(e: ApiError, completed: usize, target: usize) -> ApiError {
         };
     }
     ApiError::Postgres(f)
+}
+
+/// [`pg`] for a failure during a COMMIT (or a statement that commits on its own): the
+/// connection lost then, it may have committed (`store::failure::commit_lost`).
+fn committing(e: tokio_postgres::Error) -> ApiError {
+    if super::failure::connection_lost(&e) {
+        super::failure::commit_lost(e).into_api()
+    } else {
+        pg(e)
+    }
 }
 
 /// A Postgres failure: the caller's own (a 400 with Postgres's fields), or server trouble
