@@ -18,10 +18,48 @@ const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
 /// A request of one kind, for round `n`: what it answered wrong, if anything.
 type Check<'a> = Box<dyn Fn(i64) -> Option<String> + 'a>;
 
+/// The Upstash-compatible route's bearer token (`[upstash]` is on in these sidecars).
+const UPSTASH_TOKEN: &str = "clients-killed-upstash-token-0123456789abcdef";
+
 fn checks<'a>(s: &'a SidecarProcess, written: &'a AtomicU64) -> Vec<(&'static str, Check<'a>)> {
     let c = &s.client;
     let read = json!({"sql": "SELECT name FROM items WHERE id = 1", "cache": {"ttl_s": 600}});
+    let upstash = format!("http://127.0.0.1:{}/", s.port);
+    let upstash = move |cmd: serde_json::Value| {
+        c.block_on(async {
+            let r = reqwest::Client::new()
+                .post(&upstash)
+                .bearer_auth(UPSTASH_TOKEN)
+                .body(cmd.to_string())
+                .send()
+                .await
+                .expect("send to the upstash route");
+            let status = r.status().as_u16();
+            (
+                status,
+                r.json::<serde_json::Value>().await.unwrap_or_default(),
+            )
+        })
+    };
     vec![
+        (
+            // Another protocol on the same connections: Upstash's Redis REST, as its
+            // clients speak it. A read first (it meets the ended connection and goes again on
+            // a fresh one), then a write and a read.
+            "upstash get, set, get",
+            Box::new(move |_| {
+                let first = upstash(json!(["GET", "up"]));
+                if first.0 != 200 || ![json!(null), json!("u")].contains(&first.1["result"]) {
+                    return Some(format!("first get: {first:?}"));
+                }
+                let set = upstash(json!(["SET", "up", "u"]));
+                if set != (200, json!({"result": "OK"})) {
+                    return Some(format!("set: {set:?}"));
+                }
+                let get = upstash(json!(["GET", "up"]));
+                (get != (200, json!({"result": "u"}))).then(|| format!("get: {get:?}"))
+            }),
+        ),
         (
             "cached read",
             Box::new(move |_| {
@@ -149,6 +187,8 @@ fn killed_under_every_request(pool: &str, label: &str, ending: Ending) {
             ("FERRY_SERVER_WORKERS", "2"),
             ("FERRY_REDIS_POOL_SIZE", pool),
             ("FERRY_SERVER_READINESS_INTERVAL_MS", "3600000"),
+            ("FERRY_UPSTASH_ENABLED", "true"),
+            ("FERRY_UPSTASH_TOKEN", UPSTASH_TOKEN),
         ],
         Stdio::null(),
     );

@@ -5,12 +5,12 @@
 
 use super::State;
 use crate::config::UpstashToken;
+use crate::store::redis::{connection_lost, lost};
 use crate::upstash::{arguments, to_json, Prepared, Refused};
 use actix_web::http::header::HeaderMap;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 /// A counter for `upstash-sync-token`: the client sends back the last one it saw (read your
 /// writes). One sidecar serves every read after a write from the same Redis, so any token
@@ -218,36 +218,38 @@ async fn run(
             }
         }
     } else {
-        match state.pools.redis_async().await {
-            Ok(Some(mut c)) => match pipe.query_async(&mut c).await {
-                Ok(v) => v,
-                Err(e) => {
-                    tracing::warn!(error = %e, "upstash: redis failed");
-                    // Not sent again (any command may come this way, INCR too); a connection
-                    // Redis ended is replaced without taking Redis for down.
-                    state.pools.drop_redis_async();
-                    state.pools.redis_failed(&e);
-                    return Err("ERR redis is unavailable".into());
-                }
-            },
+        // On a connection Redis (or the network) ended, reads go again on a fresh one, as on
+        // every other route; a write may have run, so it is not sent again (INCR would count
+        // twice). Either way a lost connection is replaced without taking Redis for down.
+        let repeatable = prepared.iter().flatten().all(|p| !p.write);
+        let sent = match state.pools.redis_async().await {
+            Ok(Some(mut c)) => {
+                let again = || repeatable.then(|| pipe.clone());
+                lost::query_async(&state.pools, &mut c, &pipe, false, again)
+                    .await
+                    .0
+            }
             Ok(None) => {
                 let pools = state.pools.clone();
-                let pipe = Arc::new(pipe);
                 state
                     .blocking
-                    .run(move || {
-                        let mut conn = pools.redis_conn()?;
-                        pipe.query::<Vec<redis::Value>>(&mut *conn).map_err(|e| {
-                            pools.redis_failed(&e);
-                            crate::http::error::ApiError::CacheUnavailable {
-                                internal: e.to_string(),
-                            }
-                        })
-                    })
+                    .run(move || lost::query::<Vec<redis::Value>>(&pools, &pipe, repeatable))
                     .await
                     .map_err(|_| "ERR redis is unavailable".to_string())?
             }
             Err(_) => return Err("ERR redis is unavailable".into()),
+        };
+        match sent {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "upstash: redis failed");
+                state.pools.redis_failed(&e);
+                return Err(if connection_lost(&e) && !repeatable {
+                    "ERR the connection to redis was lost: the command may have run".into()
+                } else {
+                    "ERR redis is unavailable".into()
+                });
+            }
         }
     };
     let mut values = values.into_iter();

@@ -61,6 +61,9 @@ pub struct Refused(pub String);
 pub struct Prepared {
     pub args: Vec<Vec<u8>>,
     pub script: bool,
+    /// It may write (Redis's `write` flag; scripts always): not sent again after a lost
+    /// connection, since it may have run.
+    pub write: bool,
     /// Where its first key is among `args` (what routes it on a Redis Cluster); None: no key.
     pub first_key: Option<usize>,
 }
@@ -147,6 +150,7 @@ impl Commands {
             return Ok(Prepared {
                 args,
                 script: false,
+                write: false,
                 first_key: None,
             });
         }
@@ -184,6 +188,7 @@ impl Commands {
         Ok(Prepared {
             args,
             script: false,
+            write: spec.write,
             first_key: usize::try_from(spec.first).ok(),
         })
     }
@@ -218,6 +223,7 @@ fn script(
             Some("load") | Some("exists") => Ok(Prepared {
                 args,
                 script: true,
+                write: true,
                 first_key: None,
             }),
             _ => Err(Refused(
@@ -242,6 +248,7 @@ fn script(
     Ok(Prepared {
         args,
         script: true,
+        write: true,
         first_key: (numkeys > 0).then_some(3),
     })
 }
