@@ -2,6 +2,8 @@
 //! cut (every live connection closed at once, as in a network partition, and new ones refused
 //! until healed) or reset (every live connection aborted with a TCP RST and no FIN, as a NAT,
 //! load balancer or pooler in between does when it drops its state; new ones still go through).
+//! It can also mute: the server's replies are dropped on the way while requests still reach
+//! it, so a command runs and its caller never hears of it.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -12,6 +14,7 @@ use std::time::Duration;
 pub struct CutProxy {
     pub addr: SocketAddr,
     cut: Arc<AtomicBool>,
+    muted: Arc<AtomicBool>,
     live: Arc<Mutex<Vec<Link>>>,
 }
 
@@ -28,8 +31,9 @@ impl CutProxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
         let addr = listener.local_addr().expect("addr");
         let cut = Arc::new(AtomicBool::new(false));
+        let muted = Arc::new(AtomicBool::new(false));
         let live: Arc<Mutex<Vec<Link>>> = Arc::default();
-        let (c, l) = (cut.clone(), live.clone());
+        let (c, l, m) = (cut.clone(), live.clone(), muted.clone());
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
                 if c.load(Ordering::SeqCst) {
@@ -51,18 +55,24 @@ impl CutProxy {
                         });
                     }
                 }
-                for (mut from, mut to) in [
-                    (client.try_clone(), server.try_clone()),
-                    (server.try_clone(), client.try_clone()),
+                for (mut from, mut to, replies) in [
+                    (client.try_clone(), server.try_clone(), false),
+                    (server.try_clone(), client.try_clone(), true),
                 ]
                 .into_iter()
-                .filter_map(|(a, b)| Some((a.ok()?, b.ok()?)))
+                .filter_map(|(a, b, r)| Some((a.ok()?, b.ok()?, r)))
                 {
-                    let reset = reset.clone();
+                    let (reset, muted) = (reset.clone(), m.clone());
                     std::thread::spawn(move || {
                         let mut buf = [0u8; 16 * 1024];
                         while let Ok(n) = from.read(&mut buf) {
-                            if n == 0 || to.write_all(&buf[..n]).is_err() {
+                            if n == 0 {
+                                break;
+                            }
+                            if replies && muted.load(Ordering::SeqCst) {
+                                continue;
+                            }
+                            if to.write_all(&buf[..n]).is_err() {
                                 break;
                             }
                         }
@@ -73,7 +83,23 @@ impl CutProxy {
                 }
             }
         });
-        CutProxy { addr, cut, live }
+        CutProxy {
+            addr,
+            cut,
+            muted,
+            live,
+        }
+    }
+
+    /// Drops the server's replies from now on (until [`CutProxy::unmute`]); what clients send
+    /// still reaches it.
+    pub fn mute(&self) {
+        self.muted.store(true, Ordering::SeqCst);
+    }
+
+    /// Forwards replies again.
+    pub fn unmute(&self) {
+        self.muted.store(false, Ordering::SeqCst);
     }
 
     /// Drops every live connection and refuses new ones.

@@ -81,6 +81,10 @@ pub enum ApiError {
     OutcomeUnknown { internal: String, kept: bool },
     #[error("redis unavailable: {internal}")]
     CacheUnavailable { internal: String },
+    /// A cache command that may not run twice (INCR) lost its connection or its reply after it
+    /// could have been sent: it may have run.
+    #[error("cache command outcome unknown: {internal}")]
+    CacheOutcomeUnknown { internal: String },
     #[error("timed out: {what}")]
     Timeout { what: &'static str },
     #[error("upstream error: {internal}")]
@@ -158,7 +162,9 @@ impl ApiError {
             ApiError::MethodNotAllowed => ErrorCode::MethodNotAllowed,
             ApiError::Overloaded { .. } => ErrorCode::Overloaded,
             ApiError::DatabaseUnavailable { .. } => ErrorCode::DatabaseUnavailable,
-            ApiError::OutcomeUnknown { .. } => ErrorCode::OutcomeUnknown,
+            ApiError::OutcomeUnknown { .. } | ApiError::CacheOutcomeUnknown { .. } => {
+                ErrorCode::OutcomeUnknown
+            }
             ApiError::CacheUnavailable { .. } => ErrorCode::CacheUnavailable,
             ApiError::Timeout { .. } => ErrorCode::Timeout,
             ApiError::Upstream { .. } => ErrorCode::UpstreamError,
@@ -244,6 +250,10 @@ impl ApiError {
                  before sending it again"
                 .into(),
             ApiError::CacheUnavailable { .. } => "redis is unavailable".into(),
+            ApiError::CacheOutcomeUnknown { .. } => "the connection to redis failed after this \
+                 command could have been sent, so it may have run: read the value back before \
+                 sending it again"
+                .into(),
             ApiError::Timeout { what } => format!("timed out waiting for {what}"),
             ApiError::Upstream { .. } => "an upstream store failed".into(),
             ApiError::Internal { .. } => "internal error".into(),

@@ -139,8 +139,11 @@ fn read(answer: Answer, values: Vec<Value>) -> redis::RedisResult<Result<CacheRe
 }
 
 /// A Redis failure: the caller's mistake (a command the stored value does not support) is a
-/// 400; anything else is Redis trouble, which trips the breaker.
-fn failed(pools: &Pools, e: redis::RedisError) -> Result<CacheReply, ApiError> {
+/// 400; anything else is Redis trouble, which trips the breaker. A command that may not run
+/// twice (`once`: INCR) whose connection failed after it could have been sent, or whose reply
+/// never came in time, may have run: 503 `outcome_unknown`, never `cache_unavailable`, which
+/// reads as "nothing ran" and invites sending it again.
+fn failed(pools: &Pools, e: redis::RedisError, once: bool) -> Result<CacheReply, ApiError> {
     if matches!(e.code(), Some("ERR" | "WRONGTYPE")) {
         // e.g. INCR on a value that is not an integer.
         return Err(ApiError::invalid(
@@ -149,6 +152,13 @@ fn failed(pools: &Pools, e: redis::RedisError) -> Result<CacheReply, ApiError> {
         ));
     }
     pools.redis_failed(&e);
+    // Timeouts and dropped connections are I/O errors too; a refused connection sent nothing.
+    let maybe_sent = e.is_io_error() && !e.is_connection_refusal();
+    if once && maybe_sent {
+        return Err(ApiError::CacheOutcomeUnknown {
+            internal: e.to_string(),
+        });
+    }
     Err(ApiError::CacheUnavailable {
         internal: e.to_string(),
     })
@@ -208,9 +218,10 @@ pub async fn run_checked(
                 values.and_then(|v| v.into_iter().map(Value::extract_error).collect()),
             ),
         };
+        let once = !answer.repeatable();
         let reply = values
             .and_then(|v| read(answer, v))
-            .unwrap_or_else(|e| failed(pools, e));
+            .unwrap_or_else(|e| failed(pools, e, once));
         return (verdict, reply);
     }
     (None, run_pooled(pools, cache, blocking, cmd).await)
@@ -227,9 +238,10 @@ async fn run_pooled(
     let p = pools.clone();
     blocking
         .run(move || {
-            lost::query::<Vec<Value>>(&p, &pipe, answer.repeatable())?
+            let once = !answer.repeatable();
+            lost::query::<Vec<Value>>(&p, &pipe, !once)?
                 .and_then(|v| read(answer, v))
-                .unwrap_or_else(|e| failed(&p, e))
+                .unwrap_or_else(|e| failed(&p, e, once))
         })
         .await
 }
