@@ -10,6 +10,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
+const UPSTASH_TOKEN: &str = "reply-lost-upstash-token-0123456789abcdef";
 
 fn counter(redis: &RedisServer) -> Option<String> {
     redis::cmd("GET")
@@ -33,6 +34,8 @@ fn an_incr_whose_reply_is_lost_is_answered_as_possibly_run() {
         &[
             ("FERRY_AUTH_REPLAY", "local"),
             ("FERRY_SERVER_WORKERS", "1"),
+            ("FERRY_UPSTASH_ENABLED", "true"),
+            ("FERRY_UPSTASH_TOKEN", UPSTASH_TOKEN),
         ],
         Stdio::null(),
     );
@@ -75,5 +78,36 @@ fn an_incr_whose_reply_is_lost_is_answered_as_possibly_run() {
         (503, "outcome_unknown"),
         "an INCR that ran, after a timeout: {}",
         a.body
+    );
+
+    // The same INCR over the Upstash-compatible route (its namespace is `u:` + the token's).
+    let upstash = || {
+        s.client.block_on(async {
+            let r = reqwest::Client::new()
+                .post(format!("http://127.0.0.1:{}/", s.port))
+                .bearer_auth(UPSTASH_TOKEN)
+                .body(json!(["INCR", "hits"]).to_string())
+                .send()
+                .await
+                .expect("send to the upstash route");
+            let status = r.status().as_u16();
+            (
+                status,
+                r.json::<serde_json::Value>().await.unwrap_or_default(),
+            )
+        })
+    };
+    assert_eq!(upstash().0, 200);
+    proxy.mute();
+    let (status, body) = upstash();
+    proxy.unmute();
+    let ran: i64 = upstash().1["result"].as_i64().unwrap_or_default();
+    assert_eq!(ran, 3, "Redis ran the muted one: {body}");
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|m| m.contains("may have run")),
+        "an INCR that ran, after a timeout: {body}"
     );
 }

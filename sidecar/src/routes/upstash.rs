@@ -5,7 +5,7 @@
 
 use super::State;
 use crate::config::UpstashToken;
-use crate::store::redis::{connection_lost, lost};
+use crate::store::redis::lost;
 use crate::upstash::{arguments, to_json, Prepared, Refused};
 use actix_web::http::header::HeaderMap;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -244,7 +244,9 @@ async fn run(
             Err(e) => {
                 tracing::warn!(error = %e, "upstash: redis failed");
                 state.pools.redis_failed(&e);
-                return Err(if connection_lost(&e) && !repeatable {
+                // Timeouts and lost connections are I/O errors; a refused one sent nothing.
+                let maybe_sent = e.is_io_error() && !e.is_connection_refusal();
+                return Err(if maybe_sent && !repeatable {
                     "ERR the connection to redis was lost: the command may have run".into()
                 } else {
                     "ERR redis is unavailable".into()
