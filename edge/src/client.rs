@@ -127,6 +127,10 @@ mod wasm {
         cfg: EdgeConfig,
         /// Sent as `x-ferry-request-id`, so the sidecar logs this request under the same id.
         request_id: String,
+        /// Sent as `x-ferry-affinity` on every call: behind a balancer that hashes on it, an
+        /// interactive transaction begun with this client finds its sidecar on every later
+        /// call. Random, so callers spread over the sidecars.
+        affinity: String,
     }
 
     fn nonce() -> Result<String, EdgeError> {
@@ -147,7 +151,12 @@ mod wasm {
     impl SidecarClient {
         /// A client with these bindings, tagging its calls with `request_id`.
         pub fn new(cfg: EdgeConfig, request_id: String) -> Self {
-            SidecarClient { cfg, request_id }
+            let affinity = nonce().unwrap_or_else(|_| request_id.clone());
+            SidecarClient {
+                cfg,
+                request_id,
+                affinity,
+            }
         }
 
         /// Sends one call and returns (status, Retry-After, body), bounded by the timeout
@@ -159,6 +168,9 @@ mod wasm {
             }
             headers
                 .set(ferry_shared::api::REQUEST_ID_HEADER, &self.request_id)
+                .map_err(|_| EdgeError::Unreachable)?;
+            headers
+                .set(ferry_shared::api::AFFINITY_HEADER, &self.affinity)
                 .map_err(|_| EdgeError::Unreachable)?;
             let mut init = RequestInit::new();
             init.with_method(method(call.method)).with_headers(headers);

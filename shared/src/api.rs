@@ -18,6 +18,11 @@ pub use crate::transaction::{
 /// The header that carries a request's id from the edge through the sidecar and back.
 pub const REQUEST_ID_HEADER: &str = "x-ferry-request-id";
 
+/// Not signed, not read by the sidecar: a balancer routes requests that carry the same value
+/// to the same sidecar, which interactive transactions need (they live on the sidecar that
+/// began them; see deploy/nginx/ferry-balancer.conf).
+pub const AFFINITY_HEADER: &str = "x-ferry-affinity";
+
 /// Whether a caller's request id may be kept (logged and echoed): 1 to 64 characters of
 /// `[A-Za-z0-9_-]`. Both halves apply this one rule.
 pub fn valid_request_id(id: &str) -> bool {

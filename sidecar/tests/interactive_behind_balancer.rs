@@ -14,7 +14,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
 fn post(c: &Client, path: &str, body: Value, affinity: &str) -> Answer {
     let bytes = serde_json::to_vec(&body).expect("json");
     let mut headers = c.signed_now("POST", path, &bytes);
-    headers.push(("x-ferry-affinity", affinity.to_string()));
+    headers.push((ferry_shared::api::AFFINITY_HEADER, affinity.to_string()));
     c.raw("POST", path, bytes, &headers)
 }
 
