@@ -277,10 +277,11 @@ The sidecar directly (signed requests):
   scripts/ferry-curl.sh POST /v1/query '{"sql":"DELETE FROM items"}' # 400: reads cannot write
   scripts/ferry-curl.sh POST /v1/outcome '{"nonce":"0123456789abcdef0123456789abcdef"}'
                                                          # did the write signed with that nonce commit? (final: now it never can)
-  T=\$(scripts/ferry-curl.sh POST /v1/transaction/begin '{}' | grep -o '[0-9a-f]\{32\}'); echo \$T   # an interactive transaction
-  scripts/ferry-curl.sh POST /v1/transaction/query '{"id":"'\$T'","sql":"UPDATE items SET price = price + 1 WHERE id = 7"}'
-  scripts/ferry-curl.sh POST /v1/transaction/query '{"id":"'\$T'","sql":"SELECT 1 / 0"}'   # 400: Postgres aborts the transaction
-  scripts/ferry-curl.sh POST /v1/transaction/commit '{"id":"'\$T'"}'   # 409 transaction_aborted: nothing committed, never a 200
+  A="x-ferry-affinity: demo"   # an interactive transaction lives on one sidecar: nginx routes on this header
+  T=\$(scripts/ferry-curl.sh POST /v1/transaction/begin '{}' -H "\$A" | grep -o '[0-9a-f]\{32\}'); echo \$T
+  scripts/ferry-curl.sh POST /v1/transaction/query '{"id":"'\$T'","sql":"UPDATE items SET price = price + 1 WHERE id = 7"}' -H "\$A"
+  scripts/ferry-curl.sh POST /v1/transaction/query '{"id":"'\$T'","sql":"SELECT 1 / 0"}' -H "\$A"   # 400: Postgres aborts the transaction
+  scripts/ferry-curl.sh POST /v1/transaction/commit '{"id":"'\$T'"}' -H "\$A"   # 409 transaction_aborted: nothing committed, never a 200
   curl -s http://127.0.0.1:$SIDECAR_PORT/readyz    # from a background snapshot, never the pools
 
 $SIDECARS sidecars behind nginx (127.0.0.1:$SIDECAR_PORT; each answer names its sidecar in x-ferry-upstream):
