@@ -162,19 +162,17 @@ impl SharedNonces {
         }
         let p = pools.clone();
         blocking
-            .run(move || {
-                for attempt in [again, true] {
-                    match p.redis_conn()?.query_pipe::<Vec<Value>>(&pipe) {
-                        Ok(replies) => return NonceCheck::required(&replies, attempt),
-                        Err(e) => {
-                            p.redis_failed(&e);
-                            if attempt || !connection_lost(&e) {
-                                return Err(unavailable(e));
-                            }
+            .run(move || loop {
+                match p.redis_conn()?.query_pipe::<Vec<Value>>(&pipe) {
+                    Ok(replies) => return NonceCheck::required(&replies, again),
+                    Err(e) => {
+                        p.redis_failed(&e);
+                        if again || !connection_lost(&e) {
+                            return Err(unavailable(e));
                         }
+                        again = true;
                     }
                 }
-                unreachable!("the second attempt returns")
             })
             .await
     }
