@@ -110,4 +110,42 @@ fn an_incr_whose_reply_is_lost_is_answered_as_possibly_run() {
             .is_some_and(|m| m.contains("may have run")),
         "an INCR that ran, after a timeout: {body}"
     );
+
+    // Reply dropped, then the connection reset: a lost connection, where reads are sent again.
+    // This write must not be: Redis counts it once. (First, connections open again after the
+    // timeout above, so the muted call does not wait on a handshake.)
+    upstash();
+    let before = upstash().1["result"].as_i64().unwrap_or_default();
+    proxy.mute();
+    let (status, body) = s.client.block_on(async {
+        let sent = async {
+            let r = reqwest::Client::new()
+                .post(format!("http://127.0.0.1:{}/", s.port))
+                .bearer_auth(UPSTASH_TOKEN)
+                .body(json!(["INCR", "hits"]).to_string())
+                .send()
+                .await
+                .expect("send to the upstash route");
+            let status = r.status().as_u16();
+            (
+                status,
+                r.json::<serde_json::Value>().await.unwrap_or_default(),
+            )
+        };
+        let reset = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            proxy.reset();
+        };
+        futures::future::join(sent, reset).await.0
+    });
+    proxy.unmute();
+    let ran: i64 = upstash().1["result"].as_i64().unwrap_or_default();
+    assert_eq!(ran, before + 2, "the INCR ran once, not resent: {body}");
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|m| m.contains("may have run")),
+        "an INCR that ran, after a reset: {body}"
+    );
 }
