@@ -8,6 +8,7 @@ use crate::http::error::ApiError;
 use crate::store::db::{self, Failure, Reset, RowBudget, RESET};
 use crate::store::identity::SessionIdentity;
 use crate::store::param_types::{self, ParamTypes};
+use crate::store::pg_async::{AsyncSession, Prepared};
 use crate::store::pools::Pools;
 use crate::store::statement::{self, Route};
 use ferry_shared::api::Row;
@@ -82,17 +83,33 @@ async fn read_task(pools: Arc<Pools>, read: Read, tx: oneshot::Sender<Answer>) {
             }
         };
         let reset_ok = {
-            let Some(client) = session.client.as_ref() else {
+            let AsyncSession {
+                client, prepared, ..
+            } = &mut session;
+            let Some(client) = client.as_ref() else {
                 return;
+            };
+            // Only the operator's `skip_reset` statements may find theirs prepared: for anything
+            // else they are closed first (the closes go out ahead of its statement).
+            let mut cache = match after {
+                Reset::OnFailure => Some(prepared),
+                Reset::Always => {
+                    prepared.clear();
+                    None
+                }
             };
             let (out, reset) = match &who {
                 Some(who) => match who.assume_async(client).await {
                     Ok(()) => {
-                        read_on(client, &pools.param_types, &sql, &params, limits, after).await
+                        let types = &pools.param_types;
+                        read_on(client, types, &sql, &params, limits, after, None).await
                     }
                     Err(f) => (Err(f), None),
                 },
-                None => read_on(client, &pools.param_types, &sql, &params, limits, after).await,
+                None => {
+                    let c = cache.as_deref_mut();
+                    read_on(client, &pools.param_types, &sql, &params, limits, after, c).await
+                }
             };
             // The rest of the result still on its way, or the connection gone: the session is
             // dropped (closing the connection), not reset.
@@ -117,15 +134,61 @@ async fn read_task(pools: Arc<Pools>, read: Read, tx: oneshot::Sender<Answer>) {
                 return;
             }
             if reset.is_none() && !after.needed(succeeded) {
-                // Nothing to undo (`skip_reset`): the session goes back as it came.
+                // Nothing to undo (`skip_reset`): the session goes back as it came, with the
+                // statement prepared on it.
                 true
             } else {
+                // DISCARD ALL deallocates every prepared statement.
+                if let Some(cache) = cache {
+                    cache.clear();
+                }
                 reset_session(client, reset).await
             }
         };
         session.reusable = reset_ok;
         return;
     }
+}
+
+/// A `skip_reset` statement (no reset follows a successful run) as a statement prepared on the
+/// session: Bind and Execute only, once it is there. One that Postgres refuses as prepared
+/// (a 22/42 error, as for remembered types, or a plan whose result changed: 0A000, after a
+/// schema change) is run again the slow way on a reset session, once; the caller resets after
+/// any failed run.
+async fn run_prepared(
+    client: &Client,
+    prepared: &mut Prepared,
+    sql: &str,
+    params: &[Value],
+    limits: ReadLimits,
+) -> Result<(Vec<Row>, Option<String>), Failure> {
+    if let Some(stmt) = prepared.get(sql) {
+        let bound = db::bind(stmt.params(), params).map_err(Failure::Api)?;
+        match collect(client.query_raw(stmt, db::refs(&bound)).await, limits).await {
+            Err(Failure::Pg(e)) if stale_prepared(&e) => {
+                // A failed run all the same: what it left on the session goes first (and with
+                // it every statement prepared there).
+                prepared.clear();
+                if !reset_session(client, None).await {
+                    return Err(Failure::Pg(e));
+                }
+            }
+            other => return other,
+        }
+    }
+    let stmt = client.prepare(sql).await?;
+    db::check_columns(&stmt)?;
+    let bound = db::bind(stmt.params(), params).map_err(Failure::Api)?;
+    let out = collect(client.query_raw(&stmt, db::refs(&bound)).await, limits).await;
+    if out.is_ok() {
+        prepared.insert(sql.into(), stmt);
+    }
+    out
+}
+
+fn stale_prepared(e: &tokio_postgres::Error) -> bool {
+    param_types::maybe_stale(e)
+        || e.code() == Some(&tokio_postgres::error::SqlState::FEATURE_NOT_SUPPORTED)
 }
 
 /// Finishes the reset sent behind the statement, or sends it now.
@@ -155,10 +218,17 @@ async fn read_on<'a>(
     params: &[Value],
     limits: ReadLimits,
     after: Reset,
+    prepared: Option<&mut Prepared>,
 ) -> (
     Result<(Vec<Row>, Option<String>), Failure>,
     Option<Sent<'a>>,
 ) {
+    if let Some(prepared) = prepared {
+        return (
+            run_prepared(client, prepared, sql, params, limits).await,
+            None,
+        );
+    }
     if let Some(known) = types.get(sql) {
         if let Ok(bound) = db::bind(&known, params) {
             let typed = bound

@@ -11,16 +11,25 @@
 //!
 //! A session is reset (`DISCARD ALL`) after each request exactly like a pooled one, and one whose
 //! reset failed, whose result was abandoned, or whose connection closed is dropped, never reused.
+//!
+//! The one state a session keeps between requests: the operator's `skip_reset` statements,
+//! prepared on it ([`Prepared`]), so that their runs skip Postgres's parse and plan as well as
+//! the reset. They go (each closed, in order, ahead of what is sent next) before the session
+//! serves any other kind of request, and with every reset.
 
 use crate::http::error::ApiError;
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::Notify;
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
+
+/// Statements prepared on one connection, by their SQL (see the module's doc).
+pub type Prepared = HashMap<Arc<str>, Statement>;
 
 pub struct AsyncPg {
     /// Tells this sidecar's sessions apart from another's on the same thread (tests).
@@ -56,7 +65,7 @@ impl Counts {
 struct Share {
     id: u64,
     owner: Weak<()>,
-    idle: Vec<Client>,
+    idle: Vec<(Client, Prepared)>,
     out: usize,
     /// Woken when a session is given back.
     freed: Rc<Notify>,
@@ -66,7 +75,7 @@ enum Take {
     NoShare,
     Full(Rc<Notify>),
     /// A slot, with an idle connection when there was one.
-    Got(Option<Client>),
+    Got(Option<(Client, Prepared)>),
 }
 
 thread_local! {
@@ -77,6 +86,8 @@ thread_local! {
 /// idle list if it was reset for reuse and is still open; otherwise it is closed.
 pub struct AsyncSession {
     pub client: Option<Client>,
+    /// The `skip_reset` statements prepared on this connection, by their SQL.
+    pub prepared: Prepared,
     /// Set once the session has been reset after its request: a session dropped before that
     /// (an error, an abandoned result, a request timeout mid-query) is closed, never reused.
     pub reusable: bool,
@@ -154,8 +165,10 @@ impl AsyncPg {
                 }
             }
         };
+        let (client, prepared) = idle.unzip();
         let mut session = AsyncSession {
-            client: idle,
+            client,
+            prepared: prepared.unwrap_or_default(),
             reusable: false,
             id: self.id,
             counts: self.counts.clone(),
@@ -200,7 +213,7 @@ impl AsyncPg {
             share.out += 1;
             // Connections closed while idle (Postgres restarted) are dropped on the way.
             let before = share.idle.len();
-            share.idle.retain(|c| !c.is_closed());
+            share.idle.retain(|(c, _)| !c.is_closed());
             let closed = before - share.idle.len();
             Counts::less(&self.counts.open, closed);
             Counts::less(&self.counts.idle, closed);
@@ -240,7 +253,8 @@ impl Drop for AsyncSession {
                 share.out = share.out.saturating_sub(1);
                 share.freed.notify_one();
                 if keep {
-                    share.idle.extend(client.take());
+                    let prepared = std::mem::take(&mut self.prepared);
+                    share.idle.extend(client.take().map(|c| (c, prepared)));
                     self.counts.idle.fetch_add(1, Ordering::AcqRel);
                 }
             }
