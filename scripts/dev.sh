@@ -272,7 +272,8 @@ The sidecar directly (signed requests):
   scripts/ferry-curl.sh POST /v1/query '{"sql":"SELECT id, name FROM items WHERE id = \$1","params":[1],"cache":{"ttl_s":60,"key":"item:1"}}'
   scripts/ferry-curl.sh POST /v1/query '{"query":"item","params":[2],"cache":{"mode":"no-cache"}}'
   psql -h 127.0.0.1 -p $PG_PORT -U postgres -Atc "SELECT state, query FROM pg_stat_activity WHERE application_name = 'ferry-sidecar'"
-                                                         # [queries.item] has skip_reset: its session ran no DISCARD ALL after it
+                                                         # [queries.item] has skip_reset: its session ran no DISCARD ALL after it,
+                                                         # and keeps it prepared (its next run: Bind/Execute only)
   scripts/ferry-curl.sh POST /v1/execute '{"sql":"BEGIN"}'      # 400: sessions are never left open
   scripts/ferry-curl.sh POST /v1/query '{"sql":"DELETE FROM items"}' # 400: reads cannot write
   scripts/ferry-curl.sh POST /v1/outcome '{"nonce":"0123456789abcdef0123456789abcdef"}'
