@@ -1,13 +1,14 @@
 //! `skip_reset` statements stay prepared on their event-loop session between requests (Bind and
 //! Execute only, no parse or plan), and nothing else ever finds them there. One worker, one
-//! event-loop session that serves every read, raw SQL switched on (the hostile caller holding
-//! the secret). Postgres's own `pg_prepared_statements`, read by the statements themselves,
+//! event-loop session that serves every read, raw SQL and `/sql` switched on (the hostile caller
+//! holding the secret, or the Neon token). Postgres's own `pg_prepared_statements`, read by the statements themselves,
 //! judges; a schema change under a prepared statement must not fail the read.
 use ferry_testkit::{PgServer, RedisServer, SidecarProcess};
 use serde_json::{json, Value};
 use std::process::Stdio;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
+const NEON_TOKEN: &str = "neon-prepared-token-0123456789abcdef0123456";
 
 const CONFIG: &str = r#"
 [identity]
@@ -44,6 +45,24 @@ fn read(sidecar: &SidecarProcess, body: Value) -> Value {
     a.body["rows"][0].clone()
 }
 
+/// A `/sql` read as Neon's driver sends it, its text output parsed.
+fn neon_sql(sidecar: &SidecarProcess, sql: &str) -> Value {
+    let url = format!("http://127.0.0.1:{}/sql", sidecar.port);
+    let conn = format!("postgresql://app:{NEON_TOKEN}@db.ferry.invalid/app");
+    let body = json!({"query": sql, "params": []}).to_string();
+    sidecar.client.block_on(async move {
+        let r = reqwest::Client::new()
+            .post(url)
+            .header("Neon-Connection-String", conn)
+            .body(body)
+            .send()
+            .await
+            .expect("/sql");
+        assert_eq!(r.status(), 200);
+        r.json().await.expect("/sql json")
+    })
+}
+
 #[test]
 fn skip_reset_statements_stay_prepared_and_nothing_else_sees_them() {
     let redis = RedisServer::start();
@@ -63,6 +82,8 @@ fn skip_reset_statements_stay_prepared_and_nothing_else_sees_them() {
         ("FERRY_SERVER_WORKERS", "1"),
         ("FERRY_POSTGRES_POOL_SIZE", "2"),
         ("FERRY_SERVER_READINESS_INTERVAL_MS", "3600000"),
+        ("FERRY_NEON_ENABLED", "true"),
+        ("FERRY_NEON_TOKEN", NEON_TOKEN),
     ];
     let sidecar = SidecarProcess::start(BIN, &redis.url(), &pg.url(), &env, Stdio::null());
 
@@ -101,7 +122,12 @@ fn skip_reset_statements_stay_prepared_and_nothing_else_sees_them() {
     );
     held();
     shape();
-    assert!(!leaked(read(&sidecar, raw)), "raw SQL saw them");
+    assert!(!leaked(read(&sidecar, raw.clone())), "raw SQL saw them");
+    // The same through `/sql` (the Neon protocol), which runs on the worker's session too.
+    held();
+    shape();
+    let neon = neon_sql(&sidecar, raw["sql"].as_str().unwrap_or_default());
+    assert!(!leaked(neon["rows"][0].clone()), "/sql saw them: {neon}");
 
     // A run that failed as the prepared statement and succeeded prepared again: the lock its
     // failed attempt took is gone (Postgres's pg_locks judges).

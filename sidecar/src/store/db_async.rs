@@ -74,7 +74,8 @@ async fn read_task(pools: Arc<Pools>, read: Read, tx: oneshot::Sender<Answer>) {
     // ones (each is closed, not reused).
     let tries = pools.pg_share() + 1;
     for attempt in 1..=tries {
-        let mut session = match pools.pg_session().await {
+        let keep_prepared = after == Reset::OnFailure;
+        let mut session = match pools.pg_session(keep_prepared).await {
             Ok(Some(s)) => s,
             Ok(None) => return,
             Err(e) => {
@@ -89,15 +90,9 @@ async fn read_task(pools: Arc<Pools>, read: Read, tx: oneshot::Sender<Answer>) {
             let Some(client) = client.as_ref() else {
                 return;
             };
-            // Only the operator's `skip_reset` statements may find theirs prepared: for anything
-            // else they are closed first (the closes go out ahead of its statement).
-            let mut cache = match after {
-                Reset::OnFailure => Some(prepared),
-                Reset::Always => {
-                    prepared.clear();
-                    None
-                }
-            };
+            // Only the operator's `skip_reset` statements find theirs prepared (for anything else
+            // the checkout closed them).
+            let mut cache = keep_prepared.then_some(prepared);
             let (out, reset) = match &who {
                 Some(who) => match who.assume_async(client).await {
                     Ok(()) => {

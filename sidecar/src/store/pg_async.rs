@@ -14,8 +14,8 @@
 //!
 //! The one state a session keeps between requests: the operator's `skip_reset` statements,
 //! prepared on it ([`Prepared`]), so that their runs skip Postgres's parse and plan as well as
-//! the reset. They go (each closed, in order, ahead of what is sent next) before the session
-//! serves any other kind of request, and with every reset.
+//! the reset. They go (each closed, in order, ahead of what is sent next) when the session is
+//! taken for any other kind of request (`session`'s `keep_prepared`), and with every reset.
 
 use crate::http::error::ApiError;
 use std::cell::RefCell;
@@ -143,6 +143,7 @@ impl AsyncPg {
         connect_timeout: Duration,
         checkout_timeout: Duration,
         elsewhere: impl Fn() -> bool,
+        keep_prepared: bool,
     ) -> Result<Option<AsyncSession>, ApiError> {
         if self.per_worker == 0 {
             return Ok(None);
@@ -168,7 +169,8 @@ impl AsyncPg {
         let (client, prepared) = idle.unzip();
         let mut session = AsyncSession {
             client,
-            prepared: prepared.unwrap_or_default(),
+            // Dropped here unless kept: each is closed ahead of anything the session sends.
+            prepared: prepared.filter(|_| keep_prepared).unwrap_or_default(),
             reusable: false,
             id: self.id,
             counts: self.counts.clone(),

@@ -263,7 +263,8 @@ impl Pools {
     /// its share is in use while the r2d2 pool has a connection to spare (the caller then
     /// uses `pg_conn`, so every connection of `postgres.pool_size` serves reads). With both
     /// in use it waits for one of its share, up to the checkout timeout.
-    pub async fn pg_session(&self) -> Result<Option<AsyncSession>, ApiError> {
+    /// `keep_prepared`: for a `skip_reset` run only, which may find its statement prepared.
+    pub async fn pg_session(&self, keep_prepared: bool) -> Result<Option<AsyncSession>, ApiError> {
         let pooled_has_room = || {
             self.pg.as_ref().is_some_and(|p| {
                 let s = p.state();
@@ -277,6 +278,7 @@ impl Pools {
                 self.pg_connect_timeout,
                 self.pg_checkout_timeout,
                 pooled_has_room,
+                keep_prepared,
             )
             .await;
         // Timed like a pooled checkout (waiting for a session of the worker's share included).
@@ -292,7 +294,12 @@ impl Pools {
         let start = Instant::now();
         let got = self
             .pg_async
-            .session(self.pg_connect_timeout, self.pg_checkout_timeout, || false)
+            .session(
+                self.pg_connect_timeout,
+                self.pg_checkout_timeout,
+                || false,
+                false,
+            )
             .await?;
         crate::http::metrics::global().checkout("postgres", start.elapsed());
         got.ok_or(ApiError::Overloaded {
