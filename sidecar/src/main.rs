@@ -60,6 +60,17 @@ fn main() -> ExitCode {
         }
     }
     if args.check_config {
+        use ferry_sidecar::store::own_sessions::{OwnSessions, Problem};
+        let own = OwnSessions::for_config(&config).map_err(|e| e.to_string());
+        match own.map(|o| o.check()) {
+            Ok(Err(e @ Problem::NotOwn(_))) => {
+                println!("{e}");
+                return ExitCode::from(2);
+            }
+            Ok(Err(e)) => println!("warning: the Postgres sessions were not checked: {e}"),
+            Err(e) => println!("warning: the Postgres sessions were not checked: {e}"),
+            Ok(Ok(())) => {}
+        }
         println!("config ok");
         match ferry_sidecar::store::postgres::role_warnings(&config) {
             Ok(warnings) => warnings.iter().for_each(|w| println!("warning: {w}")),

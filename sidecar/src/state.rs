@@ -36,12 +36,19 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// Builds the pools (without waiting for Redis or Postgres) and starts the background
+    /// Builds the pools (without waiting for Redis, nor for a Postgres that is down) and starts the background
     /// retry of deferred invalidations, which stops when the state is dropped.
     pub fn new(config: Config) -> Result<Arc<AppState>, ApiError> {
         error::set_retry_after_s(config.server.retry_after_s);
         crate::http::tls::install_crypto_provider();
         let pools = Arc::new(Pools::new(&config)?);
+        // Sessions shared by a pooler in between stop the sidecar here, saying why; a Postgres
+        // that cannot be asked yet is asked again by the readiness probe (nothing is served from
+        // it until then).
+        if let Err(e @ crate::store::own_sessions::Problem::NotOwn(_)) = pools.own_sessions.check()
+        {
+            return Err(ApiError::internal(e.to_string()));
+        }
         let timeout = config.request_timeout();
         let mut cache = Cache::new(
             &config.cache.key_prefix,

@@ -6,6 +6,7 @@ pub mod balancer;
 pub mod certs;
 pub mod client;
 pub mod clients;
+pub mod pgbouncer;
 pub mod postgres;
 mod postgres_replica;
 pub mod process;
@@ -17,6 +18,7 @@ pub mod wrangler;
 
 pub use self::balancer::Balancer;
 pub use self::client::Client;
+pub use self::pgbouncer::PgBouncer;
 pub use self::postgres::PgServer;
 pub use self::process::{DemoBinary, SidecarProcess};
 pub use self::proxy::CutProxy;

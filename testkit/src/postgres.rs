@@ -14,7 +14,7 @@ pub struct PgServer {
     pub(crate) extra: String,
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()

@@ -21,6 +21,7 @@ pub mod identity;
 pub mod interactive;
 pub mod leases;
 pub mod nonces;
+pub mod own_sessions;
 pub mod param_types;
 pub mod pg_async;
 pub mod pg_json;

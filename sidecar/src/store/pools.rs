@@ -5,6 +5,7 @@
 //! circuit breaker, so that while Redis is down reads go straight to Postgres instead of each
 //! paying a connect timeout.
 
+use super::own_sessions::OwnSessions;
 use super::param_types::ParamTypes;
 use super::pg_async::{AsyncPg, AsyncSession};
 use super::postgres::{pg_async_config, pg_config, pg_tls, PgManager};
@@ -39,6 +40,8 @@ pub struct Pools {
     pg: Option<PgPool>,
     /// The workers' own Postgres sessions, for reads on the event loop.
     pg_async: AsyncPg,
+    /// Whether Postgres's sessions were found to be Ferry's own: none is used until then.
+    pub own_sessions: OwnSessions,
     pg_connect_timeout: Duration,
     pg_checkout_timeout: Duration,
     /// Parameter types of the statements seen, so repeated ones run in one round trip.
@@ -97,6 +100,7 @@ impl Pools {
         // workers' event-loop sessions (an equal share each), the rest to the r2d2 pool (writes,
         // batches, cache fills, and the reads a worker has no free session for).
         let pg_per_worker = (p.pool_size as usize * 3 / 4) / workers;
+        let own_sessions = OwnSessions::for_config(config)?;
         let pg_async = AsyncPg::new(
             pg_async_config(config)?,
             pg_tls(p).map_err(ApiError::internal)?,
@@ -119,6 +123,7 @@ impl Pools {
             redis_async,
             pg: Some(pg),
             pg_async,
+            own_sessions,
             pg_connect_timeout: Duration::from_millis(p.connect_timeout_ms),
             pg_checkout_timeout: Duration::from_millis(p.checkout_timeout_ms),
             param_types: ParamTypes::default(),
@@ -265,6 +270,7 @@ impl Pools {
     /// in use it waits for one of its share, up to the checkout timeout.
     /// `keep_prepared`: for a `skip_reset` run only, which may find its statement prepared.
     pub async fn pg_session(&self, keep_prepared: bool) -> Result<Option<AsyncSession>, ApiError> {
+        self.sessions_allowed()?;
         let pooled_has_room = || {
             self.pg.as_ref().is_some_and(|p| {
                 let s = p.state();
@@ -291,6 +297,7 @@ impl Pools {
     /// A session of this worker's share, waiting for one up to the checkout timeout (then 503
     /// `overloaded`): for work that needs the async driver (`/sql` streams its text rows).
     pub async fn pg_session_here(&self) -> Result<AsyncSession, ApiError> {
+        self.sessions_allowed()?;
         let start = Instant::now();
         let got = self
             .pg_async
@@ -311,6 +318,7 @@ impl Pools {
     /// `overloaded`); a timeout with free slots means connecting failed (503
     /// `database_unavailable`).
     pub fn pg_conn(&self) -> Result<PgConn, ApiError> {
+        self.sessions_allowed()?;
         let pool = self
             .pg
             .as_ref()
@@ -332,6 +340,14 @@ impl Pools {
                 }
             }
         })
+    }
+
+    /// Every Postgres checkout asks first: until the sessions were found to be Ferry's own
+    /// (`own_sessions`), Postgres is unavailable.
+    fn sessions_allowed(&self) -> Result<(), ApiError> {
+        self.own_sessions
+            .allowed()
+            .map_err(|internal| ApiError::DatabaseUnavailable { internal })
     }
 
     /// (open, idle) Postgres connections: the r2d2 pool's and the workers' sessions.

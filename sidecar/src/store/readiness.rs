@@ -37,7 +37,9 @@ impl Readiness {
             .ok()
             .and_then(|mut c| redis::cmd("PING").query::<String>(&mut *c).ok())
             .is_some();
-        let postgres = crate::store::db::ping(pools).is_ok();
+        // Until the sessions are found to be Ferry's own (Postgres was down at startup), each
+        // probe asks; a refusal is for good, and is said in the log when found.
+        let postgres = pools.own_sessions.check().is_ok() && crate::store::db::ping(pools).is_ok();
         self.probes.fetch_add(1, Ordering::Relaxed);
         *self.last.write().unwrap_or_else(|p| p.into_inner()) = Some(Snapshot { redis, postgres });
     }

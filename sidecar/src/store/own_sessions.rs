@@ -1,0 +1,255 @@
+//! Ferry's Postgres sessions must be its own. Ferry is a pooler: it keeps each session for one
+//! request at a time and relies on that for an end user's role and claims (set on the session,
+//! see `identity`), for the reset after each request, for `skip_reset` statements kept prepared,
+//! and for the settings it asks for at connect (reads are read-only by default, a session left in
+//! a transaction is ended). Behind a transaction-mode pooler (PgBouncer, Supavisor, a hosted
+//! plan's "pooled" URL) one request's statements land on other clients' sessions: measured with
+//! PgBouncer 1.18, about half of the reads of four concurrent callers ran as another caller's
+//! role or claims (`tests/pooler_between.rs`). So nothing is served from Postgres until a probe
+//! has found the sessions to be Ferry's own:
+//!
+//! - the settings asked for at connect are in force (a pooler drops the `options` startup
+//!   parameter: PgBouncer's `ignore_startup_parameters`);
+//! - a session keeps its backend and its session state while another session holds a
+//!   transaction open, and that other session gets neither (a transaction-mode pooler hands the
+//!   backend just released to the next transaction, or makes one session wait for another's).
+//!
+//! A session-mode pooler passes once the settings are given to the role (`ALTER ROLE ... SET`).
+
+use crate::http::error::ApiError;
+use crate::store::postgres::{pg_async_config, pg_tls};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio_postgres::{Client, Config};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+/// Why the sessions were not found to be Ferry's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// Postgres could not be asked (down, or unreachable): asked again later.
+    Unreachable(String),
+    /// Something between Ferry and Postgres shares or changes its sessions: refused for good.
+    NotOwn(String),
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Problem::Unreachable(e) => write!(f, "postgres was not reachable: {e}"),
+            Problem::NotOwn(why) => write!(
+                f,
+                "postgres.url does not give Ferry sessions of its own: {why}. Ferry pools \
+                 connections itself: point postgres.url at Postgres directly (a hosted plan's \
+                 direct or session-mode address, not its transaction-mode pooler)"
+            ),
+        }
+    }
+}
+
+const UNCHECKED: u8 = 0;
+const OWN: u8 = 1;
+const NOT_OWN: u8 = 2;
+
+/// The probe's verdict, shared by every checkout (one atomic load each).
+pub struct OwnSessions {
+    config: Config,
+    tls: MakeRustlsConnect,
+    /// `postgres.statement_timeout_ms` > 0: the session must have a statement timeout.
+    wants_statement_timeout: bool,
+    verdict: AtomicU8,
+    why: Mutex<String>,
+}
+
+impl OwnSessions {
+    /// For `postgres.url` of `config` (a replica's config carries the replica's URL there).
+    pub fn for_config(config: &crate::config::Config) -> Result<Self, ApiError> {
+        let p = &config.postgres;
+        Ok(OwnSessions {
+            config: pg_async_config(config)?,
+            tls: pg_tls(p).map_err(ApiError::internal)?,
+            wants_statement_timeout: p.statement_timeout_ms > 0,
+            verdict: AtomicU8::new(UNCHECKED),
+            why: Mutex::new("the sessions were not checked yet".into()),
+        })
+    }
+
+    /// Ok once the probe found the sessions to be Ferry's own; else why not (for the log).
+    pub fn allowed(&self) -> Result<(), String> {
+        if self.verdict.load(Ordering::Acquire) == OWN {
+            return Ok(());
+        }
+        Err(self.why.lock().unwrap_or_else(|p| p.into_inner()).clone())
+    }
+
+    /// Runs the probe unless a verdict is in (blocking: on a thread of its own, so that it may
+    /// be called from inside a runtime). A refusal is for good; an unreachable Postgres is
+    /// asked again on the next call.
+    pub fn check(&self) -> Result<(), Problem> {
+        match self.verdict.load(Ordering::Acquire) {
+            OWN => return Ok(()),
+            NOT_OWN => return Err(Problem::NotOwn(self.allowed().err().unwrap_or_default())),
+            _ => {}
+        }
+        let (config, tls, timeout) = (
+            self.config.clone(),
+            self.tls.clone(),
+            self.wants_statement_timeout,
+        );
+        let out = std::thread::scope(|s| {
+            s.spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| Problem::Unreachable(e.to_string()))?;
+                rt.block_on(probe(&config, tls, timeout))
+            })
+            .join()
+            .unwrap_or_else(|_| Err(Problem::Unreachable("the probe panicked".into())))
+        });
+        let mut why = self.why.lock().unwrap_or_else(|p| p.into_inner());
+        match &out {
+            Ok(()) => self.verdict.store(OWN, Ordering::Release),
+            Err(Problem::NotOwn(w)) => {
+                *why = w.clone();
+                self.verdict.store(NOT_OWN, Ordering::Release);
+                tracing::error!(
+                    "{}",
+                    out.as_ref()
+                        .err()
+                        .map(|e| e.to_string())
+                        .unwrap_or_default()
+                );
+            }
+            Err(Problem::Unreachable(e)) => *why = format!("not checked yet: {e}"),
+        }
+        out
+    }
+}
+
+/// How long one session may wait for its answer while the other holds a transaction open:
+/// Postgres answers these at once; a pooler with no free backend makes it wait.
+const WAIT: Duration = Duration::from_secs(3);
+
+/// Rounds of the backend test (see the module's doc): a pooler may put a session back on its
+/// backend by chance a few times, not eight times running.
+const ROUNDS: usize = 8;
+
+async fn probe(
+    config: &Config,
+    tls: MakeRustlsConnect,
+    wants_statement_timeout: bool,
+) -> Result<(), Problem> {
+    let a = connect(config, &tls).await?;
+    let b = connect(config, &tls).await?;
+    settings(&a, wants_statement_timeout).await?;
+    let no_answer = || Problem::Unreachable("no answer within 3 s".into());
+    let not_own = |what: &str| {
+        Err(Problem::NotOwn(format!(
+            "{what} (a transaction-mode pooler, or one with fewer backends than sessions)"
+        )))
+    };
+    // Each session marks its own backend; a direct connection keeps both for its life.
+    let token = |who: &str| format!("{who}-{:016x}", rand::random::<u64>());
+    let (a_token, b_token) = (token("a"), token("b"));
+    let a_own = ask(&a, Some(&a_token)).await?.ok_or_else(no_answer)?.0;
+    let b_own = ask(&b, Some(&b_token)).await?.ok_or_else(no_answer)?.0;
+    if a_own == b_own {
+        return not_own("two sessions shared one backend");
+    }
+    let moved = |seen: &(i32, Option<String>), pid: i32, token: &str| {
+        seen.0 != pid || seen.1.as_deref() != Some(token)
+    };
+    for _ in 0..ROUNDS {
+        // B holds a transaction open: its backend is taken for as long as it lasts.
+        b.batch_execute("BEGIN").await.map_err(unreachable)?;
+        let in_tx = ask(&b, None).await?.ok_or_else(no_answer)?;
+        let during = ask(&a, None).await;
+        let _ = b.batch_execute("ROLLBACK").await;
+        let Some(during) = during? else {
+            return not_own("a session waited for another session's transaction to end");
+        };
+        let after = ask(&a, None).await?.ok_or_else(no_answer)?;
+        if moved(&in_tx, b_own, &b_token)
+            || moved(&during, a_own, &a_token)
+            || moved(&after, a_own, &a_token)
+        {
+            return not_own("a session's statements ran on another backend than its own");
+        }
+    }
+    Ok(())
+}
+
+async fn connect(config: &Config, tls: &MakeRustlsConnect) -> Result<Client, Problem> {
+    let timeout = config.get_connect_timeout().copied().unwrap_or(WAIT);
+    let (client, connection) = tokio::time::timeout(timeout, config.connect(tls.clone()))
+        .await
+        .map_err(|_| Problem::Unreachable("connect timeout".into()))?
+        .map_err(unreachable)?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+fn unreachable(e: tokio_postgres::Error) -> Problem {
+    Problem::Unreachable(e.to_string())
+}
+
+/// The backend's pid and the probe's setting as this session sees them; with `set`, the
+/// setting is given first (for the session, not the transaction). Unanswered after `WAIT`:
+/// `Ok(None)`.
+async fn ask(c: &Client, set: Option<&str>) -> Result<Option<(i32, Option<String>)>, Problem> {
+    let row = match set {
+        Some(token) => {
+            let sql = "SELECT pg_backend_pid(), set_config('ferry.own_session', $1, false)";
+            tokio::time::timeout(WAIT, c.query_one(sql, &[&token])).await
+        }
+        None => {
+            let sql = "SELECT pg_backend_pid(), current_setting('ferry.own_session', true)";
+            tokio::time::timeout(WAIT, c.query_one(sql, &[])).await
+        }
+    };
+    let Ok(row) = row else {
+        return Ok(None);
+    };
+    let row = row.map_err(unreachable)?;
+    let pid = row.try_get(0).map_err(unreachable)?;
+    let seen: Option<String> = row.try_get(1).map_err(unreachable)?;
+    Ok(Some((pid, seen.filter(|s| !s.is_empty()))))
+}
+
+/// The settings Ferry asks for at connect (`postgres::pg_async_config`) are in force.
+async fn settings(c: &Client, wants_statement_timeout: bool) -> Result<(), Problem> {
+    let row = c
+        .query_one(
+            "SELECT current_setting('default_transaction_read_only'), \
+                    current_setting('idle_in_transaction_session_timeout'), \
+                    current_setting('statement_timeout')",
+            &[],
+        )
+        .await
+        .map_err(unreachable)?;
+    let get = |i| row.try_get::<_, String>(i).unwrap_or_default();
+    let (read_only, idle, statement) = (get(0), get(1), get(2));
+    let mut missing = Vec::new();
+    if read_only != "on" {
+        missing.push("default_transaction_read_only = on");
+    }
+    if idle == "0" {
+        missing.push("idle_in_transaction_session_timeout (any but 0)");
+    }
+    if wants_statement_timeout && statement == "0" {
+        missing.push("statement_timeout (postgres.statement_timeout_ms)");
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Problem::NotOwn(format!(
+        "the session settings Ferry asks for at connect are not in force ({}): something \
+         between Ferry and Postgres dropped the `options` startup parameter (PgBouncer's \
+         ignore_startup_parameters). Without a pooler they arrive; behind a session-mode one, \
+         give them to the role (ALTER ROLE <role> SET ...)",
+        missing.join(", ")
+    )))
+}
