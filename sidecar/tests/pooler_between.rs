@@ -297,3 +297,62 @@ fn a_pooler_found_once_postgres_comes_up_is_refused_without_serving() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// A streaming replica reached through PgBouncer in `mode`: (whether reads ever had it in use,
+/// index scans of the test table the replica ran while the reads went on).
+fn replica_through(mode: &str) -> (bool, i64) {
+    let redis = RedisServer::start();
+    let primary = PgServer::start_with("-c synchronous_commit=on");
+    primary
+        .client()
+        .batch_execute(&format!(
+            "CREATE TABLE rep_rows (id int PRIMARY KEY); INSERT INTO rep_rows VALUES (1);
+             {}",
+            ROLE_SETTINGS.replace("ferry_app", "postgres")
+        ))
+        .expect("table and role settings");
+    let replica = PgServer::replica_of(&primary, "");
+    let bouncer = PgBouncer::start(replica.port, mode, &["postgres"], true);
+    let url = bouncer.url("postgres");
+    let env = [
+        ("FERRY_REPLICAS_URLS", url.as_str()),
+        ("FERRY_REPLICAS_POLL_MS", "20"),
+        ("FERRY_REPLICAS_READS", "any"),
+    ];
+    let sidecar = SidecarProcess::start(BIN, &redis.url(), &primary.url(), &env, Stdio::null());
+    let metric = |name: &str| sidecar.metric(&format!("{name}{{replica=\"0\"}}"));
+    ferry_testkit::wait_until("the replica checked", Duration::from_secs(10), || {
+        metric("ferry_replica_up") == Some(1.0)
+    });
+    let scans = || -> i64 {
+        let sql =
+            "SELECT COALESCE(idx_scan, 0) FROM pg_stat_user_tables WHERE relname = 'rep_rows'";
+        replica.client().query_one(sql, &[]).expect("scans").get(0)
+    };
+    let before = scans();
+    let mut in_use = false;
+    for _ in 0..100 {
+        in_use |= metric("ferry_replica_in_use") == Some(1.0);
+        let a = sidecar
+            .client
+            .query(json!({"sql": "SELECT id FROM rep_rows WHERE id = $1", "params": [1]}));
+        assert_eq!(a.status, 200, "{:?}", a.body);
+        assert_eq!(a.body["rows"][0]["id"], 1);
+    }
+    // Statistics reach the view after the backend reports them (at most every 500 ms on 15).
+    std::thread::sleep(Duration::from_millis(1200));
+    (in_use, scans() - before)
+}
+
+#[test]
+fn a_replica_behind_a_transaction_mode_pooler_is_never_used() {
+    let (in_use, scans) = replica_through("transaction");
+    assert!(
+        !in_use && scans == 0,
+        "in use: {in_use}, {scans} reads on it"
+    );
+    // The same replica behind a session-mode pooler serves reads (the check is not what
+    // keeps a replica out).
+    let (in_use, scans) = replica_through("session");
+    assert!(in_use && scans > 0, "in use: {in_use}, {scans} reads on it");
+}

@@ -6,7 +6,8 @@
 //! goes to a replica once a check has seen it past that position, and so it sees the write. A
 //! replica's lag is how long ago the primary was first seen at a position the replica has not
 //! replayed yet; past `max_lag_ms`, or not answering, or not in recovery (promoted), it is out
-//! of use until a check finds it well again.
+//! of use until a check finds it well again. Behind a pooler that shares its sessions (see
+//! `own_sessions`), it is out of use for good.
 //!
 //! Only reads that skip the cache go to a replica: a cache fill from a lagging replica after an
 //! invalidation would store the rows the invalidation removed, for every later reader. Fills,
@@ -14,6 +15,7 @@
 
 use crate::config::{Config, ReplicaReads};
 use crate::http::error::ApiError;
+use crate::store::own_sessions::{OwnSessions, Problem};
 use crate::store::pools::{PgConn, PgPool};
 use crate::store::postgres::{pg_config, pg_tls, PgManager};
 use ferry_shared::api::Position;
@@ -45,6 +47,8 @@ pub struct Replicas {
 /// One replica: its pool and what the latest check saw.
 pub struct Replica {
     pool: Option<PgPool>,
+    /// Whether its sessions are Ferry's own (a pooler in between keeps it out of use for good).
+    own: OwnSessions,
     /// The replay position last seen (a lower bound of where it is now).
     replayed: AtomicU64,
     /// Answered the latest check, in recovery, and within `max_lag_ms`.
@@ -77,6 +81,7 @@ impl Replicas {
                 )));
             list.push(Replica {
                 pool: Some(pool),
+                own: OwnSessions::for_config(&one)?,
                 replayed: AtomicU64::new(0),
                 usable: AtomicBool::new(false),
                 up: AtomicBool::new(false),
@@ -207,6 +212,17 @@ impl Replicas {
             h.clone()
         };
         for (i, r) in self.list.iter().enumerate() {
+            match r.own.check() {
+                Ok(()) => {}
+                Err(Problem::Unreachable(_)) => {
+                    r.set(false, false, 0, 0);
+                    continue;
+                }
+                Err(Problem::NotOwn(_)) => {
+                    r.set(true, false, 0, 0);
+                    continue;
+                }
+            }
             let seen = r.get(self.wait()).ok().map(|mut c| {
                 text(
                     &mut c,
