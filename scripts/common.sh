@@ -28,18 +28,22 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# nginx, the dev command's load balancer in front of the sidecars. Debian's package starts a
-# server on port 80 when installed; policy-rc.d (the Debian way) keeps it from doing so.
-ensure_balancer() {
-  command -v nginx >/dev/null && return 0
+# apt_install_stopped PKG...: installs server packages without Debian starting their service
+# (nginx would take port 80, PgBouncer 6432); policy-rc.d is the Debian way to say so.
+apt_install_stopped() {
   local policy=""
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     policy=/usr/sbin/policy-rc.d
     printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null && $SUDO chmod +x "$policy"
   fi
-  apt_install nginx-light
+  apt_install "$@"
   [ -n "$policy" ] && $SUDO rm -f "$policy"
   return 0
+}
+
+# nginx, the dev command's load balancer in front of the sidecars.
+ensure_balancer() {
+  command -v nginx >/dev/null || apt_install_stopped nginx-light
 }
 
 # The Postgres server binaries (Debian keeps them out of PATH).
@@ -57,6 +61,8 @@ ensure_services() {
   command -v redis-cli >/dev/null || apt_install redis-tools
   [ -n "$(pg_bindir)" ] || apt_install postgresql
   command -v runuser >/dev/null || apt_install util-linux
+  # PgBouncer: the pooler the tests put between the sidecar and Postgres (pooler_between.rs).
+  [ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null || apt_install_stopped pgbouncer
   [ -n "$(pg_bindir)" ] || die "PostgreSQL server binaries not found after install"
   command -v cargo >/dev/null || die "cargo not found: install Rust (rustup) first"
 }

@@ -6,6 +6,7 @@
 #
 # Ports (override by env): FERRY_DEV_REDIS_PORT=6390 FERRY_DEV_PG_PORT=5440
 # FERRY_DEV_REPLICA_PORT=5441 (a streaming replica of it, replaying each commit 1 s late)
+# FERRY_DEV_POOLER_PORT=5442 (a transaction-mode PgBouncer in front of it, which Ferry refuses)
 # FERRY_DEV_CLUSTER_PORT=6391 (a Redis Cluster on it and the next five ports: 3 masters, 3
 # replicas) FERRY_DEV_CLUSTER_SIDECAR_PORT=8795 (a sidecar on that cluster)
 # FERRY_DEV_SIDECAR_PORT=8787 (nginx, in front of the sidecars on 8790, 8791, ...: set
@@ -19,6 +20,7 @@ cd "$FERRY_ROOT"
 REDIS_PORT=${FERRY_DEV_REDIS_PORT:-6390}
 PG_PORT=${FERRY_DEV_PG_PORT:-5440}
 REPLICA_PORT=${FERRY_DEV_REPLICA_PORT:-5441}
+POOLER_PORT=${FERRY_DEV_POOLER_PORT:-5442}
 CLUSTER_PORT=${FERRY_DEV_CLUSTER_PORT:-6391}
 CLUSTER_SIDECAR_PORT=${FERRY_DEV_CLUSTER_SIDECAR_PORT:-8795}
 SIDECAR_PORT=${FERRY_DEV_SIDECAR_PORT:-8787}
@@ -40,6 +42,7 @@ cleanup() {
   [ -n "${WRANGLER_PID:-}" ] && kill -INT "$WRANGLER_PID" 2>/dev/null || true
   [ -n "${JS_PID:-}" ] && kill -INT "$JS_PID" 2>/dev/null || true
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  [ -f "$RUN/pgbouncer.pid" ] && kill -TERM "$(cat "$RUN/pgbouncer.pid")" 2>/dev/null || true
   [ -f "$RUN/pg-replica/postmaster.pid" ] && as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg-replica" -m fast -w stop >/dev/null 2>&1 || true
   [ -f "$RUN/pg/postmaster.pid" ] && as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg" -m fast -w stop >/dev/null 2>&1 || true
   wait 2>/dev/null || true
@@ -131,6 +134,26 @@ fi
 as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg-replica" -l "$RUN/postgres-replica.log" -w \
   -o "-p $REPLICA_PORT -k $RUN -c listen_addresses=127.0.0.1 -c recovery_min_apply_delay=1s" \
   start >/dev/null
+# A transaction-mode PgBouncer in front of it, as behind a hosted plan's "pooled" URL, passing
+# the `options` startup parameter over as its own error message advises: Ferry refuses it.
+port_free "$POOLER_PORT" || die "port $POOLER_PORT is taken (set FERRY_DEV_POOLER_PORT)"
+printf '"ferry_app" ""\n' > "$RUN/pgbouncer-users.txt"
+cat > "$RUN/pgbouncer.ini" <<INI
+[databases]
+* = host=127.0.0.1 port=$PG_PORT
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $POOLER_PORT
+unix_socket_dir =
+auth_type = trust
+auth_file = $RUN/pgbouncer-users.txt
+pool_mode = transaction
+ignore_startup_parameters = extra_float_digits,options
+logfile = $RUN/pgbouncer.log
+pidfile = $RUN/pgbouncer.pid
+INI
+[ "$(id -u)" = 0 ] && chown postgres: "$RUN"/pgbouncer*
+as_pg /usr/sbin/pgbouncer -d -q "$RUN/pgbouncer.ini"
 
 step "4/6 $SIDECARS sidecars on 127.0.0.1:$FIRST_SIDECAR_PORT.. behind nginx on 127.0.0.1:$SIDECAR_PORT (config: deploy/ferry.toml)"
 # As the least-privilege role ferry_app (scripts/demo.sql); the change stream as ferry_changes
@@ -251,6 +274,12 @@ stream and drops the entries that depend on the row, within changes.max_lag_ms (
   psql -h 127.0.0.1 -p $PG_PORT -U postgres -c "UPDATE items SET name = 'changed in psql' WHERE id = 2"
   curl -s http://127.0.0.1:$EDGE_PORT/items/2            # the new name, read from Postgres
   curl -s http://127.0.0.1:$SIDECAR_PORT/readyz | grep -o '"changes":{[^}]*}'   # caught_up, leader
+
+A transaction-mode PgBouncer in front of that Postgres (127.0.0.1:$POOLER_PORT), as a hosted plan's "pooled"
+URL: Ferry pools sessions itself, and refuses one whose sessions it would share with others:
+
+  FERRY_SECRET=\$(cat .run/secret) FERRY_DATABASE_URL=postgres://ferry_app@127.0.0.1:$POOLER_PORT/postgres $CARGO_TARGET_DIR/$PROFILE/ferry-sidecar --config deploy/ferry.toml --check-config
+                                                         # names what it found, and exits 2 (the sidecar itself will not start)
 
 Read-your-writes with a streaming replica (127.0.0.1:$REPLICA_PORT, replaying each commit 1 s late).
 A write answers its position; a read that carries it (after) is served by the replica once it has

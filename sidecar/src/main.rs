@@ -64,7 +64,7 @@ fn main() -> ExitCode {
         let own = OwnSessions::for_config(&config).map_err(|e| e.to_string());
         match own.map(|o| o.check()) {
             Ok(Err(e @ Problem::NotOwn(_))) => {
-                println!("{e}");
+                eprintln!("ferry-sidecar: {e}");
                 return ExitCode::from(2);
             }
             Ok(Err(e)) => println!("warning: the Postgres sessions were not checked: {e}"),

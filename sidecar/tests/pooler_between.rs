@@ -46,6 +46,11 @@ struct Lab {
 }
 
 fn lab(mode: &str, role_settings: bool) -> Lab {
+    lab_with(mode, role_settings, true)
+}
+
+/// `ignore_options`: PgBouncer drops the settings Ferry sends at connect (else it refuses them).
+fn lab_with(mode: &str, role_settings: bool, ignore_options: bool) -> Lab {
     let redis = RedisServer::start();
     let pg = PgServer::start();
     pg.setup_demo_schema(); // ferry_app (plain role) and `authenticated`
@@ -59,7 +64,7 @@ fn lab(mode: &str, role_settings: bool) -> Lab {
         let settings = pg.client().batch_execute(ROLE_SETTINGS);
         settings.expect("role settings");
     }
-    let bouncer = PgBouncer::start(pg.port, mode, &["ferry_app", "postgres"], true);
+    let bouncer = PgBouncer::start(pg.port, mode, &["ferry_app", "postgres"], ignore_options);
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("ferry.toml");
     std::fs::write(&file, CONFIG).expect("write config");
@@ -203,6 +208,14 @@ fn a_pooler_that_drops_the_session_settings_is_refused() {
     // longer be read-only by default.
     let lab = lab("session", false);
     assert_refused(&lab, "default_transaction_read_only = on");
+}
+
+#[test]
+fn a_pooler_that_refuses_the_session_settings_is_named() {
+    // PgBouncer as installed: it refuses the `options` startup parameter. The sidecar says so
+    // at startup, rather than starting and failing every connect.
+    let lab = lab_with("transaction", true, false);
+    assert_refused(&lab, "unsupported startup parameter");
 }
 
 #[test]

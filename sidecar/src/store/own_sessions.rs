@@ -185,7 +185,17 @@ async fn connect(config: &Config, tls: &MakeRustlsConnect) -> Result<Client, Pro
     let (client, connection) = tokio::time::timeout(timeout, config.connect(tls.clone()))
         .await
         .map_err(|_| Problem::Unreachable("connect timeout".into()))?
-        .map_err(unreachable)?;
+        .map_err(|e| match e.as_db_error() {
+            // Postgres takes `options`; PgBouncer refuses it unless told to drop it.
+            Some(db) if db.message().contains("unsupported startup parameter") => {
+                Problem::NotOwn(format!(
+                    "a pooler in between refused the session settings Ferry asks for at \
+                     connect ({})",
+                    db.message()
+                ))
+            }
+            _ => unreachable(e),
+        })?;
     tokio::spawn(async move {
         let _ = connection.await;
     });
