@@ -161,17 +161,12 @@ fn query_on(
     limits: ReadLimits,
     after: Reset,
 ) -> Result<Vec<Row>, Failure> {
-    // A read that skips the reset resets before a retry: the failed attempt is a failed run.
-    let mut reset_first = crate::store::session::reset_now;
-    let (rows, too_large) = run(
-        session,
-        types,
-        sql,
-        params,
-        check_columns,
-        |mut rows| read_rows(&mut rows, limits),
-        (after == Reset::OnFailure).then_some(&mut reset_first as _),
-    )?;
+    let take = |mut rows: RowIter<'_>| read_rows(&mut rows, limits);
+    let (rows, too_large) = if after == Reset::OnFailure {
+        run_kept(session, sql, params, take)?
+    } else {
+        run(session, types, sql, params, check_columns, take, None)?
+    };
     if let Some(limit) = too_large {
         // The rest of the result is still on its way: close the connection rather than
         // read and discard it.
@@ -241,6 +236,37 @@ fn run<T>(
     let bound = bind(stmt.params(), params).map_err(Failure::Api)?;
     types.remember(sql, stmt.params());
     take(conn.query_raw(&stmt, refs(&bound))?)
+}
+
+/// A `skip_reset` read (no reset follows a successful run) as a statement prepared on the
+/// session, as `db_async::run_prepared` does it on an event-loop session: Bind and Execute
+/// only, once it is there. One Postgres refuses as prepared (`param_types::stale_prepared`) is
+/// run again freshly prepared on a reset session, once; the caller resets after a failed run.
+fn run_kept<T>(
+    session: &mut PgSession,
+    sql: &str,
+    params: &[Value],
+    mut take: impl FnMut(RowIter<'_>) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    if let Some(stmt) = session.prepared.get(sql).cloned() {
+        let bound = bind(stmt.params(), params).map_err(Failure::Api)?;
+        let rows = session.client.query_raw(&stmt, refs(&bound));
+        match rows.map_err(Failure::from).and_then(&mut take) {
+            // A failed run all the same: what it left on the session goes first.
+            Err(Failure::Pg(e)) if param_types::stale_prepared(&e) => {
+                crate::store::session::reset_now(session)?
+            }
+            other => return other,
+        }
+    }
+    let stmt = session.client.prepare(sql)?;
+    check_columns(&stmt)?;
+    let bound = bind(stmt.params(), params).map_err(Failure::Api)?;
+    let out = take(session.client.query_raw(&stmt, refs(&bound))?);
+    if out.is_ok() {
+        session.prepared.insert(sql.into(), stmt);
+    }
+    out
 }
 
 /// A statement described, then run (two round trips), without remembered types: inside a

@@ -160,7 +160,7 @@ async fn run_prepared(
     if let Some(stmt) = prepared.get(sql) {
         let bound = db::bind(stmt.params(), params).map_err(Failure::Api)?;
         match collect(client.query_raw(stmt, db::refs(&bound)).await, limits).await {
-            Err(Failure::Pg(e)) if stale_prepared(&e) => {
+            Err(Failure::Pg(e)) if param_types::stale_prepared(&e) => {
                 // A failed run all the same: what it left on the session goes first (and with
                 // it every statement prepared there).
                 prepared.clear();
@@ -179,11 +179,6 @@ async fn run_prepared(
         prepared.insert(sql.into(), stmt);
     }
     out
-}
-
-fn stale_prepared(e: &tokio_postgres::Error) -> bool {
-    param_types::maybe_stale(e)
-        || e.code() == Some(&tokio_postgres::error::SqlState::FEATURE_NOT_SUPPORTED)
 }
 
 /// Finishes the reset sent behind the statement, or sends it now.

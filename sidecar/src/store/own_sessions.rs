@@ -82,6 +82,13 @@ impl OwnSessions {
         Err(self.why.lock().unwrap_or_else(|p| p.into_inner()).clone())
     }
 
+    /// Every Postgres checkout asks first: until the sessions were found to be Ferry's own,
+    /// Postgres is unavailable (503 `database_unavailable`).
+    pub fn gate(&self) -> Result<(), ApiError> {
+        self.allowed()
+            .map_err(|internal| ApiError::DatabaseUnavailable { internal })
+    }
+
     /// Runs the probe unless a verdict is in (blocking: on a thread of its own, so that it may
     /// be called from inside a runtime). A refusal is for good; an unreachable Postgres is
     /// asked again on the next call.

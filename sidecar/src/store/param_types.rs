@@ -61,6 +61,13 @@ pub fn maybe_stale(e: &postgres::Error) -> bool {
         .is_some_and(|db| matches!(&db.code().code()[..2], "22" | "42"))
 }
 
+/// Whether a statement prepared by an earlier request failed as such rather than for what it
+/// does: as for remembered types (22/42), or a cached plan whose result type changed under it
+/// after a schema change (0A000). Such a statement is run again freshly prepared.
+pub fn stale_prepared(e: &postgres::Error) -> bool {
+    maybe_stale(e) || e.code() == Some(&postgres::error::SqlState::FEATURE_NOT_SUPPORTED)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -270,7 +270,7 @@ impl Pools {
     /// in use it waits for one of its share, up to the checkout timeout.
     /// `keep_prepared`: for a `skip_reset` run only, which may find its statement prepared.
     pub async fn pg_session(&self, keep_prepared: bool) -> Result<Option<AsyncSession>, ApiError> {
-        self.sessions_allowed()?;
+        self.own_sessions.gate()?;
         let pooled_has_room = || {
             self.pg.as_ref().is_some_and(|p| {
                 let s = p.state();
@@ -297,7 +297,7 @@ impl Pools {
     /// A session of this worker's share, waiting for one up to the checkout timeout (then 503
     /// `overloaded`): for work that needs the async driver (`/sql` streams its text rows).
     pub async fn pg_session_here(&self) -> Result<AsyncSession, ApiError> {
-        self.sessions_allowed()?;
+        self.own_sessions.gate()?;
         let start = Instant::now();
         let got = self
             .pg_async
@@ -318,7 +318,12 @@ impl Pools {
     /// `overloaded`); a timeout with free slots means connecting failed (503
     /// `database_unavailable`).
     pub fn pg_conn(&self) -> Result<PgConn, ApiError> {
-        self.sessions_allowed()?;
+        self.pg_conn_keeping(false)
+    }
+
+    /// [`Pools::pg_conn`]; `keep_prepared` for a `skip_reset` read only (see `pg_session`).
+    pub fn pg_conn_keeping(&self, keep_prepared: bool) -> Result<PgConn, ApiError> {
+        self.own_sessions.gate()?;
         let pool = self
             .pg
             .as_ref()
@@ -329,7 +334,7 @@ impl Pools {
         let got = pool.get();
         m.pg_waiting.fetch_sub(1, Ordering::Relaxed);
         m.checkout("postgres", start.elapsed());
-        got.map_err(|e| {
+        let mut got = got.map_err(|e| {
             if pool.state().connections >= self.pg_pooled {
                 ApiError::Overloaded {
                     what: "postgres pool",
@@ -339,15 +344,12 @@ impl Pools {
                     internal: e.to_string(),
                 }
             }
-        })
-    }
-
-    /// Every Postgres checkout asks first: until the sessions were found to be Ferry's own
-    /// (`own_sessions`), Postgres is unavailable.
-    fn sessions_allowed(&self) -> Result<(), ApiError> {
-        self.own_sessions
-            .allowed()
-            .map_err(|internal| ApiError::DatabaseUnavailable { internal })
+        })?;
+        if !keep_prepared {
+            // Closed (in order, ahead of what is sent next) before anything else runs here.
+            got.prepared.clear();
+        }
+        Ok(got)
     }
 
     /// (open, idle) Postgres connections: the r2d2 pool's and the workers' sessions.

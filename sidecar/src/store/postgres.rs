@@ -10,9 +10,12 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// One pooled Postgres session. `poisoned` marks a session that must not be reused (its reset
 /// failed, or a result was abandoned mid-stream): r2d2 then closes it instead of pooling it.
+/// `prepared`: the `skip_reset` statements kept prepared on it, as on an event-loop session
+/// (`pg_async`): closed at any other checkout (`Pools::pg_conn`) and with every reset.
 pub struct PgSession {
     pub client: postgres::Client,
     pub poisoned: bool,
+    pub prepared: crate::store::pg_async::Prepared,
 }
 
 /// r2d2 manager for Postgres sessions that can be discarded by marking them poisoned.
@@ -33,6 +36,7 @@ impl r2d2::ManageConnection for PgManager {
         self.0.connect().map(|client| PgSession {
             client,
             poisoned: false,
+            prepared: Default::default(),
         })
     }
 

@@ -80,7 +80,8 @@ pub(super) fn with_read_session<T>(
     after: Reset,
     work: impl FnOnce(&mut PgSession) -> Result<T, Failure>,
 ) -> Result<T, Failure> {
-    let mut session = pools.pg_conn().map_err(Failure::Api)?;
+    let keep_prepared = after == Reset::OnFailure;
+    let mut session = pools.pg_conn_keeping(keep_prepared).map_err(Failure::Api)?;
     let out = work(&mut session);
     if after.needed(out.is_ok()) {
         reset(&mut session);
@@ -100,6 +101,8 @@ pub(super) fn with_conn<T>(
 }
 
 fn reset(s: &mut PgSession) {
+    // DISCARD ALL deallocates every prepared statement.
+    s.prepared.clear();
     if s.poisoned || s.client.is_closed() {
         s.poisoned = true;
         return;
@@ -115,6 +118,7 @@ fn reset(s: &mut PgSession) {
 /// The reset in the middle of a read that skips it ([`Reset::OnFailure`]): after a failed
 /// attempt, before its retry, since the attempt may have changed the session.
 pub(super) fn reset_now(s: &mut PgSession) -> Result<(), Failure> {
+    s.prepared.clear();
     if let Err(e) = s.client.batch_execute(RESET) {
         s.poisoned = true;
         return Err(Failure::from(e));
