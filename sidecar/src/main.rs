@@ -62,16 +62,15 @@ fn main() -> ExitCode {
     if args.check_config {
         use ferry_sidecar::store::own_sessions::{OwnSessions, Problem};
         let own = OwnSessions::for_config(&config).map_err(|e| e.to_string());
-        match own.map(|o| o.check()) {
-            Ok(Err(e @ Problem::NotOwn(_))) => {
-                eprintln!("ferry-sidecar: {e}");
-                return ExitCode::from(2);
-            }
-            Ok(Err(e)) => println!("warning: the Postgres sessions were not checked: {e}"),
-            Err(e) => println!("warning: the Postgres sessions were not checked: {e}"),
-            Ok(Ok(())) => {}
+        let sessions = own.map(|o| o.check());
+        if let Ok(Err(e @ Problem::NotOwn(_))) = &sessions {
+            eprintln!("ferry-sidecar: {e}");
+            return ExitCode::from(2);
         }
         println!("config ok");
+        if let Err(e) | Ok(Err(Problem::Unreachable(e))) = sessions {
+            println!("warning: the Postgres sessions were not checked: {e}");
+        }
         match ferry_sidecar::store::postgres::role_warnings(&config) {
             Ok(warnings) => warnings.iter().for_each(|w| println!("warning: {w}")),
             Err(e) => println!("warning: the database role was not checked: {e}"),

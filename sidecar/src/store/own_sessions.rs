@@ -210,7 +210,7 @@ async fn connect(config: &Config, tls: &MakeRustlsConnect) -> Result<Client, Pro
 }
 
 fn unreachable(e: tokio_postgres::Error) -> Problem {
-    Problem::Unreachable(e.to_string())
+    Problem::Unreachable(crate::store::failure::describe(&e))
 }
 
 /// The backend's pid and the probe's setting as this session sees them; with `set`, the

@@ -102,7 +102,7 @@ pub fn role_warnings(config: &Config) -> Result<Vec<String>, String> {
     let tls = pg_tls(&config.postgres)?;
     let mut client = pg
         .connect(tls)
-        .map_err(|e| format!("cannot connect: {e}"))?;
+        .map_err(|e| format!("cannot connect: {}", crate::store::failure::describe(&e)))?;
     let row = client
         .query_one(
             "SELECT current_user::text, rolsuper, rolbypassrls FROM pg_roles \
