@@ -262,26 +262,28 @@ fn a_pooler_found_once_postgres_comes_up_is_refused_without_serving() {
     let port = ferry_testkit::free_port();
     lab.env
         .push(("FERRY_LISTEN".into(), format!("127.0.0.1:{port}")));
-    let mut child = Command::new(BIN)
-        .env_clear()
-        .envs(lab.env.iter().cloned())
-        .env(
-            "FERRY_SERVER_ADMIN_LISTEN",
-            format!("127.0.0.1:{}", ferry_testkit::free_port()),
-        )
-        .env("FERRY_SECRET", ferry_testkit::SECRET)
-        .env("FERRY_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the sidecar");
+    let mut child = Running(
+        Command::new(BIN)
+            .env_clear()
+            .envs(lab.env.iter().cloned())
+            .env(
+                "FERRY_SERVER_ADMIN_LISTEN",
+                format!("127.0.0.1:{}", ferry_testkit::free_port()),
+            )
+            .env("FERRY_SECRET", ferry_testkit::SECRET)
+            .env("FERRY_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the sidecar"),
+    );
     let client =
         ferry_testkit::Client::new(&format!("http://127.0.0.1:{port}"), ferry_testkit::SECRET);
     ferry_testkit::wait_until("the sidecar to listen", Duration::from_secs(20), || {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
     let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let mut stderr = child.stderr.take().expect("stderr");
+    let mut stderr = child.0.stderr.take().expect("stderr");
     let collected = log.clone();
     std::thread::spawn(move || {
         let mut buf = [0u8; 4096];
@@ -307,8 +309,16 @@ fn a_pooler_found_once_postgres_comes_up_is_refused_without_serving() {
         assert_eq!(a.code(), "database_unavailable");
         assert_eq!(client.get("/readyz").status, 503);
     }
-    let _ = child.kill();
-    let _ = child.wait();
+}
+
+/// The sidecar, killed when the test ends, passed or failed.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// A streaming replica reached through PgBouncer in `mode`: (whether reads ever had it in use,
