@@ -96,40 +96,38 @@ impl Lab {
         SidecarProcess::start(BIN, "", &url, &self.env(), Stdio::inherit())
     }
 
-    /// Runs the binary until it exits (or 20 s): its exit code and what it wrote to stderr.
-    fn refused(&self) -> (Option<i32>, String) {
-        let mut cmd = Command::new(BIN);
-        cmd.env_clear()
-            .env(
-                "FERRY_LISTEN",
-                format!("127.0.0.1:{}", ferry_testkit::free_port()),
-            )
-            .env(
-                "FERRY_SERVER_ADMIN_LISTEN",
-                format!("127.0.0.1:{}", ferry_testkit::free_port()),
-            )
+    /// The binary on `port`, configured by the lab, its stderr piped.
+    fn spawn(&self, port: u16) -> Running {
+        let admin = format!("127.0.0.1:{}", ferry_testkit::free_port());
+        let child = Command::new(BIN)
+            .env_clear()
+            .env("FERRY_LISTEN", format!("127.0.0.1:{port}"))
+            .env("FERRY_SERVER_ADMIN_LISTEN", admin)
             .env("FERRY_SECRET", ferry_testkit::SECRET)
             .env("FERRY_LOG", "error")
+            .envs(self.env.iter().cloned())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        for (k, v) in self.env() {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("start the sidecar");
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the sidecar");
+        Running(child)
+    }
+
+    /// Runs the binary until it exits (or 20 s): its exit code and what it wrote to stderr.
+    fn refused(&self) -> (Option<i32>, String) {
+        let mut child = self.spawn(ferry_testkit::free_port());
         let start = Instant::now();
         let code = loop {
-            if let Some(status) = child.try_wait().expect("wait") {
+            if let Some(status) = child.0.try_wait().expect("wait") {
                 break status.code();
             }
             if start.elapsed() > Duration::from_secs(20) {
-                let _ = child.kill();
-                let _ = child.wait();
                 break None;
             }
             std::thread::sleep(Duration::from_millis(50));
         };
         let mut err = String::new();
-        if let Some(mut s) = child.stderr.take() {
+        if let Some(mut s) = child.0.stderr.take() {
             let _ = std::io::Read::read_to_string(&mut s, &mut err);
         }
         (code, err)
@@ -260,23 +258,7 @@ fn a_pooler_found_once_postgres_comes_up_is_refused_without_serving() {
     lab.env
         .push(("FERRY_SERVER_READINESS_INTERVAL_MS".into(), "100".into()));
     let port = ferry_testkit::free_port();
-    lab.env
-        .push(("FERRY_LISTEN".into(), format!("127.0.0.1:{port}")));
-    let mut child = Running(
-        Command::new(BIN)
-            .env_clear()
-            .envs(lab.env.iter().cloned())
-            .env(
-                "FERRY_SERVER_ADMIN_LISTEN",
-                format!("127.0.0.1:{}", ferry_testkit::free_port()),
-            )
-            .env("FERRY_SECRET", ferry_testkit::SECRET)
-            .env("FERRY_LOG", "error")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the sidecar"),
-    );
+    let mut child = lab.spawn(port);
     let client =
         ferry_testkit::Client::new(&format!("http://127.0.0.1:{port}"), ferry_testkit::SECRET);
     ferry_testkit::wait_until("the sidecar to listen", Duration::from_secs(20), || {
