@@ -87,10 +87,7 @@ fn postgres_stop_under_load() {
     std::thread::sleep(Duration::from_millis(700));
     stack.pg.stop();
     std::thread::sleep(Duration::from_millis(2000));
-    let during = {
-        let t = tally.lock().expect("lock");
-        (t.uncached_failed, t.write_failed)
-    };
+    let uncached_failed_during = tally.lock().expect("lock").uncached_failed;
     stack.pg.start_again();
     let back = Instant::now();
     common::wait_until("uncached reads to recover", Duration::from_secs(10), || {
@@ -123,8 +120,12 @@ fn postgres_stop_under_load() {
         committed.len(), lost.len(), t.slowest_failure, recovered_after
     );
     assert_eq!(t.cached_failed, 0, "cached reads must survive");
+    // Writes are counted over the whole run: one in flight when Postgres stops may spend up to
+    // 2 s learning whether it committed (`write_outcome::outcome_patiently`), so with two
+    // writers both can still be waiting when the 2 s outage ends (seen once in CI: 1 write
+    // failed, after the window). Only the outage fails a write here.
     assert!(
-        during.0 > 0 && during.1 > 0,
+        uncached_failed_during > 0 && t.write_failed > 0,
         "the outage was felt by uncached reads and writes"
     );
     assert_eq!(t.bad_bodies, 0, "failures are 502-504 with a JSON code");
