@@ -98,7 +98,7 @@ impl OwnSessions {
             NOT_OWN => return Err(Problem::NotOwn(self.allowed().err().unwrap_or_default())),
             _ => {}
         }
-        let (config, tls, timeout) = (
+        let (config, tls, wants_statement_timeout) = (
             self.config.clone(),
             self.tls.clone(),
             self.wants_statement_timeout,
@@ -109,7 +109,7 @@ impl OwnSessions {
                     .enable_all()
                     .build()
                     .map_err(|e| Problem::Unreachable(e.to_string()))?;
-                rt.block_on(probe(&config, tls, timeout))
+                rt.block_on(probe(&config, tls, wants_statement_timeout))
             })
             .join()
             .unwrap_or_else(|_| Err(Problem::Unreachable("the probe panicked".into())))
@@ -117,16 +117,10 @@ impl OwnSessions {
         let mut why = self.why.lock().unwrap_or_else(|p| p.into_inner());
         match &out {
             Ok(()) => self.verdict.store(OWN, Ordering::Release),
-            Err(Problem::NotOwn(w)) => {
+            Err(e @ Problem::NotOwn(w)) => {
                 *why = w.clone();
                 self.verdict.store(NOT_OWN, Ordering::Release);
-                tracing::error!(
-                    "{}",
-                    out.as_ref()
-                        .err()
-                        .map(|e| e.to_string())
-                        .unwrap_or_default()
-                );
+                tracing::error!("{e}");
             }
             Err(Problem::Unreachable(e)) => *why = format!("not checked yet: {e}"),
         }
