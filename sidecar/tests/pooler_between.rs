@@ -361,3 +361,36 @@ fn a_replica_behind_a_transaction_mode_pooler_is_never_used() {
     let (in_use, scans) = replica_through("session");
     assert!(in_use && scans > 0, "in use: {in_use}, {scans} reads on it");
 }
+
+/// No pooler: Postgres is down when the sidecar starts (the sessions cannot be checked yet),
+/// then comes up. Reads are served again soon after, whatever `server.readiness_interval_ms`
+/// says (the probe that checks the sessions must not wait for it).
+#[test]
+fn postgres_down_at_startup_is_served_soon_after_it_comes_up() {
+    let mut lab = lab("session", true);
+    lab.env.retain(|(k, _)| k != "FERRY_DATABASE_URL");
+    lab.env.push((
+        "FERRY_DATABASE_URL".into(),
+        lab.pg.url().replace("postgres@", "ferry_app@"),
+    ));
+    lab.env.push((
+        "FERRY_SERVER_READINESS_INTERVAL_MS".into(),
+        "3600000".into(),
+    ));
+    lab.pg.stop();
+    let port = ferry_testkit::free_port();
+    let _child = lab.spawn(port);
+    let client =
+        ferry_testkit::Client::new(&format!("http://127.0.0.1:{port}"), ferry_testkit::SECRET);
+    ferry_testkit::wait_until("the sidecar to listen", Duration::from_secs(20), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let a = client.query(json!({"query": "whoami"}));
+    assert_eq!(a.code(), "database_unavailable", "{:?}", a.body);
+    lab.pg.start_again();
+    let back = Instant::now();
+    ferry_testkit::wait_until("reads served again", Duration::from_secs(5), || {
+        client.query(json!({"query": "whoami"})).status == 200
+    });
+    println!("FIGURES served {:?} after Postgres came up", back.elapsed());
+}

@@ -82,6 +82,11 @@ impl OwnSessions {
         Err(self.why.lock().unwrap_or_else(|p| p.into_inner()).clone())
     }
 
+    /// No verdict yet (Postgres could not be asked so far): the caller asks again soon.
+    pub fn unchecked(&self) -> bool {
+        self.verdict.load(Ordering::Acquire) == UNCHECKED
+    }
+
     /// Every Postgres checkout asks first: until the sessions were found to be Ferry's own,
     /// Postgres is unavailable (503 `database_unavailable`).
     pub fn gate(&self) -> Result<(), ApiError> {

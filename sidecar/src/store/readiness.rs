@@ -45,6 +45,9 @@ impl Readiness {
     }
 }
 
+/// How soon the sessions are asked again while Postgres could not be asked at all.
+const UNCHECKED_RETRY: Duration = Duration::from_millis(200);
+
 /// Probes at once, then every `every`, until the state is dropped.
 pub fn spawn_probe(readiness: Weak<Readiness>, pools: Weak<Pools>, every: Duration) {
     let spawned = std::thread::Builder::new()
@@ -56,8 +59,15 @@ pub fn spawn_probe(readiness: Weak<Readiness>, pools: Weak<Pools>, every: Durati
                 return;
             };
             r.probe(&p);
+            // Nothing is served from Postgres until its sessions are checked: while they could
+            // not be, asked again soon, not after a whole interval (which may be long).
+            let next = if p.own_sessions.unchecked() {
+                every.min(UNCHECKED_RETRY)
+            } else {
+                every
+            };
             drop((r, p));
-            std::thread::sleep(every);
+            std::thread::sleep(next);
         });
     if let Err(e) = spawned {
         tracing::error!(error = %e, "cannot start the readiness probe thread");
