@@ -21,11 +21,14 @@ apt_install() {
   [ ${#missing[@]} -eq 0 ] && return 0
   command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get to install them"
   echo "installing: ${missing[*]}"
+  # Another apt (unattended-upgrades on a fresh machine, a second script) may hold dpkg's lock:
+  # wait for it, up to 10 minutes, rather than fail at once.
+  local wait_lock=(-o DPkg::Lock::Timeout=600)
   if [ -z "$_apt_updated" ]; then
-    $SUDO apt-get update -q >/dev/null
+    $SUDO apt-get "${wait_lock[@]}" update -q >/dev/null
     _apt_updated=1
   fi
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get "${wait_lock[@]}" install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 }
 
 # apt_install_stopped PKG...: installs server packages without Debian starting their service

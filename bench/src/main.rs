@@ -96,7 +96,7 @@ impl Ctx {
 
 fn steps(which: Which) -> u64 {
     match which {
-        Which::Redis => 12,
+        Which::Redis => 15,
         Which::Postgres => 15,
         Which::Keys => 6,
         Which::Connections => 2,

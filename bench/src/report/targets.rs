@@ -31,6 +31,23 @@ impl Report {
             .map(|l| l.p50_ms)
     }
 
+    /// The peer's figure across the same 5 ms link, for a target's detail: webdis, kept alive,
+    /// pays the same one round trip and wake-ups as Ferry (empty if the run has no such row).
+    fn webdis_at_5ms(
+        &self,
+        show: impl Fn(f64) -> String,
+        pick: impl Fn(&crate::stats::Summary) -> f64,
+    ) -> String {
+        self.find("redis", 5.0, "webdis")
+            .and_then(|m| m.latency.as_ref())
+            .map_or_else(String::new, |l| {
+                format!(
+                    "; webdis kept alive across the same link: {}",
+                    show(pick(l))
+                )
+            })
+    }
+
     pub fn targets(&self) -> Vec<Target> {
         let mut t = Vec::new();
         let mut push = |name: &str, v: Option<(bool, String)>| {
@@ -51,7 +68,11 @@ impl Report {
                 );
                 Some((
                     f * 3.0 <= d,
-                    format!("Ferry {f:.2} ms vs direct {d:.2} ms: {:.2}x", d / f),
+                    format!(
+                        "Ferry {f:.2} ms vs direct {d:.2} ms: {:.2}x{}",
+                        d / f,
+                        self.webdis_at_5ms(|w| format!("{:.2}x ({w:.2} ms)", d / w), |l| l.avg_ms)
+                    ),
                 ))
             })(),
         );
@@ -72,7 +93,13 @@ impl Report {
             "redis @5 ms: Ferry p50 <= RTT + 0.5 ms",
             (|| {
                 let p = self.p50("redis", 5.0, "Ferry")?;
-                Some((p <= 5.5, format!("p50 {p:.2} ms")))
+                Some((
+                    p <= 5.5,
+                    format!(
+                        "p50 {p:.2} ms{}",
+                        self.webdis_at_5ms(|w| format!("p50 {w:.2} ms"), |l| l.p50_ms)
+                    ),
+                ))
             })(),
         );
         push(

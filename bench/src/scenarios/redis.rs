@@ -1,7 +1,9 @@
 //! Scenario 1: a cached GET. Direct = what a per-request isolate does (connect, AUTH, GET,
 //! close) across the wide-area link; Ferry = kept-alive HTTP to the sidecar across the same
 //! link, the sidecar holding pooled Redis connections. Then both as hosted services need them:
-//! direct with a TLS handshake per connection (rediss://), Ferry over HTTPS kept alive.
+//! direct with a TLS handshake per connection (rediss://), Ferry over HTTPS kept alive. Last,
+//! the peer: webdis (HTTP to Redis, in C, no signature) kept alive across the same link, which
+//! pays the same one round trip and the same wake-ups after each idle gap as Ferry does.
 
 use super::{Measurement, Plan};
 use crate::ferry::Ferry;
@@ -95,6 +97,21 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
             via.push(t.elapsed());
             assert_eq!(v["value"].as_str().map(str::len), Some(100));
         }
+        ctx.step(&format!("redis: webdis, RTT {rtt:?}"));
+        let to_webdis = LatencyProxy::start(ctx.webdis_addr, *rtt)
+            .await
+            .expect("proxy");
+        let webdis = reqwest::Client::new();
+        let url = format!("http://{}/GET/{KEY}", to_webdis.addr);
+        webdis.get(&url).send().await.expect("warm-up");
+        let mut via_webdis = Vec::with_capacity(plan.samples);
+        for _ in 0..plan.samples {
+            let t = Instant::now();
+            let r = webdis.get(&url).send().await.expect("webdis get");
+            let body = r.bytes().await.expect("webdis body");
+            via_webdis.push(t.elapsed());
+            assert!(body.len() > 100, "a webdis answer of {} bytes", body.len());
+        }
         let ms = rtt.as_secs_f64() * 1000.0;
         out.push(Measurement::latency(
             "redis",
@@ -119,6 +136,12 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
             ms,
             "Ferry over HTTPS (pooled, kept-alive)",
             &via_https,
+        ));
+        out.push(Measurement::latency(
+            "redis",
+            ms,
+            "webdis (kept-alive, unsigned)",
+            &via_webdis,
         ));
     }
     out
