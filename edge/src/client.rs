@@ -85,7 +85,7 @@ pub type Exchange = Result<(u16, Option<String>, Vec<u8>), EdgeError>;
 /// front of several answered for one (a 502, 503 or 504 without a Ferry error body: the sidecar
 /// behind it died or refused the connection). Never after a timeout (the deadline is spent),
 /// never after a sidecar's own answer, and never for writes, which the caller must not run twice
-/// (a write asks for its outcome instead: `SidecarClient::execute`).
+/// (a write asks for its outcome instead: `crate::outcome`).
 pub fn read_again(outcome: &Exchange) -> bool {
     match outcome {
         Err(EdgeError::Unreachable) => true,
@@ -96,31 +96,24 @@ pub fn read_again(outcome: &Exchange) -> bool {
     }
 }
 
-/// Whether a write's outcome must be asked of a sidecar (`/v1/outcome`): no sidecar answered
-/// ([`read_again`]), or the sidecar lost Postgres during the write's COMMIT and could not ask
-/// it (503 `outcome_unknown`).
-pub fn ask_outcome(sent: &Exchange) -> bool {
-    read_again(sent)
-        || matches!(sent, Ok((503, _, body))
-            if serde_json::from_slice::<ErrorBody>(body)
-                .is_ok_and(|b| b.error.code == ErrorCode::OutcomeUnknown))
-}
-
 #[cfg(target_arch = "wasm32")]
 pub use wasm::SidecarClient;
 
 #[cfg(target_arch = "wasm32")]
 mod wasm {
     use super::*;
+    use crate::outcome::{ask_outcome, ended, executed, settle, transacted};
     use ferry_shared::api::{
         paths, BatchRequest, BatchResponse, BeginRequest, BeginResponse, CacheCommand, CacheReply,
-        EndRequest, EndResponse, ExecuteRequest, ExecuteResponse, InTransactionRequest,
+        EndRequest, EndResponse, ExecuteRequest, ExecuteResponse, InTransactionRequest, Invalidate,
         KeyedRequest, KeyedResponse, OutcomeRequest, OutcomeResponse, QueryRequest, QueryResponse,
         Readiness, StatementResult, TransactionRequest, TransactionResponse,
     };
     use futures_util::future::{select, Either};
     use std::time::Duration;
-    use worker::{AbortController, Date, Delay, Fetch, Headers, Method, Request, RequestInit};
+    use worker::{
+        AbortController, Date, Delay, Fetch, Headers, Method, Request, RequestInit, RequestRedirect,
+    };
 
     /// The signed HTTP client to one sidecar, for one request (its id travels with each call).
     pub struct SidecarClient {
@@ -173,7 +166,11 @@ mod wasm {
                 .set(ferry_shared::api::AFFINITY_HEADER, &self.affinity)
                 .map_err(|_| EdgeError::Unreachable)?;
             let mut init = RequestInit::new();
-            init.with_method(method(call.method)).with_headers(headers);
+            // A redirect is never followed: fetch would resend a POST as a bodiless GET to
+            // wherever it points. It is an answer the edge cannot read (`BadResponse`).
+            init.with_method(method(call.method))
+                .with_headers(headers)
+                .with_redirect(RequestRedirect::Manual);
             if !call.body.is_empty() {
                 let text = String::from_utf8_lossy(&call.body).into_owned();
                 init.with_body(Some(text.into()));
@@ -256,50 +253,52 @@ mod wasm {
             self.read(paths::BATCH_KEYED, k).await
         }
 
-        /// `POST /v1/execute`: one write, then its invalidations. When no sidecar answered
-        /// it, or its sidecar could not learn its outcome ([`ask_outcome`]), a sidecar
-        /// is asked whether it committed (`/v1/outcome`, by its nonce), which is final: a
-        /// committed write is answered as such (its invalidations applied by that sidecar),
-        /// one that had not committed never will, and its error stands. Only when no sidecar
-        /// can be asked either is the error ambiguous.
-        pub async fn execute(&self, e: &ExecuteRequest) -> Result<ExecuteResponse, EdgeError> {
+        /// Sends one write, signed with a nonce it keeps. When no sidecar answered it, or its
+        /// sidecar could not learn its outcome ([`ask_outcome`]), a sidecar is asked whether
+        /// it committed (`/v1/outcome`, by that nonce, with the write's invalidations), which
+        /// is final: a committed write is answered through `committed` (its invalidations
+        /// applied by that sidecar), one that had not committed never will, and its error
+        /// stands ([`settle`]). Only when no sidecar can be asked either is the error
+        /// ambiguous.
+        async fn write<B: Serialize, T: DeserializeOwned>(
+            &self,
+            path: &str,
+            body: &B,
+            invalidate: Option<Invalidate>,
+            committed: fn(OutcomeResponse) -> Result<T, EdgeError>,
+        ) -> Result<T, EdgeError> {
             let now_s = Date::now().as_millis() / 1000;
             let signed_with = nonce()?;
-            let call = build_call(
-                &self.cfg,
-                "POST",
-                paths::EXECUTE,
-                Some(e),
-                now_s,
-                &signed_with,
-            )?;
+            let call = build_call(&self.cfg, "POST", path, Some(body), now_s, &signed_with)?;
             let sent = self.send(call).await;
+            let mut asked = None;
             if ask_outcome(&sent) {
                 let ask = OutcomeRequest {
                     nonce: signed_with,
-                    invalidate: e.invalidate.clone(),
+                    invalidate,
                 };
-                if let Ok(o) = self.read::<_, OutcomeResponse>(paths::OUTCOME, &ask).await {
-                    if o.committed {
-                        return Ok(ExecuteResponse {
-                            rows_affected: o.rows_affected.unwrap_or(0),
-                            invalidation: o.invalidation,
-                            position: o.position,
-                        });
-                    }
-                }
+                asked = self.read(paths::OUTCOME, &ask).await.ok();
             }
-            let (status, retry_after, bytes) = sent?;
-            interpret(status, retry_after, &bytes)
+            settle(sent, asked, committed)
+        }
+
+        /// `POST /v1/execute`: one write, then its invalidations; a lost answer is settled by
+        /// the write's outcome ([`SidecarClient::write`]).
+        pub async fn execute(&self, e: &ExecuteRequest) -> Result<ExecuteResponse, EdgeError> {
+            self.write(paths::EXECUTE, e, e.invalidate.clone(), executed)
+                .await
         }
 
         /// Statements in one transaction (all commit or none); the failing statement's index
-        /// comes back in the error (`EdgeError::Sidecar`'s body, `statement`).
+        /// comes back in the error (`EdgeError::Sidecar`'s body, `statement`). A lost answer
+        /// is settled by the outcome: one that committed is
+        /// [`EdgeError::CommittedWithoutResults`], never to be sent again.
         pub async fn transaction(
             &self,
             t: &TransactionRequest,
         ) -> Result<TransactionResponse, EdgeError> {
-            self.call("POST", paths::TRANSACTION, Some(t)).await
+            self.write(paths::TRANSACTION, t, t.invalidate.clone(), transacted)
+                .await
         }
 
         /// Opens an interactive transaction; end it with `commit` or `rollback` (or the sidecar
@@ -316,9 +315,11 @@ mod wasm {
             self.call("POST", paths::TRANSACTION_QUERY, Some(q)).await
         }
 
-        /// `POST /v1/transaction/commit`: then the invalidations.
+        /// `POST /v1/transaction/commit`: then the invalidations. A lost answer is settled by
+        /// the commit's outcome, as a write's.
         pub async fn commit(&self, e: &EndRequest) -> Result<EndResponse, EdgeError> {
-            self.call("POST", paths::TRANSACTION_COMMIT, Some(e)).await
+            self.write(paths::TRANSACTION_COMMIT, e, e.invalidate.clone(), ended)
+                .await
         }
 
         /// `POST /v1/transaction/rollback`.

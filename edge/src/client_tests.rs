@@ -105,17 +105,3 @@ fn reads_go_again_only_when_no_sidecar_answered() {
     assert!(!read_again(&answer(500, b"oops")));
     assert!(!read_again(&Err(EdgeError::Timeout { after_ms: 100 })));
 }
-
-#[test]
-fn a_write_asks_its_outcome_when_nobody_knows_it() {
-    let answer = |status: u16, body: &[u8]| -> Exchange { Ok((status, None, body.to_vec())) };
-    let unknown = br#"{"error": {"code": "outcome_unknown", "message": "ask"}}"#;
-    assert!(ask_outcome(&answer(503, unknown)));
-    assert!(ask_outcome(&Err(EdgeError::Unreachable)));
-    assert!(ask_outcome(&answer(502, b"<html>502 Bad Gateway</html>")));
-    // A sidecar that knows the write failed, or that it never reached Postgres: it stands.
-    let down = br#"{"error": {"code": "database_unavailable", "message": "down"}}"#;
-    assert!(!ask_outcome(&answer(503, down)));
-    assert!(!ask_outcome(&answer(200, b"{}")));
-    assert!(!ask_outcome(&Err(EdgeError::Timeout { after_ms: 100 })));
-}

@@ -1,6 +1,7 @@
 //! Every failure the edge answers with, mapped to a status and the shared JSON error body.
 //! A failure is always an answer (never a panic: a panic kills the isolate).
 
+use ferry_shared::api::{InvalidationStatus, Position};
 use ferry_shared::error::ErrorDetail;
 use ferry_shared::{ErrorBody, ErrorCode};
 
@@ -49,6 +50,19 @@ pub enum EdgeError {
     /// The auth provider's keys (`FERRY_JWKS_URL`) could not be fetched: not the caller's
     /// fault, and worth a retry.
     KeysUnavailable,
+    /// A transaction's answer was lost with its sidecar, and another sidecar, asked for its
+    /// outcome, said it committed (and applied its invalidations): its per-statement results
+    /// are gone, what the outcome keeps is here. Never to be sent again (502
+    /// `committed_results_lost`, no Retry-After). A handler that needs no results may answer
+    /// it as the success it is.
+    CommittedWithoutResults {
+        /// Rows affected by all its statements together.
+        rows_affected: u64,
+        /// Its invalidations, applied again by the sidecar that answered the outcome.
+        invalidation: InvalidationStatus,
+        /// Where its commit is (read-your-writes), when the sidecar tracks positions.
+        position: Option<Position>,
+    },
 }
 
 /// The runtime's own failures (reading a header or the body): the request could not be read.
@@ -108,6 +122,7 @@ impl EdgeError {
             EdgeError::Misconfigured(_) => ErrorCode::EdgeMisconfigured,
             EdgeError::Unauthorized(_) => ErrorCode::Unauthorized,
             EdgeError::KeysUnavailable => ErrorCode::UpstreamError,
+            EdgeError::CommittedWithoutResults { .. } => ErrorCode::CommittedResultsLost,
         }
     }
 
@@ -150,6 +165,14 @@ impl EdgeError {
                 None,
             ),
             EdgeError::Misconfigured(what) => (format!("edge misconfigured: {what}"), None),
+            EdgeError::CommittedWithoutResults { rows_affected, .. } => (
+                format!(
+                    "the transaction committed ({rows_affected} rows affected) but its sidecar \
+                     was lost before its results reached the edge: do not send it again, read \
+                     the rows back"
+                ),
+                None,
+            ),
             EdgeError::Sidecar { .. } => (String::new(), None),
         };
         ErrorBody {
@@ -180,6 +203,21 @@ mod tests {
             EdgeError::Misconfigured("FERRY_SECRET".into()).status(),
             500
         );
+    }
+
+    #[test]
+    fn a_transaction_committed_without_results_is_never_to_be_retried() {
+        let e = EdgeError::CommittedWithoutResults {
+            rows_affected: 3,
+            invalidation: InvalidationStatus::Done,
+            position: None,
+        };
+        assert_eq!(e.status(), 502);
+        assert_eq!(e.code(), ErrorCode::CommittedResultsLost);
+        assert_eq!(e.retry_after(), None, "a retry would run it twice");
+        let message = e.body().error.message;
+        assert!(message.contains("committed (3 rows affected)"), "{message}");
+        assert!(message.contains("do not send it again"), "{message}");
     }
 
     #[test]

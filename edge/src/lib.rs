@@ -17,6 +17,7 @@ pub mod error;
 pub mod ferry;
 pub mod jwks;
 pub mod jwt;
+pub mod outcome;
 
 pub use error::EdgeError;
 #[cfg(target_arch = "wasm32")]
@@ -37,6 +38,7 @@ mod entry {
     async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
         let result = Router::new()
             .get_async("/items", routes::get_items)
+            .put_async("/items", routes::put_items)
             .get_async("/items/:id", routes::get_item)
             .put_async("/items/:id", routes::put_item)
             .get_async("/cache/:key", routes::get_cache)

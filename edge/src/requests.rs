@@ -2,7 +2,7 @@
 //! Pure functions, tested natively.
 
 use crate::error::EdgeError;
-use crate::ferry::{Execute, Ferry, Query};
+use crate::ferry::{Execute, Ferry, Query, Transaction};
 use ferry_shared::api::{CacheCommand, Identity};
 use serde::Deserialize;
 use serde_json::Value;
@@ -84,6 +84,28 @@ struct ItemBody {
     price: Value,
 }
 
+/// An item's checked (name, price); `at` prefixes the field names (`items[2].`) in a list.
+fn checked_item(name: &str, price: &Value, at: &str) -> Result<(String, String), EdgeError> {
+    let name = name.trim();
+    if name.is_empty() || name.len() > 200 {
+        return Err(EdgeError::invalid(
+            &format!("{at}name"),
+            "1 to 200 characters",
+        ));
+    }
+    let price = match price {
+        Value::Number(n) => n.to_string(),
+        Value::String(s) if !s.trim().is_empty() => s.trim().to_string(),
+        _ => {
+            return Err(EdgeError::invalid(
+                &format!("{at}price"),
+                "a number or a decimal string such as \"12.50\"",
+            ))
+        }
+    };
+    Ok((name.to_string(), price))
+}
+
 /// `PUT /items/:id` with `{"name": "...", "price": "12.50"}`: create or replace the item,
 /// then invalidate its cache entry.
 pub fn item_upsert(ferry: &Ferry, id: i32, body: &[u8]) -> Result<Execute, EdgeError> {
@@ -92,26 +114,66 @@ pub fn item_upsert(ferry: &Ferry, id: i32, body: &[u8]) -> Result<Execute, EdgeE
             "expected {{\"name\": string, \"price\": number or decimal string}}: {e}"
         ))
     })?;
-    let name = item.name.trim();
-    if name.is_empty() || name.len() > 200 {
-        return Err(EdgeError::invalid("name", "1 to 200 characters"));
-    }
-    let price = match &item.price {
-        Value::Number(n) => n.to_string(),
-        Value::String(s) if !s.trim().is_empty() => s.trim().to_string(),
-        _ => {
-            return Err(EdgeError::invalid(
-                "price",
-                "a number or a decimal string such as \"12.50\"",
-            ))
-        }
-    };
+    let (name, price) = checked_item(&item.name, &item.price, "")?;
     Ok(ferry
         .execute(UPSERT_QUERY)
         .bind(id)
         .bind(name)
         .bind(price)
         .invalidate_key(item_key(id)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ItemsBody {
+    items: Vec<ListedItem>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListedItem {
+    id: i32,
+    name: String,
+    price: Value,
+}
+
+/// `PUT /items` with `{"items": [{"id": 1, "name": "...", "price": "12.50"}, ...]}`: 1 to
+/// [`MAX_BATCH`] items, each id once, written in one transaction (all or none), then each
+/// one's cache entry invalidated.
+pub fn items_upsert(ferry: &Ferry, body: &[u8]) -> Result<Transaction, EdgeError> {
+    let list: ItemsBody = serde_json::from_slice(body).map_err(|e| {
+        EdgeError::bad_request(format!(
+            "expected {{\"items\": [{{\"id\": integer, \"name\": string, \"price\": \
+             number or decimal string}}]}}: {e}"
+        ))
+    })?;
+    if list.items.is_empty() || list.items.len() > MAX_BATCH {
+        return Err(EdgeError::invalid(
+            "items",
+            format!("1 to {MAX_BATCH} items per request"),
+        ));
+    }
+    let mut tx = ferry.transaction();
+    let mut seen = Vec::with_capacity(list.items.len());
+    for (i, listed) in list.items.iter().enumerate() {
+        let at = format!("items[{i}].");
+        let id = Some(listed.id)
+            .filter(|id| *id > 0)
+            .ok_or_else(|| EdgeError::invalid(&format!("{at}id"), "a positive integer id"))?;
+        if seen.contains(&id) {
+            return Err(EdgeError::invalid(
+                &format!("{at}id"),
+                format!("item {id} is listed twice"),
+            ));
+        }
+        seen.push(id);
+        let (name, price) = checked_item(&listed.name, &listed.price, &at)?;
+        let params = [Value::from(id), Value::from(name), Value::from(price)];
+        tx = tx
+            .statement(UPSERT_QUERY, &params)
+            .invalidate_key(item_key(id));
+    }
+    Ok(tx)
 }
 
 /// The tag of one user's notes: a hash of who they are, so any `sub` makes a valid, bounded tag,
@@ -262,6 +324,60 @@ mod tests {
             b"not json",
         ] {
             assert!(item_upsert(&f, 3, bad).is_err());
+        }
+    }
+
+    #[test]
+    fn many_upserts_are_one_transaction() {
+        let f = ferry();
+        let body = br#"{"items": [{"id": 4, "name": "desk", "price": 80},
+                                  {"id": 9, "name": " chair ", "price": "40.00"}]}"#;
+        let tx = items_upsert(&f, body).expect("valid");
+        let tx = tx.request();
+        let params: Vec<_> = tx.statements.iter().map(|s| s.params.clone()).collect();
+        assert_eq!(
+            params,
+            [
+                vec![json!(4), json!("desk"), json!("80")],
+                vec![json!(9), json!("chair"), json!("40.00")]
+            ]
+        );
+        assert!(tx
+            .statements
+            .iter()
+            .all(|s| s.query.as_deref() == Some("upsert_item")));
+        let keys = tx.invalidate.as_ref().map(|i| i.keys.clone());
+        assert_eq!(
+            keys,
+            Some(vec!["items:4".to_string(), "items:9".to_string()])
+        );
+        let one = |i: usize| format!(r#"{{"id": {}, "name": "x", "price": 1}}"#, i + 1);
+        let many = (0..=MAX_BATCH).map(one).collect::<Vec<_>>().join(",");
+        for (bad, field) in [
+            (r#"{"items": []}"#.to_string(), Some("items")),
+            (format!(r#"{{"items": [{many}]}}"#), Some("items")),
+            (
+                r#"{"items": [{"id": 0, "name": "x", "price": 1}]}"#.into(),
+                Some("items[0].id"),
+            ),
+            (
+                format!(r#"{{"items": [{}, {}]}}"#, one(0), one(0)),
+                Some("items[1].id"),
+            ),
+            (
+                r#"{"items": [{"id": 1, "name": "", "price": 1}]}"#.into(),
+                Some("items[0].name"),
+            ),
+            (r#"{"items": [{"id": 1, "name": "x"}]}"#.into(), None),
+            (
+                r#"{"items": [{"id": 1, "name": "x", "price": 1, "more": 1}]}"#.into(),
+                None,
+            ),
+            (r#"[1]"#.into(), None),
+        ] {
+            let e = items_upsert(&f, bad.as_bytes()).err().expect(&bad);
+            assert_eq!(e.status(), 400, "{bad}");
+            assert_eq!(e.body().error.field.as_deref(), field, "{bad}");
         }
     }
 

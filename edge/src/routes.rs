@@ -174,6 +174,39 @@ pub async fn put_item(mut req: Request, ctx: Ctx) -> Result<Response> {
     Ok(resp)
 }
 
+/// `PUT /items` (API key) with `{"items": [{"id": 1, "name": "...", "price": "12.50"}, ...]}`:
+/// all written in one transaction or none, then each one's cache entry invalidated. A
+/// transaction whose answer was lost with its sidecar but which committed (its outcome says
+/// so) is answered as the success it is: this route needs no per-statement results.
+pub async fn put_items(mut req: Request, ctx: Ctx) -> Result<Response> {
+    let rid = request_id(&req);
+    respond(
+        &rid,
+        async {
+            require_api_key(&req, &ctx)?;
+            let ferry = Ferry::from_env(&ctx.env, &rid)?;
+            let tx = requests::items_upsert(&ferry, &body_bytes(&mut req).await?)?;
+            let (written, invalidation) = match tx.run().await {
+                Ok(r) => (
+                    r.results.iter().map(|s| s.rows_affected).sum(),
+                    r.invalidation,
+                ),
+                Err(EdgeError::CommittedWithoutResults {
+                    rows_affected,
+                    invalidation,
+                    ..
+                }) => (rows_affected, invalidation),
+                Err(e) => return Err(e),
+            };
+            Ok((
+                200,
+                json!({"written": written, "invalidation": invalidation}),
+            ))
+        }
+        .await,
+    )
+}
+
 /// The write position a browser's `ferry_position` cookie carries, if this edge signed it.
 fn cookie_position(req: &Request, ctx: &Ctx) -> Option<ferry_shared::api::Position> {
     let cookies = req.headers().get("cookie").ok().flatten()?;

@@ -90,6 +90,39 @@ fn the_edge_reads_writes_and_caches_through_the_sidecar() {
     let batch = get(&c, "/items?ids=7");
     assert_eq!(batch.body["items"][0]["name"], "written at the edge");
 
+    // Many items in one transaction: both written, both fresh; a bad one fails them all.
+    assert_eq!(get(&c, "/items/8").body["cache"], "miss");
+    let both = json!({"items": [{"id": 8, "name": "desk", "price": 80},
+                                {"id": 9, "name": "chair", "price": "40.00"}]});
+    let w = put_auth(&c, "/items", both);
+    assert_eq!(w.status, 200, "{:?}\n{}", w.body, edge.log());
+    assert_eq!(w.body, json!({"written": 2, "invalidation": "done"}));
+    assert_eq!(get(&c, "/items/8").body["item"]["name"], "desk");
+    assert_eq!(get(&c, "/items/9").body["item"]["price"], "40.00");
+    let half_bad = json!({"items": [{"id": 8, "name": "sofa", "price": 1},
+                                    {"id": 9, "name": "lamp", "price": "n/a"}]});
+    let r = put_auth(&c, "/items", half_bad);
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(
+        r.body["error"]["statement"], 1,
+        "the failing statement is named"
+    );
+    let names: Vec<String> = stack
+        .pg
+        .client()
+        .query("SELECT name FROM items WHERE id IN (8, 9) ORDER BY id", &[])
+        .expect("rows")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        names,
+        ["desk", "chair"],
+        "nothing of the failed transaction"
+    );
+    let r = put_auth(&c, "/items", json!({"items": []}));
+    assert_eq!((r.status, r.code()), (400, "invalid_value"), "{:?}", r.body);
+
     // Plain cache get/set.
     let s = put_auth(
         &c,

@@ -90,6 +90,10 @@ pub enum ErrorCode {
     SidecarAuthFailed,
     /// Edge: a required binding (FERRY_SECRET, FERRY_SIDECAR_URL...) is missing or invalid (500).
     EdgeMisconfigured,
+    /// Edge: a transaction committed (a sidecar said so when asked for its outcome, and applied
+    /// its invalidations), but its answer, with its per-statement results, was lost with the
+    /// sidecar that ran it (502). Do not send it again: read the rows back.
+    CommittedResultsLost,
 }
 
 impl ErrorCode {
@@ -109,7 +113,8 @@ impl ErrorCode {
             UnsupportedMediaType => 415,
             UnsupportedType | NotText | ResultTooLarge => 422,
             Internal | EdgeMisconfigured => 500,
-            UpstreamError | SidecarUnreachable | SidecarBadResponse | SidecarAuthFailed => 502,
+            UpstreamError | SidecarUnreachable | SidecarBadResponse | SidecarAuthFailed
+            | CommittedResultsLost => 502,
             Overloaded | DatabaseUnavailable | OutcomeUnknown | CacheUnavailable => 503,
             Timeout | SidecarTimeout => 504,
         }
@@ -156,6 +161,7 @@ impl ErrorCode {
             SidecarBadResponse => "sidecar_bad_response",
             SidecarAuthFailed => "sidecar_auth_failed",
             EdgeMisconfigured => "edge_misconfigured",
+            CommittedResultsLost => "committed_results_lost",
         }
     }
 }
@@ -212,6 +218,7 @@ mod tests {
             ErrorCode::EdgeMisconfigured,
             ErrorCode::RoleNotAllowed,
             ErrorCode::RateLimited,
+            ErrorCode::CommittedResultsLost,
         ] {
             let json = serde_json::to_value(code).expect("serializes");
             assert_eq!(json, serde_json::Value::String(code.as_str().to_string()));

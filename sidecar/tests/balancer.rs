@@ -103,26 +103,64 @@ fn reads_through_the_edge_survive_a_sidecar_killed_behind_the_balancer() {
     assert_eq!(c.get("/items/2").status, 200);
 }
 
-/// The same deployment, writes under the knife: a write in flight on the killed sidecar is
-/// either answered 200 (the Worker's client asked the live sidecar for its outcome, and it had
-/// committed) or answered an error and never commits. Postgres's rows judge every answer.
-#[test]
-fn writes_through_the_edge_fail_cleanly_or_succeed_when_their_sidecar_dies() {
-    // Each write takes 200 ms to commit (a deferred trigger), so the kill finds writes
-    // committing as well as running.
-    let d = deployment(|pg| {
-        pg.client()
-            .batch_execute(
-                "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS
-               $$ BEGIN PERFORM pg_sleep(0.2); RETURN NULL; END $$;
-             CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON items
-               DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.id >= 10000)
-               EXECUTE FUNCTION slow_commit();",
-            )
-            .expect("slow commits");
-    });
-    let (pg, c, mut sidecars) = (&d.pg, &d.client, d.sidecars);
+/// Each write of an item with an id from 10,000 up takes 200 ms to commit (a deferred
+/// trigger), so a kill finds writes committing as well as running.
+fn slow_commits(pg: &PgServer) {
+    pg.client()
+        .batch_execute(
+            "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN PERFORM pg_sleep(0.2); RETURN NULL; END $$;
+         CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON items
+           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.id >= 10000)
+           EXECUTE FUNCTION slow_commit();",
+        )
+        .expect("slow commits");
+}
 
+/// What a load of writes through the edge saw when the first sidecar was SIGKILLed under it.
+struct Knifed {
+    /// (the write's first id, its status, its body), every write sent.
+    answers: Vec<(i64, u16, String)>,
+    /// The ids from 10,000 up that Postgres holds afterwards.
+    rows: std::collections::BTreeSet<i64>,
+    /// Outcomes the live sidecar answered (`/v1/outcome`, 200).
+    asked: f64,
+}
+
+impl Knifed {
+    /// The first ids of the writes answered 200.
+    fn answered_ok(&self) -> std::collections::BTreeSet<i64> {
+        self.answers
+            .iter()
+            .filter(|a| a.1 == 200)
+            .map(|a| a.0)
+            .collect()
+    }
+
+    /// Postgres judges: no write answered an error committed, and every one answered 200 did
+    /// (`committed`: the first ids of those that did).
+    fn judge(&self, committed: &std::collections::BTreeSet<i64>) {
+        let told_failed_but_committed: Vec<_> = self
+            .answers
+            .iter()
+            .filter(|a| a.1 != 200 && committed.contains(&a.0))
+            .collect();
+        assert!(
+            told_failed_but_committed.is_empty(),
+            "answered an error, yet committed: {told_failed_but_committed:?}"
+        );
+        assert_eq!(
+            committed,
+            &self.answered_ok(),
+            "every write answered 200 is there, and only those"
+        );
+    }
+}
+
+/// 8 writers send `write(id)` (a path and a JSON body, authorized) for fresh ids (writer `w`
+/// takes 10,000 + 1,000 w up, one a write) until 1.5 s after the first sidecar is SIGKILLed.
+fn writes_under_the_knife(d: Deployment, write: fn(i64) -> (String, serde_json::Value)) -> Knifed {
+    let (pg, c, mut sidecars) = (&d.pg, &d.client, d.sidecars);
     let stop = Arc::new(AtomicBool::new(false));
     let answers = {
         let (c, stop) = (c.clone(), stop.clone());
@@ -136,16 +174,10 @@ fn writes_through_the_edge_fail_cleanly_or_succeed_when_their_sidecar_dies() {
                         while !stop.load(Ordering::Relaxed) {
                             let id = 10_000 + w * 1_000 + k;
                             k += 1;
-                            let body =
-                                serde_json::json!({"name": format!("w{id}"), "price": "1.00"});
+                            let (path, body) = write(id);
                             let auth = [("authorization", format!("Bearer {}", kit::API_KEY))];
                             let a = c
-                                .send_raw(
-                                    "PUT",
-                                    &format!("/items/{id}"),
-                                    body.to_string().into_bytes(),
-                                    &auth,
-                                )
+                                .send_raw("PUT", &path, body.to_string().into_bytes(), &auth)
                                 .await;
                             seen.push((id, a.status, a.body.to_string()));
                         }
@@ -166,35 +198,91 @@ fn writes_through_the_edge_fail_cleanly_or_succeed_when_their_sidecar_dies() {
     let answers: Vec<(i64, u16, String)> = answers.join().expect("writers").concat();
     // Anything still running has ended by now (Postgres ends a dead client's transaction).
     std::thread::sleep(Duration::from_millis(500));
-    let rows: std::collections::BTreeSet<i64> = pg
+    let rows = pg
         .client()
         .query("SELECT id::bigint FROM items WHERE id >= 10000", &[])
         .expect("rows")
         .iter()
         .map(|r| r.get(0))
         .collect();
-    let ok: std::collections::BTreeSet<i64> =
-        answers.iter().filter(|a| a.1 == 200).map(|a| a.0).collect();
-    let failed: Vec<_> = answers.iter().filter(|a| a.1 != 200).collect();
     let asked = sidecars[1]
         .metric("ferry_requests_total{route=\"/v1/outcome\",status=\"200\"}")
         .unwrap_or(0.0);
+    Knifed {
+        answers,
+        rows,
+        asked,
+    }
+}
+
+/// The same deployment, writes under the knife: a write in flight on the killed sidecar is
+/// either answered 200 (the Worker's client asked the live sidecar for its outcome, and it had
+/// committed) or answered an error and never commits. Postgres's rows judge every answer.
+#[test]
+fn writes_through_the_edge_fail_cleanly_or_succeed_when_their_sidecar_dies() {
+    let k = writes_under_the_knife(deployment(slow_commits), |id| {
+        let body = serde_json::json!({"name": format!("w{id}"), "price": "1.00"});
+        (format!("/items/{id}"), body)
+    });
+    let ok = k.answered_ok();
     println!(
         "FIGURES sidecar SIGKILLed under writes through the edge: {} writes, {} answered 200, \
-         {} errors, {asked} outcomes asked; rows {}",
-        answers.len(),
+         {} errors, {} outcomes asked; rows {}",
+        k.answers.len(),
         ok.len(),
-        failed.len(),
-        rows.len()
+        k.answers.len() - ok.len(),
+        k.asked,
+        k.rows.len()
     );
-    assert!(answers.len() > 20, "the load ran: {}", answers.len());
-    let told_failed_but_committed: Vec<_> = failed.iter().filter(|a| rows.contains(&a.0)).collect();
+    assert!(k.answers.len() > 20, "the load ran: {}", k.answers.len());
+    k.judge(&k.rows);
+}
+
+/// Transactions under the knife (`PUT /items`, two items each, `/v1/transaction`): one whose
+/// answer died with its sidecar cannot get its per-statement results back, but the Worker's
+/// client still asks its outcome, so one that committed is never answered as a failure (the
+/// route, which needs only the count, answers it 200), and one answered a failure left no row.
+#[test]
+fn transactions_through_the_edge_are_settled_by_their_outcome_when_their_sidecar_dies() {
+    let k = writes_under_the_knife(deployment(slow_commits), |id| {
+        let item =
+            |id: i64| serde_json::json!({"id": id, "name": format!("t{id}"), "price": "2.00"});
+        (
+            "/items".into(),
+            serde_json::json!({"items": [item(id), item(id + 500)]}),
+        )
+    });
+    // Each transaction's rows, both or neither.
+    let firsts: std::collections::BTreeSet<i64> = k
+        .rows
+        .iter()
+        .copied()
+        .filter(|id| id % 1_000 < 500)
+        .collect();
+    let seconds: std::collections::BTreeSet<i64> = k
+        .rows
+        .iter()
+        .filter(|id| *id % 1_000 >= 500)
+        .map(|id| id - 500)
+        .collect();
+    assert_eq!(firsts, seconds, "a transaction's two rows, both or neither");
+    let ok = k.answered_ok();
+    println!(
+        "FIGURES sidecar SIGKILLed under transactions through the edge: {} transactions, {} \
+         answered 200, {} errors, {} outcomes asked; committed {}",
+        k.answers.len(),
+        ok.len(),
+        k.answers.len() - ok.len(),
+        k.asked,
+        firsts.len()
+    );
+    assert!(k.answers.len() > 10, "the load ran: {}", k.answers.len());
+    k.judge(&firsts);
     assert!(
-        told_failed_but_committed.is_empty(),
-        "answered an error, yet committed: {told_failed_but_committed:?}"
+        k.asked > 0.0,
+        "no transaction was in flight on the killed sidecar"
     );
-    assert_eq!(
-        rows, ok,
-        "every write answered 200 is there, and only those"
-    );
+    for (id, _, body) in k.answers.iter().filter(|a| a.1 == 200) {
+        assert!(body.contains(r#""written":2"#), "{id}: {body}");
+    }
 }

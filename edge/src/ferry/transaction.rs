@@ -52,6 +52,16 @@ impl Transaction {
         self
     }
 
+    /// After the commit, drop the entry cached under `key` (a read's `cache.key`).
+    pub fn invalidate_key(mut self, key: impl Into<String>) -> Self {
+        self.req
+            .invalidate
+            .get_or_insert_with(Invalidate::default)
+            .keys
+            .push(key.into());
+        self
+    }
+
     /// After the commit, drop every entry tagged `tag`.
     pub fn invalidate_tag(mut self, tag: impl Into<String>) -> Self {
         self.req
@@ -68,13 +78,24 @@ impl Transaction {
     }
 
     /// Commits, then applies the invalidations; on failure nothing was committed and the
-    /// error's body names the failing statement (`statement`).
+    /// error's body names the failing statement (`statement`). One error is the exception:
+    /// [`EdgeError::CommittedWithoutResults`] (its answer was lost with its sidecar, and its
+    /// outcome says it committed), whose position later reads still wait for.
     pub async fn run(self) -> Result<TransactionResponse, EdgeError> {
         if let Some(e) = self.error {
             return Err(e);
         }
-        let r = self.ferry.calls.transaction(self.req).await?;
-        self.ferry.note(r.position);
-        Ok(r)
+        match self.ferry.calls.transaction(self.req).await {
+            Ok(r) => {
+                self.ferry.note(r.position);
+                Ok(r)
+            }
+            Err(e) => {
+                if let EdgeError::CommittedWithoutResults { position, .. } = &e {
+                    self.ferry.note(*position);
+                }
+                Err(e)
+            }
+        }
     }
 }
