@@ -253,6 +253,8 @@ Ferry is running (logs in .run/). Through the edge (the real Workers runtime):
   curl -s http://127.0.0.1:$EDGE_PORT/items/1            # fresh after the write
   curl -s -X PUT -H "\$KEY" http://127.0.0.1:$EDGE_PORT/items -d '{"items":[{"id":2,"name":"desk","price":80},{"id":3,"name":"chair","price":"40.00"}]}'
                                                          # both in one transaction, or neither
+  curl -s -X POST -H "\$KEY" http://127.0.0.1:$EDGE_PORT/items/2/reprice -d '{"percent":10}'
+                                                         # read, compute in the Worker, write: one interactive transaction
   curl -s 'http://127.0.0.1:$EDGE_PORT/page?ids=1,2,3,4,5,6,7,8,9,10'   # ten reads at once: "sidecar_calls":1
   curl -s -X PUT -H "\$KEY" http://127.0.0.1:$EDGE_PORT/cache/greeting -d '{"value":"hello","ttl_s":60}'
   curl -s -H "\$KEY" http://127.0.0.1:$EDGE_PORT/cache/greeting

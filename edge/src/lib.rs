@@ -18,6 +18,7 @@ pub mod ferry;
 pub mod jwks;
 pub mod jwt;
 pub mod outcome;
+pub mod pricing;
 
 pub use error::EdgeError;
 #[cfg(target_arch = "wasm32")]
@@ -41,6 +42,7 @@ mod entry {
             .put_async("/items", routes::put_items)
             .get_async("/items/:id", routes::get_item)
             .put_async("/items/:id", routes::put_item)
+            .post_async("/items/:id/reprice", routes::reprice_item)
             .get_async("/cache/:key", routes::get_cache)
             .put_async("/cache/:key", routes::put_cache)
             .get_async("/page", routes::get_page)

@@ -4,7 +4,7 @@
 use crate::config;
 use crate::error::EdgeError;
 use crate::ferry::Ferry;
-use crate::requests;
+use crate::{pricing, requests};
 use ferry_shared::api::{CacheCommand, CacheReply, KeyedStatus, REQUEST_ID_HEADER};
 use serde_json::{json, Value};
 use worker::{Headers, Request, Response, Result, RouteContext};
@@ -201,6 +201,53 @@ pub async fn put_items(mut req: Request, ctx: Ctx) -> Result<Response> {
             Ok((
                 200,
                 json!({"written": written, "invalidation": invalidation}),
+            ))
+        }
+        .await,
+    )
+}
+
+/// `POST /items/:id/reprice` (API key) with `{"percent": 10}`: the price read under a row lock,
+/// the new one computed here, in the Worker, and written, in one interactive transaction, so
+/// concurrent reprices of one item each see the last one's price (none is lost). A missing
+/// item is 404, and its transaction is rolled back at once.
+pub async fn reprice_item(mut req: Request, ctx: Ctx) -> Result<Response> {
+    #[derive(serde::Deserialize)]
+    struct Price {
+        price: String,
+    }
+    let rid = request_id(&req);
+    respond(
+        &rid,
+        async {
+            require_api_key(&req, &ctx)?;
+            let id = requests::parse_id(param(&ctx, "id"))?;
+            let percent = pricing::parse_reprice(&body_bytes(&mut req).await?)?;
+            let ferry = Ferry::from_env(&ctx.env, &rid)?;
+            let ((old, new), end) = ferry
+                .begin()
+                .run(|tx| async move {
+                    let old = tx
+                        .statement(pricing::PRICE_FOR_UPDATE_QUERY)
+                        .bind(id)
+                        .fetch_all::<Price>()
+                        .await?
+                        .pop()
+                        .ok_or_else(|| EdgeError::NotFound(format!("no item {id}")))?
+                        .price;
+                    let new = pricing::repriced(&old, percent)?;
+                    tx.statement(pricing::SET_PRICE_QUERY)
+                        .bind(id)
+                        .bind(&new)
+                        .run()
+                        .await?;
+                    tx.invalidate_key(requests::item_key(id));
+                    Ok((old, new))
+                })
+                .await?;
+            Ok((
+                200,
+                json!({"id": id, "old_price": old, "price": new, "invalidation": end.invalidation}),
             ))
         }
         .await,

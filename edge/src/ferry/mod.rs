@@ -24,11 +24,13 @@
 //! can answer with it as it is.
 
 mod batch;
+mod interactive;
 mod position;
 mod query;
 mod transaction;
 
 pub use batch::{Batcher, Transport, MAX_BATCH};
+pub use interactive::{Begin, Tx, TxStatement};
 pub use position::{
     position_cookie, position_from_cookies, POSITION_COOKIE, POSITION_COOKIE_MAX_AGE_S,
 };
@@ -37,8 +39,9 @@ pub use transaction::Transaction;
 
 use crate::error::EdgeError;
 use ferry_shared::api::{
-    CacheCommand, CacheReply, ExecuteRequest, ExecuteResponse, Identity, KeyedRequest,
-    KeyedResponse, Position, QueryRequest, Readiness, TransactionRequest, TransactionResponse,
+    BeginRequest, BeginResponse, CacheCommand, CacheReply, EndRequest, EndResponse, ExecuteRequest,
+    ExecuteResponse, Identity, InTransactionRequest, KeyedRequest, KeyedResponse, Position,
+    QueryRequest, Readiness, StatementResult, TransactionRequest, TransactionResponse,
 };
 use futures_util::future::LocalBoxFuture;
 use serde::Serialize;
@@ -63,6 +66,34 @@ pub trait Calls {
     ) -> LocalBoxFuture<'_, Result<TransactionResponse, EdgeError>>;
     /// `GET /readyz`.
     fn readiness(&self) -> LocalBoxFuture<'_, Result<Readiness, EdgeError>>;
+    /// `POST /v1/transaction/begin`. The interactive calls answer "not here" unless a
+    /// transport has them (the Worker's does; most test fakes need not).
+    fn begin(&self, _: BeginRequest) -> LocalBoxFuture<'_, Result<BeginResponse, EdgeError>> {
+        not_here()
+    }
+    /// `POST /v1/transaction/query`.
+    fn in_transaction(
+        &self,
+        _: InTransactionRequest,
+    ) -> LocalBoxFuture<'_, Result<StatementResult, EdgeError>> {
+        not_here()
+    }
+    /// `POST /v1/transaction/commit`.
+    fn commit(&self, _: EndRequest) -> LocalBoxFuture<'_, Result<EndResponse, EdgeError>> {
+        not_here()
+    }
+    /// `POST /v1/transaction/rollback`.
+    fn rollback(&self, _: EndRequest) -> LocalBoxFuture<'_, Result<EndResponse, EdgeError>> {
+        not_here()
+    }
+}
+
+fn not_here<T>() -> LocalBoxFuture<'static, Result<T, EdgeError>> {
+    Box::pin(async {
+        Err(EdgeError::Misconfigured(
+            "this transport has no interactive transactions".into(),
+        ))
+    })
 }
 
 /// One request's handle on the sidecar. Cheap to clone; clones share one batch queue.
@@ -162,6 +193,12 @@ impl Ferry {
     /// Statements in one transaction, all committed or none (as this handle's user, if any).
     pub fn transaction(&self) -> Transaction {
         Transaction::new(self.clone())
+    }
+
+    /// An interactive transaction (as this handle's user, if any): statements one at a time,
+    /// with the Worker's logic between them, in [`Begin::run`]'s closure.
+    pub fn begin(&self) -> Begin {
+        Begin::new(self.clone())
     }
 
     /// Rows of a keyspace (`[keyspaces.NAME]` in the sidecar's config) by id, in one call:

@@ -101,7 +101,7 @@ impl Query {
 }
 
 /// A row as the caller's type: a mismatch is the Worker's bug, reported without the row.
-fn decode<T: DeserializeOwned>(row: Row) -> Result<T, EdgeError> {
+pub(super) fn decode<T: DeserializeOwned>(row: Row) -> Result<T, EdgeError> {
     serde_json::from_value(Value::Object(row.into_iter().collect()))
         .map_err(|e| EdgeError::Misconfigured(format!("a row does not fit the Worker's type: {e}")))
 }

@@ -5,8 +5,10 @@ use crate::client::SidecarClient;
 use crate::config::{self, EdgeConfig};
 use crate::error::EdgeError;
 use ferry_shared::api::{
-    BatchResult, CacheCommand, CacheReply, ExecuteRequest, ExecuteResponse, KeyedRequest,
-    KeyedResponse, QueryRequest, QueryResponse, Readiness, TransactionRequest, TransactionResponse,
+    BatchResult, BeginRequest, BeginResponse, CacheCommand, CacheReply, EndRequest, EndResponse,
+    ExecuteRequest, ExecuteResponse, InTransactionRequest, KeyedRequest, KeyedResponse,
+    QueryRequest, QueryResponse, Readiness, StatementResult, TransactionRequest,
+    TransactionResponse,
 };
 use futures_util::future::LocalBoxFuture;
 use std::rc::Rc;
@@ -50,6 +52,25 @@ impl Calls for SidecarClient {
 
     fn readiness(&self) -> LocalBoxFuture<'_, Result<Readiness, EdgeError>> {
         Box::pin(async move { SidecarClient::readiness(self).await })
+    }
+
+    fn begin(&self, b: BeginRequest) -> LocalBoxFuture<'_, Result<BeginResponse, EdgeError>> {
+        Box::pin(async move { SidecarClient::begin(self, &b).await })
+    }
+
+    fn in_transaction(
+        &self,
+        q: InTransactionRequest,
+    ) -> LocalBoxFuture<'_, Result<StatementResult, EdgeError>> {
+        Box::pin(async move { SidecarClient::in_transaction(self, &q).await })
+    }
+
+    fn commit(&self, e: EndRequest) -> LocalBoxFuture<'_, Result<EndResponse, EdgeError>> {
+        Box::pin(async move { SidecarClient::commit(self, &e).await })
+    }
+
+    fn rollback(&self, e: EndRequest) -> LocalBoxFuture<'_, Result<EndResponse, EdgeError>> {
+        Box::pin(async move { SidecarClient::rollback(self, &e).await })
     }
 }
 
