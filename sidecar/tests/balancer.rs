@@ -157,10 +157,13 @@ impl Knifed {
     }
 }
 
+/// One write through the edge: method, path and JSON body.
+type Write = (&'static str, String, serde_json::Value);
+
 /// 8 writers send `write(id)` (a path and a JSON body, authorized) for fresh ids (writer `w`
 /// takes 10,000 + 1,000 w up, one a write) until 1.5 s after the first sidecar is SIGKILLed.
-fn writes_under_the_knife(d: Deployment, write: fn(i64) -> (String, serde_json::Value)) -> Knifed {
-    let (pg, c, mut sidecars) = (&d.pg, &d.client, d.sidecars);
+fn writes_under_the_knife(d: &mut Deployment, write: fn(i64) -> Write) -> Knifed {
+    let (pg, c, sidecars) = (&d.pg, &d.client, &mut d.sidecars);
     let stop = Arc::new(AtomicBool::new(false));
     let answers = {
         let (c, stop) = (c.clone(), stop.clone());
@@ -174,10 +177,10 @@ fn writes_under_the_knife(d: Deployment, write: fn(i64) -> (String, serde_json::
                         while !stop.load(Ordering::Relaxed) {
                             let id = 10_000 + w * 1_000 + k;
                             k += 1;
-                            let (path, body) = write(id);
+                            let (method, path, body) = write(id);
                             let auth = [("authorization", format!("Bearer {}", kit::API_KEY))];
                             let a = c
-                                .send_raw("PUT", &path, body.to_string().into_bytes(), &auth)
+                                .send_raw(method, &path, body.to_string().into_bytes(), &auth)
                                 .await;
                             seen.push((id, a.status, a.body.to_string()));
                         }
@@ -220,9 +223,9 @@ fn writes_under_the_knife(d: Deployment, write: fn(i64) -> (String, serde_json::
 /// committed) or answered an error and never commits. Postgres's rows judge every answer.
 #[test]
 fn writes_through_the_edge_fail_cleanly_or_succeed_when_their_sidecar_dies() {
-    let k = writes_under_the_knife(deployment(slow_commits), |id| {
+    let k = writes_under_the_knife(&mut deployment(slow_commits), |id| {
         let body = serde_json::json!({"name": format!("w{id}"), "price": "1.00"});
-        (format!("/items/{id}"), body)
+        ("PUT", format!("/items/{id}"), body)
     });
     let ok = k.answered_ok();
     println!(
@@ -244,10 +247,11 @@ fn writes_through_the_edge_fail_cleanly_or_succeed_when_their_sidecar_dies() {
 /// route, which needs only the count, answers it 200), and one answered a failure left no row.
 #[test]
 fn transactions_through_the_edge_are_settled_by_their_outcome_when_their_sidecar_dies() {
-    let k = writes_under_the_knife(deployment(slow_commits), |id| {
+    let k = writes_under_the_knife(&mut deployment(slow_commits), |id| {
         let item =
             |id: i64| serde_json::json!({"id": id, "name": format!("t{id}"), "price": "2.00"});
         (
+            "PUT",
             "/items".into(),
             serde_json::json!({"items": [item(id), item(id + 500)]}),
         )
@@ -285,4 +289,77 @@ fn transactions_through_the_edge_are_settled_by_their_outcome_when_their_sidecar
     for (id, _, body) in k.answers.iter().filter(|a| a.1 == 200) {
         assert!(body.contains(r#""written":2"#), "{id}: {body}");
     }
+}
+
+/// Interactive transactions under the knife (`POST /items/:id/reprice`: begin, read the price
+/// `FOR UPDATE`, +10% computed in the Worker, write, commit). Each writer reprices one item of
+/// its own, whose COMMIT takes 200 ms, over and over. A transaction on the killed sidecar
+/// before its commit dies with it (Postgres rolls it back); one whose commit was in flight is
+/// settled by the commit's outcome. Postgres judges through the chain: each reprice answered
+/// 200 must have read the price the one answered 200 before it wrote, so a reprice answered
+/// as failed that had committed (or a lost update) breaks it, and the final price is the last
+/// one answered.
+#[test]
+fn interactive_commits_through_the_edge_are_settled_by_their_outcome_when_their_sidecar_dies() {
+    let mut d = deployment(|pg| {
+        let mut c = pg.client();
+        c.batch_execute(
+            "INSERT INTO items (id, name, price)
+               SELECT 10000 + w * 1000, 'repriced', 100.00 FROM generate_series(0, 7) AS w;
+             CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN PERFORM pg_sleep(0.2); RETURN NULL; END $$;
+             CREATE CONSTRAINT TRIGGER slow_commit AFTER UPDATE ON items
+               DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.id >= 10000)
+               EXECUTE FUNCTION slow_commit();",
+        )
+        .expect("items with slow commits");
+    });
+    let k = writes_under_the_knife(&mut d, |id| {
+        let item = id - id % 1_000;
+        let body = serde_json::json!({"percent": 10});
+        ("POST", format!("/items/{item}/reprice"), body)
+    });
+    let mut pg = d.pg.client();
+    let mut committed = 0;
+    for w in 0..8 {
+        let item = 10_000 + w * 1_000;
+        let mut expected = "100.00".to_string();
+        for (id, status, body) in k.answers.iter().filter(|a| a.0 - a.0 % 1_000 == item) {
+            if *status != 200 {
+                continue;
+            }
+            let answer: serde_json::Value = serde_json::from_str(body).expect("json");
+            assert_eq!(
+                answer["old_price"],
+                expected.as_str(),
+                "reprice {id} read another price than the last one answered wrote: a reprice \
+                 answered as failed committed, or an update was lost"
+            );
+            expected = answer["price"].as_str().expect("price").to_string();
+            committed += 1;
+        }
+        let price: String = pg
+            .query_one(
+                "SELECT price::text FROM items WHERE id = $1",
+                &[&(item as i32)],
+            )
+            .expect("price")
+            .get(0);
+        assert_eq!(
+            price, expected,
+            "item {item}: Postgres holds the last price answered"
+        );
+    }
+    println!(
+        "FIGURES sidecar SIGKILLed under interactive transactions through the edge: {} \
+         reprices, {committed} answered 200, {} errors, {} outcomes asked",
+        k.answers.len(),
+        k.answers.len() - committed,
+        k.asked
+    );
+    assert!(committed > 8, "the load ran: {committed} committed");
+    assert!(
+        k.asked > 0.0,
+        "no commit was in flight on the killed sidecar"
+    );
 }
