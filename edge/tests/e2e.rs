@@ -204,6 +204,37 @@ fn a_sidecar_that_never_answers_is_a_504() {
 }
 
 #[test]
+fn a_redirecting_sidecar_url_is_reported_never_followed() {
+    // Something at the sidecar's URL answers 301 (a proxy sending http to https, say).
+    // Followed, fetch would resend a signed POST as a bodiless GET to wherever it points.
+    use std::io::{Read, Write};
+    let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let target = elsewhere.local_addr().expect("addr");
+    elsewhere.set_nonblocking(true).expect("nonblocking");
+    let redirector = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", redirector.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        for mut conn in redirector.incoming().flatten() {
+            let mut buf = [0u8; 8192];
+            let _ = conn.read(&mut buf);
+            let _ = write!(
+                conn,
+                "HTTP/1.1 301 Moved Permanently\r\nlocation: http://{target}/v1/query\r\n\
+                 content-length: 0\r\nconnection: close\r\n\r\n"
+            );
+        }
+    });
+    let edge = WranglerDev::start(&url, kit::SECRET, 2_000);
+    let r = get(&edge_client(&edge), "/items/1");
+    assert_eq!(r.status, 502, "{:?}\n{}", r.body, edge.log());
+    assert_eq!(r.code(), "sidecar_bad_response");
+    assert!(
+        matches!(elsewhere.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the edge followed the redirect"
+    );
+}
+
+#[test]
 fn anonymous_callers_can_only_read() {
     // A readiness snapshot a second old: /health traffic must not reach the pools.
     let stack = Stack::start_with(|c| c.server.readiness_interval_ms = 1_000);
