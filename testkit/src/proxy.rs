@@ -3,7 +3,8 @@
 //! until healed) or reset (every live connection aborted with a TCP RST and no FIN, as a NAT,
 //! load balancer or pooler in between does when it drops its state; new ones still go through).
 //! It can also mute: the server's replies are dropped on the way while requests still reach
-//! it, so a command runs and its caller never hears of it.
+//! it, so a command runs and its caller never hears of it. And it can be pointed elsewhere
+//! (a failover, or a DNS name moved): new connections go to the new address.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -16,6 +17,7 @@ pub struct CutProxy {
     cut: Arc<AtomicBool>,
     muted: Arc<AtomicBool>,
     live: Arc<Mutex<Vec<Link>>>,
+    target: Arc<Mutex<SocketAddr>>,
 }
 
 /// One proxied connection: the client's side, the server's side, and whether it is being
@@ -33,14 +35,16 @@ impl CutProxy {
         let cut = Arc::new(AtomicBool::new(false));
         let muted = Arc::new(AtomicBool::new(false));
         let live: Arc<Mutex<Vec<Link>>> = Arc::default();
-        let (c, l, m) = (cut.clone(), live.clone(), muted.clone());
+        let target = Arc::new(Mutex::new(target));
+        let (c, l, m, t) = (cut.clone(), live.clone(), muted.clone(), target.clone());
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
                 if c.load(Ordering::SeqCst) {
                     let _ = client.shutdown(Shutdown::Both);
                     continue;
                 }
-                let Ok(server) = TcpStream::connect(target) else {
+                let to = *t.lock().expect("target");
+                let Ok(server) = TcpStream::connect(to) else {
                     continue;
                 };
                 let _ = client.set_nodelay(true);
@@ -88,7 +92,13 @@ impl CutProxy {
             cut,
             muted,
             live,
+            target,
         }
+    }
+
+    /// New connections go to `to` from now on; live ones stay where they are.
+    pub fn retarget(&self, to: SocketAddr) {
+        *self.target.lock().expect("target") = to;
     }
 
     /// Drops the server's replies from now on (until [`CutProxy::unmute`]); what clients send

@@ -44,6 +44,8 @@ pub struct AsyncPg {
     /// use of that thread.
     alive: Arc<()>,
     counts: Arc<Counts>,
+    /// Every connection opened, counted for the sessions' probe (`OwnSessions::opened`).
+    opened: Arc<AtomicU64>,
 }
 
 /// Connections open and idle over all the workers' shares, for `/metrics`.
@@ -97,11 +99,13 @@ pub struct AsyncSession {
 }
 
 impl AsyncPg {
+    /// `(per_worker, workers)`: the bounds (see the module's doc); `opened` counts the
+    /// connections opened (`OwnSessions::opened`).
     pub fn new(
         config: tokio_postgres::Config,
         tls: MakeRustlsConnect,
-        per_worker: usize,
-        workers: usize,
+        (per_worker, workers): (usize, usize),
+        opened: Arc<AtomicU64>,
     ) -> Self {
         static IDS: AtomicU64 = AtomicU64::new(0);
         AsyncPg {
@@ -113,6 +117,7 @@ impl AsyncPg {
             threads: AtomicUsize::new(0),
             alive: Arc::new(()),
             counts: Arc::default(),
+            opened,
         }
     }
 
@@ -239,6 +244,7 @@ impl AsyncPg {
             let _ = connection.await;
         });
         self.counts.open.fetch_add(1, Ordering::AcqRel);
+        self.opened.fetch_add(1, Ordering::AcqRel);
         Ok(client)
     }
 }

@@ -12,7 +12,6 @@ use super::postgres::{pg_async_config, pg_config, pg_tls, PgManager};
 use super::redis::{store_client, AsyncConn, AsyncRedis, RedisManager};
 use crate::config::Config;
 use crate::http::error::ApiError;
-use r2d2_postgres::PostgresConnectionManager;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -101,11 +100,12 @@ impl Pools {
         // batches, cache fills, and the reads a worker has no free session for).
         let pg_per_worker = (p.pool_size as usize * 3 / 4) / workers;
         let own_sessions = OwnSessions::for_config(config)?;
+        let tls = pg_tls(p).map_err(ApiError::internal)?;
         let pg_async = AsyncPg::new(
             pg_async_config(config)?,
-            pg_tls(p).map_err(ApiError::internal)?,
-            pg_per_worker,
-            workers,
+            tls.clone(),
+            (pg_per_worker, workers),
+            own_sessions.opened(),
         );
         let pg_pooled = p.pool_size - pg_async.max() as u32;
         let pg = r2d2::Pool::builder()
@@ -114,10 +114,11 @@ impl Pools {
             .connection_timeout(Duration::from_millis(p.checkout_timeout_ms))
             .test_on_check_out(false)
             .error_handler(Box::new(LogErrors("postgres")))
-            .build_unchecked(PgManager(PostgresConnectionManager::new(
+            .build_unchecked(PgManager::new(
                 pg_config(config)?,
-                pg_tls(p).map_err(ApiError::internal)?,
-            )));
+                tls,
+                own_sessions.opened(),
+            ));
         Ok(Pools {
             redis,
             redis_async,

@@ -18,8 +18,13 @@ pub struct PgSession {
     pub prepared: crate::store::pg_async::Prepared,
 }
 
-/// r2d2 manager for Postgres sessions that can be discarded by marking them poisoned.
-pub struct PgManager(pub PostgresConnectionManager<MakeRustlsConnect>);
+/// The r2d2 manager of Postgres sessions (one can be discarded by marking it poisoned); the
+/// second field counts the connections it opens (`OwnSessions::opened`: new connections are
+/// probed again).
+pub struct PgManager(
+    pub PostgresConnectionManager<MakeRustlsConnect>,
+    pub std::sync::Arc<std::sync::atomic::AtomicU64>,
+);
 
 impl std::fmt::Debug for PgManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -28,12 +33,25 @@ impl std::fmt::Debug for PgManager {
     }
 }
 
+impl PgManager {
+    /// Connections made with `config` and `tls`, each counted in `opened`.
+    pub fn new(
+        config: postgres::Config,
+        tls: MakeRustlsConnect,
+        opened: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    ) -> Self {
+        PgManager(PostgresConnectionManager::new(config, tls), opened)
+    }
+}
+
 impl r2d2::ManageConnection for PgManager {
     type Connection = PgSession;
     type Error = postgres::Error;
 
     fn connect(&self) -> Result<PgSession, postgres::Error> {
-        self.0.connect().map(|client| PgSession {
+        let client = self.0.connect()?;
+        self.1.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Ok(PgSession {
             client,
             poisoned: false,
             prepared: Default::default(),

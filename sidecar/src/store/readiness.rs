@@ -39,6 +39,18 @@ impl Readiness {
             .is_some();
         // Until the sessions are found to be Ferry's own (Postgres was down at startup), each
         // probe asks; a refusal is for good, and is said in the log when found.
+        // Once found Ferry's own, the sessions are probed again after the pools opened new
+        // connections, on two of the pool's own (a checkout that fails waits for the next tick).
+        if let Some(opened) = pools.own_sessions.recheck_due() {
+            if let (Ok(mut a), Ok(mut b)) = (pools.pg_conn(), pools.pg_conn()) {
+                let out = pools
+                    .own_sessions
+                    .recheck_on(&mut a.client, &mut b.client, opened);
+                // Whatever a failed probe left on them (a transaction, its mark) goes with them.
+                a.poisoned |= out.is_err();
+                b.poisoned |= out.is_err();
+            }
+        }
         let postgres = pools.own_sessions.check().is_ok() && crate::store::db::ping(pools).is_ok();
         self.probes.fetch_add(1, Ordering::Relaxed);
         *self.last.write().unwrap_or_else(|p| p.into_inner()) = Some(Snapshot { redis, postgres });

@@ -19,7 +19,6 @@ use crate::store::own_sessions::{OwnSessions, Problem};
 use crate::store::pools::{PgConn, PgPool};
 use crate::store::postgres::{pg_config, pg_tls, PgManager};
 use ferry_shared::api::Position;
-use r2d2_postgres::PostgresConnectionManager;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -68,6 +67,7 @@ impl Replicas {
         for url in &r.urls {
             let mut one = config.clone();
             one.postgres.url = url.clone();
+            let own = OwnSessions::for_config(&one)?;
             let pool = r2d2::Pool::builder()
                 .max_size(r.pool_size)
                 .min_idle(Some(0))
@@ -75,13 +75,14 @@ impl Replicas {
                 .test_on_check_out(false)
                 // A replica down is routine (it is taken out of use): a warning, not an error.
                 .error_handler(Box::new(crate::store::pools::LogErrors("replica")))
-                .build_unchecked(PgManager(PostgresConnectionManager::new(
+                .build_unchecked(PgManager::new(
                     pg_config(&one)?,
                     pg_tls(&config.postgres).map_err(ApiError::internal)?,
-                )));
+                    own.opened(),
+                ));
             list.push(Replica {
                 pool: Some(pool),
-                own: OwnSessions::for_config(&one)?,
+                own,
                 replayed: AtomicU64::new(0),
                 usable: AtomicBool::new(false),
                 up: AtomicBool::new(false),
@@ -212,6 +213,13 @@ impl Replicas {
             h.clone()
         };
         for (i, r) in self.list.iter().enumerate() {
+            if let Some(opened) = r.own.recheck_due() {
+                if let (Ok(mut a), Ok(mut b)) = (r.get(self.wait()), r.get(self.wait())) {
+                    let out = r.own.recheck_on(&mut a.client, &mut b.client, opened);
+                    a.poisoned |= out.is_err();
+                    b.poisoned |= out.is_err();
+                }
+            }
             match r.own.check() {
                 Ok(()) => {}
                 Err(Problem::Unreachable(_)) => {

@@ -15,12 +15,20 @@
 //!   backend just released to the next transaction, or makes one session wait for another's).
 //!
 //! A session-mode pooler passes once the settings are given to the role (`ALTER ROLE ... SET`).
+//!
+//! A verdict holds for the sessions the probe saw. New connections may lead somewhere else (a
+//! failover to another address, a pooler put in between, a DNS name moved), so whenever the
+//! pools have opened connections since the last passing probe, the readiness thread probes
+//! again, on two of the pool's own sessions (`again`), while serving goes on; a refusal then is
+//! for good too.
+
+mod again;
 
 use crate::http::error::ApiError;
 use crate::store::postgres::{pg_async_config, pg_tls};
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio_postgres::{Client, Config};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -59,6 +67,12 @@ pub struct OwnSessions {
     wants_statement_timeout: bool,
     verdict: AtomicU8,
     why: Mutex<String>,
+    /// Connections the pools have opened (each counts its own: `PgManager`, `AsyncPg`).
+    opened: Arc<AtomicU64>,
+    /// `opened` as it was when the last passing probe began.
+    probed_through: AtomicU64,
+    /// When the last probe again began (`again`).
+    rechecked: Mutex<Option<Instant>>,
 }
 
 impl OwnSessions {
@@ -71,7 +85,15 @@ impl OwnSessions {
             wants_statement_timeout: p.statement_timeout_ms > 0,
             verdict: AtomicU8::new(UNCHECKED),
             why: Mutex::new("the sessions were not checked yet".into()),
+            opened: Arc::default(),
+            probed_through: AtomicU64::new(0),
+            rechecked: Mutex::new(None),
         })
+    }
+
+    /// The counter the pools add each connection they open to.
+    pub fn opened(&self) -> Arc<AtomicU64> {
+        self.opened.clone()
     }
 
     /// Ok once the probe found the sessions to be Ferry's own; else why not (for the log).
@@ -103,12 +125,18 @@ impl OwnSessions {
             NOT_OWN => return Err(Problem::NotOwn(self.allowed().err().unwrap_or_default())),
             _ => {}
         }
+        let opened = self.opened.load(Ordering::Acquire);
+        self.settle(self.run_probe(), opened)
+    }
+
+    /// The probe, on a thread of its own (so that it may be called from inside a runtime).
+    fn run_probe(&self) -> Result<(), Problem> {
         let (config, tls, wants_statement_timeout) = (
             self.config.clone(),
             self.tls.clone(),
             self.wants_statement_timeout,
         );
-        let out = std::thread::scope(|s| {
+        std::thread::scope(|s| {
             s.spawn(move || {
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
@@ -118,16 +146,27 @@ impl OwnSessions {
             })
             .join()
             .unwrap_or_else(|_| Err(Problem::Unreachable("the probe panicked".into())))
-        });
+        })
+    }
+
+    /// Records a probe's verdict (`opened`: the connections opened when it began).
+    fn settle(&self, out: Result<(), Problem>, opened: u64) -> Result<(), Problem> {
         let mut why = self.why.lock().unwrap_or_else(|p| p.into_inner());
         match &out {
-            Ok(()) => self.verdict.store(OWN, Ordering::Release),
+            Ok(()) => {
+                self.probed_through.store(opened, Ordering::Release);
+                self.verdict.store(OWN, Ordering::Release);
+            }
             Err(e @ Problem::NotOwn(w)) => {
                 *why = w.clone();
                 self.verdict.store(NOT_OWN, Ordering::Release);
                 tracing::error!("{e}");
             }
-            Err(Problem::Unreachable(e)) => *why = format!("not checked yet: {e}"),
+            Err(Problem::Unreachable(e)) => {
+                if self.verdict.load(Ordering::Acquire) != OWN {
+                    *why = format!("not checked yet: {e}");
+                }
+            }
         }
         out
     }
@@ -146,9 +185,32 @@ async fn probe(
     tls: MakeRustlsConnect,
     wants_statement_timeout: bool,
 ) -> Result<(), Problem> {
-    let a = connect(config, &tls).await?;
-    let b = connect(config, &tls).await?;
-    settings(&a, wants_statement_timeout).await?;
+    let mut a = connect(config, &tls).await?;
+    let mut b = connect(config, &tls).await?;
+    probe_sessions(&mut a, &mut b, wants_statement_timeout).await
+}
+
+/// Two sessions the probe asks: its own fresh connections at startup, two of the pool's later
+/// (`again`).
+trait Session {
+    /// The backend's pid and the probe's setting as this session sees them; with `set`, the
+    /// setting is given first (for the session, not the transaction). Unanswered after
+    /// `WAIT`: `Ok(None)`.
+    async fn ask(&mut self, set: Option<&str>) -> Result<Option<(i32, Option<String>)>, Problem>;
+    /// A statement whose answer is only "done".
+    async fn exec(&mut self, sql: &str) -> Result<(), Problem>;
+    /// The three settings of [`SETTINGS_SQL`].
+    async fn settings(&mut self) -> Result<[String; 3], Problem>;
+}
+
+/// The settings, then the backend test (see the module's doc), on sessions `a` and `b`.
+async fn probe_sessions<S: Session>(
+    a: &mut S,
+    b: &mut S,
+    wants_statement_timeout: bool,
+) -> Result<(), Problem> {
+    let [read_only, idle, statement] = a.settings().await?;
+    judge_settings(&read_only, &idle, &statement, wants_statement_timeout)?;
     let no_answer = || Problem::Unreachable("no answer within 3 s".into());
     let not_own = |what: &str| {
         Err(Problem::NotOwn(format!(
@@ -158,8 +220,8 @@ async fn probe(
     // Each session marks its own backend; a direct connection keeps both for its life.
     let token = |who: &str| format!("{who}-{:016x}", rand::random::<u64>());
     let (a_token, b_token) = (token("a"), token("b"));
-    let a_own = ask(&a, Some(&a_token)).await?.ok_or_else(no_answer)?.0;
-    let b_own = ask(&b, Some(&b_token)).await?.ok_or_else(no_answer)?.0;
+    let a_own = a.ask(Some(&a_token)).await?.ok_or_else(no_answer)?.0;
+    let b_own = b.ask(Some(&b_token)).await?.ok_or_else(no_answer)?.0;
     if a_own == b_own {
         return not_own("two sessions shared one backend");
     }
@@ -168,14 +230,14 @@ async fn probe(
     };
     for _ in 0..ROUNDS {
         // B holds a transaction open: its backend is taken for as long as it lasts.
-        b.batch_execute("BEGIN").await.map_err(unreachable)?;
-        let in_tx = ask(&b, None).await?.ok_or_else(no_answer)?;
-        let during = ask(&a, None).await;
-        let _ = b.batch_execute("ROLLBACK").await;
+        b.exec("BEGIN").await?;
+        let in_tx = b.ask(None).await?.ok_or_else(no_answer)?;
+        let during = a.ask(None).await;
+        let _ = b.exec("ROLLBACK").await;
         let Some(during) = during? else {
             return not_own("a session waited for another session's transaction to end");
         };
-        let after = ask(&a, None).await?.ok_or_else(no_answer)?;
+        let after = a.ask(None).await?.ok_or_else(no_answer)?;
         if moved(&in_tx, b_own, &b_token)
             || moved(&during, a_own, &a_token)
             || moved(&after, a_own, &a_token)
@@ -184,6 +246,35 @@ async fn probe(
         }
     }
     Ok(())
+}
+
+/// The probe's statements: it marks a session with one, and reads the mark back with the other.
+const MARK_SQL: &str = "SELECT pg_backend_pid(), set_config('ferry.own_session', $1, false)";
+const READ_MARK_SQL: &str = "SELECT pg_backend_pid(), current_setting('ferry.own_session', true)";
+
+impl Session for Client {
+    async fn ask(&mut self, set: Option<&str>) -> Result<Option<(i32, Option<String>)>, Problem> {
+        let row = match set {
+            Some(token) => tokio::time::timeout(WAIT, self.query_one(MARK_SQL, &[&token])).await,
+            None => tokio::time::timeout(WAIT, self.query_one(READ_MARK_SQL, &[])).await,
+        };
+        let Ok(row) = row else {
+            return Ok(None);
+        };
+        marked(&row.map_err(unreachable)?).map(Some)
+    }
+
+    async fn exec(&mut self, sql: &str) -> Result<(), Problem> {
+        self.batch_execute(sql).await.map_err(unreachable)
+    }
+
+    async fn settings(&mut self) -> Result<[String; 3], Problem> {
+        let row = self
+            .query_one(SETTINGS_SQL, &[])
+            .await
+            .map_err(unreachable)?;
+        Ok([0, 1, 2].map(|i| row.try_get::<_, String>(i).unwrap_or_default()))
+    }
 }
 
 async fn connect(config: &Config, tls: &MakeRustlsConnect) -> Result<Client, Problem> {
@@ -208,46 +299,29 @@ async fn connect(config: &Config, tls: &MakeRustlsConnect) -> Result<Client, Pro
     Ok(client)
 }
 
+/// The backend's pid and the probe's mark, from an answer to [`MARK_SQL`] or [`READ_MARK_SQL`].
+fn marked(row: &tokio_postgres::Row) -> Result<(i32, Option<String>), Problem> {
+    let pid = row.try_get(0).map_err(unreachable)?;
+    let seen: Option<String> = row.try_get(1).map_err(unreachable)?;
+    Ok((pid, seen.filter(|s| !s.is_empty())))
+}
+
 fn unreachable(e: tokio_postgres::Error) -> Problem {
     Problem::Unreachable(crate::store::failure::describe(&e))
 }
 
-/// The backend's pid and the probe's setting as this session sees them; with `set`, the
-/// setting is given first (for the session, not the transaction). Unanswered after `WAIT`:
-/// `Ok(None)`.
-async fn ask(c: &Client, set: Option<&str>) -> Result<Option<(i32, Option<String>)>, Problem> {
-    let row = match set {
-        Some(token) => {
-            let sql = "SELECT pg_backend_pid(), set_config('ferry.own_session', $1, false)";
-            tokio::time::timeout(WAIT, c.query_one(sql, &[&token])).await
-        }
-        None => {
-            let sql = "SELECT pg_backend_pid(), current_setting('ferry.own_session', true)";
-            tokio::time::timeout(WAIT, c.query_one(sql, &[])).await
-        }
-    };
-    let Ok(row) = row else {
-        return Ok(None);
-    };
-    let row = row.map_err(unreachable)?;
-    let pid = row.try_get(0).map_err(unreachable)?;
-    let seen: Option<String> = row.try_get(1).map_err(unreachable)?;
-    Ok(Some((pid, seen.filter(|s| !s.is_empty()))))
-}
+/// The query that reads the settings Ferry asks for at connect, judged by [`judge_settings`].
+const SETTINGS_SQL: &str = "SELECT current_setting('default_transaction_read_only'), \
+                                   current_setting('idle_in_transaction_session_timeout'), \
+                                   current_setting('statement_timeout')";
 
-/// The settings Ferry asks for at connect (`postgres::pg_async_config`) are in force.
-async fn settings(c: &Client, wants_statement_timeout: bool) -> Result<(), Problem> {
-    let row = c
-        .query_one(
-            "SELECT current_setting('default_transaction_read_only'), \
-                    current_setting('idle_in_transaction_session_timeout'), \
-                    current_setting('statement_timeout')",
-            &[],
-        )
-        .await
-        .map_err(unreachable)?;
-    let get = |i| row.try_get::<_, String>(i).unwrap_or_default();
-    let (read_only, idle, statement) = (get(0), get(1), get(2));
+/// Whether the settings read by [`SETTINGS_SQL`] are those Ferry asked for.
+fn judge_settings(
+    read_only: &str,
+    idle: &str,
+    statement: &str,
+    wants_statement_timeout: bool,
+) -> Result<(), Problem> {
     let mut missing = Vec::new();
     if read_only != "on" {
         missing.push("default_transaction_read_only = on");
