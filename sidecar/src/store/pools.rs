@@ -36,7 +36,7 @@ pub struct Pools {
     /// Multiplexed connections, one per worker, for commands run on the event loop.
     redis_async: AsyncRedis,
     /// Always Some until drop (see `Drop for Pools`).
-    pg: Option<PgPool>,
+    pub(super) pg: Option<PgPool>,
     /// The workers' own Postgres sessions, for reads on the event loop.
     pg_async: AsyncPg,
     /// Whether Postgres's sessions were found to be Ferry's own: none is used until then.

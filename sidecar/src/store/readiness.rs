@@ -2,7 +2,7 @@
 //! from a snapshot at most `server.readiness_interval_ms` old, so traffic on it, however heavy
 //! and from wherever, never reaches the pools: one probe per interval whatever the load.
 
-use crate::store::pools::Pools;
+use crate::store::pools::{PgConn, Pools};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
@@ -42,7 +42,7 @@ impl Readiness {
         // Once found Ferry's own, the sessions are probed again after the pools opened new
         // connections, on two of the pool's own (a checkout that fails waits for the next tick).
         if let Some(opened) = pools.own_sessions.recheck_due() {
-            if let (Ok(mut a), Ok(mut b)) = (pools.pg_conn(), pools.pg_conn()) {
+            if let Some((mut a, mut b)) = pooled_pair(pools) {
                 let out = pools
                     .own_sessions
                     .recheck_on(&mut a.client, &mut b.client, opened);
@@ -55,6 +55,15 @@ impl Readiness {
         self.probes.fetch_add(1, Ordering::Relaxed);
         *self.last.write().unwrap_or_else(|p| p.into_inner()) = Some(Snapshot { redis, postgres });
     }
+}
+
+/// Two of the pool's sessions for the probe again, if each comes within 50 ms: never one held
+/// while waiting long for the other, which requests may be waiting for too. A pool of one has
+/// no pair to give (it is not probed again).
+fn pooled_pair(pools: &Pools) -> Option<(PgConn, PgConn)> {
+    let pool = pools.pg.as_ref().filter(|_| pools.pg_pooled_size() >= 2)?;
+    let wait = Duration::from_millis(50);
+    Some((pool.get_timeout(wait).ok()?, pool.get_timeout(wait).ok()?))
 }
 
 /// How soon the sessions are asked again while Postgres could not be asked at all.
