@@ -66,3 +66,78 @@ fn a_pooler_put_in_after_startup_is_found_and_refused() {
     }
     drop(bouncer);
 }
+
+/// The same swap in front of a streaming replica (`[replicas]`, plain reads allowed there):
+/// the replica is taken out of use, and reads go on, served by the primary. The servers'
+/// own statistics say who served each read.
+#[test]
+fn a_pooler_put_in_front_of_a_replica_takes_it_out_of_use() {
+    let redis = RedisServer::start();
+    let primary = PgServer::start_with("-c synchronous_commit=on");
+    primary
+        .client()
+        .batch_execute("CREATE TABLE swapped (id int PRIMARY KEY); INSERT INTO swapped VALUES (1);")
+        .expect("table");
+    let replica = PgServer::replica_of(&primary, "");
+    let bouncer = PgBouncer::start(replica.port, "transaction", &["postgres"], true);
+    let proxy = CutProxy::start(([127, 0, 0, 1], replica.port).into());
+    let url = format!("postgres://postgres@{}/postgres", proxy.addr);
+    let env = [
+        ("FERRY_REPLICAS_URLS", url.as_str()),
+        ("FERRY_REPLICAS_READS", "any"),
+        ("FERRY_REPLICAS_POLL_MS", "20"),
+    ];
+    let sidecar = SidecarProcess::start(BIN, &redis.url(), &primary.url(), &env, Stdio::null());
+    let c = &sidecar.client;
+    let read = || {
+        let r = c.query(json!({"sql": "SELECT id FROM swapped WHERE id = 1"}));
+        assert_eq!(r.status, 200, "every read is served: {:?}", r.body);
+    };
+    let scans = |pg: &PgServer| -> i64 {
+        pg.client()
+            .query_one(
+                "SELECT COALESCE(idx_scan, 0) FROM pg_stat_user_tables WHERE relname = 'swapped'",
+                &[],
+            )
+            .expect("statistics")
+            .get(0)
+    };
+    // Statistics are flushed by each backend at its transaction's end, at most once a second.
+    let settled = |pg: &PgServer| {
+        std::thread::sleep(Duration::from_millis(1_100));
+        scans(pg)
+    };
+    ferry_testkit::wait_until(
+        "the replica to serve reads",
+        Duration::from_secs(20),
+        || {
+            let before = scans(&replica);
+            (0..20).for_each(|_| read());
+            settled(&replica) > before
+        },
+    );
+
+    proxy.retarget(([127, 0, 0, 1], bouncer.port).into());
+    proxy.reset();
+    let swapped = Instant::now();
+    // Out of use once a round of reads leaves the replica's count alone.
+    let mut out_after = None;
+    while swapped.elapsed() < Duration::from_secs(20) {
+        let (replica_before, primary_before) = (scans(&replica), scans(&primary));
+        (0..20).for_each(|_| read());
+        if settled(&replica) == replica_before && settled(&primary) > primary_before {
+            out_after = Some(swapped.elapsed());
+            break;
+        }
+    }
+    println!("FIGURES pooler put in front of a replica: out of use after at most {out_after:?}");
+    assert!(
+        out_after.is_some(),
+        "reads went on through a transaction-mode pooler in front of the replica"
+    );
+    // And it stays out.
+    let before = scans(&replica);
+    (0..20).for_each(|_| read());
+    assert_eq!(settled(&replica), before, "the replica was used again");
+    drop(bouncer);
+}
