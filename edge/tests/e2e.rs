@@ -243,12 +243,18 @@ fn anonymous_callers_can_only_read() {
     assert_eq!(get(&c, "/items/7").status, 200, "anyone may read");
 
     let wrong = bearer("not-the-api-key-0123456789");
-    let attempts: [(&str, &str, Vec<u8>); 3] = [
+    let attempts: [(&str, &str, Vec<u8>); 5] = [
         (
             "PUT",
             "/items/7",
             br#"{"name": "anonymous", "price": "1.00"}"#.to_vec(),
         ),
+        (
+            "PUT",
+            "/items",
+            br#"{"items": [{"id": 7, "name": "anonymous", "price": "1.00"}]}"#.to_vec(),
+        ),
+        ("POST", "/items/7/reprice", br#"{"percent": 100}"#.to_vec()),
         ("PUT", "/cache/x", br#"{"value": "anonymous"}"#.to_vec()),
         ("GET", "/cache/x", Vec::new()),
     ];
@@ -259,13 +265,27 @@ fn anonymous_callers_can_only_read() {
             assert_eq!(r.code(), "unauthorized", "{:?}", r.body);
         }
     }
-    let name: String = stack
+    let (name, price): (String, String) = stack
         .pg
         .client()
-        .query_one("SELECT name FROM items WHERE id = 7", &[])
-        .expect("row")
+        .query_one("SELECT name, price::text FROM items WHERE id = 7", &[])
+        .map(|r| (r.get(0), r.get(1)))
+        .expect("row");
+    assert_eq!(
+        (name.as_str(), price.as_str()),
+        ("item 7", "8.75"),
+        "no anonymous write reached Postgres"
+    );
+    let began: i64 = stack
+        .pg
+        .client()
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%'",
+            &[],
+        )
+        .expect("activity")
         .get(0);
-    assert_eq!(name, "item 7", "no anonymous write reached Postgres");
+    assert_eq!(began, 0, "no anonymous transaction was begun");
     let mut redis = stack.redis.conn();
     let keys: Vec<String> = ::redis::cmd("KEYS")
         .arg("ferry:k:*")
