@@ -122,6 +122,9 @@ impl Lab {
                 break status.code();
             }
             if start.elapsed() > Duration::from_secs(20) {
+                // Ended here, or reading its stderr below would wait for it for good.
+                let _ = child.0.kill();
+                let _ = child.0.wait();
                 break None;
             }
             std::thread::sleep(Duration::from_millis(50));
