@@ -5,7 +5,7 @@
 //! sessions are blocking ones: `ask` gives up after `WAIT` by cancelling its query, as the
 //! first probe's timeout does.
 
-use super::{marked, probe_sessions, unreachable, OwnSessions, Problem, Session};
+use super::{marked, probe_sessions, problem, OwnSessions, Problem, Session};
 use super::{MARK_SQL, NOT_OWN, OWN, READ_MARK_SQL, SETTINGS_SQL, WAIT};
 use futures_util::FutureExt;
 use std::sync::atomic::Ordering;
@@ -53,7 +53,7 @@ impl OwnSessions {
         let out = probed.and_then(|()| {
             for s in [a.client, b.client] {
                 s.batch_execute("RESET ferry.own_session")
-                    .map_err(unreachable)?;
+                    .map_err(problem)?;
             }
             Ok(())
         });
@@ -100,18 +100,15 @@ impl Session for Pooled<'_> {
         if watchdog.join().unwrap_or(true) && row.is_err() {
             return Ok(None);
         }
-        marked(&row.map_err(unreachable)?).map(Some)
+        marked(&row.map_err(problem)?).map(Some)
     }
 
     async fn exec(&mut self, sql: &str) -> Result<(), Problem> {
-        self.client.batch_execute(sql).map_err(unreachable)
+        self.client.batch_execute(sql).map_err(problem)
     }
 
     async fn settings(&mut self) -> Result<[String; 3], Problem> {
-        let row = self
-            .client
-            .query_one(SETTINGS_SQL, &[])
-            .map_err(unreachable)?;
+        let row = self.client.query_one(SETTINGS_SQL, &[]).map_err(problem)?;
         Ok([0, 1, 2].map(|i| row.try_get::<_, String>(i).unwrap_or_default()))
     }
 }

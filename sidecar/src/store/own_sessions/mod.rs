@@ -261,18 +261,15 @@ impl Session for Client {
         let Ok(row) = row else {
             return Ok(None);
         };
-        marked(&row.map_err(unreachable)?).map(Some)
+        marked(&row.map_err(problem)?).map(Some)
     }
 
     async fn exec(&mut self, sql: &str) -> Result<(), Problem> {
-        self.batch_execute(sql).await.map_err(unreachable)
+        self.batch_execute(sql).await.map_err(problem)
     }
 
     async fn settings(&mut self) -> Result<[String; 3], Problem> {
-        let row = self
-            .query_one(SETTINGS_SQL, &[])
-            .await
-            .map_err(unreachable)?;
+        let row = self.query_one(SETTINGS_SQL, &[]).await.map_err(problem)?;
         Ok([0, 1, 2].map(|i| row.try_get::<_, String>(i).unwrap_or_default()))
     }
 }
@@ -291,7 +288,7 @@ async fn connect(config: &Config, tls: &MakeRustlsConnect) -> Result<Client, Pro
                     db.message()
                 ))
             }
-            _ => unreachable(e),
+            _ => problem(e),
         })?;
     tokio::spawn(async move {
         let _ = connection.await;
@@ -301,12 +298,22 @@ async fn connect(config: &Config, tls: &MakeRustlsConnect) -> Result<Client, Pro
 
 /// The backend's pid and the probe's mark, from an answer to [`MARK_SQL`] or [`READ_MARK_SQL`].
 fn marked(row: &tokio_postgres::Row) -> Result<(i32, Option<String>), Problem> {
-    let pid = row.try_get(0).map_err(unreachable)?;
-    let seen: Option<String> = row.try_get(1).map_err(unreachable)?;
+    let pid = row.try_get(0).map_err(problem)?;
+    let seen: Option<String> = row.try_get(1).map_err(problem)?;
     Ok((pid, seen.filter(|s| !s.is_empty())))
 }
 
-fn unreachable(e: tokio_postgres::Error) -> Problem {
+/// A failed probe statement's verdict. A statement the session prepared and then did not find
+/// (26000) ran on another backend than its Parse: only a pooler between Ferry and Postgres does
+/// that (tokio-postgres prepares, then runs, in two exchanges). Anything else: asked again.
+fn problem(e: tokio_postgres::Error) -> Problem {
+    if e.code() == Some(&tokio_postgres::error::SqlState::INVALID_SQL_STATEMENT_NAME) {
+        return Problem::NotOwn(format!(
+            "a statement prepared on a session was not found by the next one on that session \
+             ({}): its statements ran on more than one backend (a transaction-mode pooler)",
+            crate::store::failure::describe(&e)
+        ));
+    }
     Problem::Unreachable(crate::store::failure::describe(&e))
 }
 
