@@ -204,6 +204,31 @@ fn a_transaction_mode_pooler_is_refused_before_any_request_runs() {
 }
 
 #[test]
+fn every_probe_through_a_transaction_mode_pooler_refuses_it() {
+    // The probe is asked again while it could not give a verdict (Postgres down), and every
+    // probe is a chance for the pooler's interleaving of its statements to pass it. So a probe
+    // through the pooler must refuse it, not give up: before 2026-12-04, 149 of 150 gave up
+    // ("prepared statement \"s5\" already exists", taken for an unreachable Postgres).
+    let lab = lab("transaction", true);
+    for run in 0..30 {
+        let out = Command::new(BIN)
+            .env_clear()
+            .env("FERRY_SECRET", ferry_testkit::SECRET)
+            .envs(lab.env.iter().cloned())
+            .arg("--check-config")
+            .output()
+            .expect("run the sidecar");
+        let said = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "probe {run}: {said}");
+        assert!(
+            said.contains("transaction-mode pooler"),
+            "probe {run}: {said}"
+        );
+    }
+}
+
+#[test]
 fn a_pooler_that_drops_the_session_settings_is_refused() {
     // Session mode, but the settings Ferry asks for at connect never arrive: reads would no
     // longer be read-only by default.

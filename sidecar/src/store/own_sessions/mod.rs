@@ -303,14 +303,24 @@ fn marked(row: &tokio_postgres::Row) -> Result<(i32, Option<String>), Problem> {
     Ok((pid, seen.filter(|s| !s.is_empty())))
 }
 
-/// A failed probe statement's verdict. A statement the session prepared and then did not find
-/// (26000) ran on another backend than its Parse: only a pooler between Ferry and Postgres does
-/// that (tokio-postgres prepares, then runs, in two exchanges). Anything else: asked again.
+/// A failed probe statement's verdict. The probe's statements are prepared, then run, in two
+/// exchanges (tokio-postgres), under names each connection numbers from `s0`. On a session of
+/// its own neither can go wrong; behind a transaction-mode pooler each exchange may land on
+/// another backend: the run finds its statement missing there (26000), or the Parse finds the
+/// name taken by another client's statement (42P05). Either is the pooler's doing, not an
+/// unreachable Postgres: taken for one, the probe was asked again every 200 ms, and each run
+/// was one more chance for the pooler's interleaving to pass it (it did once, in CI).
+/// Anything else: asked again.
 fn problem(e: tokio_postgres::Error) -> Problem {
-    if e.code() == Some(&tokio_postgres::error::SqlState::INVALID_SQL_STATEMENT_NAME) {
+    use tokio_postgres::error::SqlState;
+    let shared = [
+        SqlState::INVALID_SQL_STATEMENT_NAME,
+        SqlState::DUPLICATE_PSTATEMENT,
+    ];
+    if e.code().is_some_and(|c| shared.contains(c)) {
         return Problem::NotOwn(format!(
-            "a statement prepared on a session was not found by the next one on that session \
-             ({}): its statements ran on more than one backend (a transaction-mode pooler)",
+            "the probe's prepared statements were not those of its own session ({}): its \
+             statements ran on more than one backend (a transaction-mode pooler)",
             crate::store::failure::describe(&e)
         ));
     }
