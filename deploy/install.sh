@@ -37,6 +37,9 @@ FERRY_SECRET=$(openssl rand -hex 32)
 # A least-privilege role (scripts/demo.sql shows one: ferry_app), never a superuser:
 # --check-config warns when it is one. Remote URLs get verified TLS unless sslmode says otherwise.
 # FERRY_DATABASE_URL=postgres://ferry_app:password@db.example.com:5432/app
+# Ferry's own role, which keeps its books (scripts/demo.sql: ferry_owner, owning schema ferry);
+# the sidecar refuses to start if the role above could touch them.
+# FERRY_POSTGRES_OWNER_URL=postgres://ferry_owner:password@db.example.com:5432/app
 ENV
   echo "wrote $ROOT/etc/ferry/ferry.env with a new FERRY_SECRET: give the same secret to the edge"
   echo "  (scripts/wrangler.sh secret put FERRY_SECRET) and set the Redis and Postgres URLs."

@@ -25,18 +25,18 @@ END $$;
 REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 GRANT USAGE ON SCHEMA public TO ferry_app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON items TO ferry_app;
--- Writes' nonces, shared by every sidecar so none runs a replayed write (auth.replay =
--- "shared"). The sidecar creates this table itself when its role may; ferry_app may not.
-DROP TABLE IF EXISTS ferry_nonces;
-CREATE TABLE ferry_nonces (nonce bytea PRIMARY KEY, expires_at timestamptz NOT NULL,
-                           rows_affected bigint);
-GRANT SELECT, INSERT, DELETE ON ferry_nonces TO ferry_app;
--- Invalidations deferred while Redis was unreachable, applied by any sidecar (cache.deferred_table).
-DROP TABLE IF EXISTS ferry_deferred;
-CREATE TABLE ferry_deferred (id bigserial PRIMARY KEY, kind text NOT NULL, name text NOT NULL,
-                             deferred_at timestamptz NOT NULL DEFAULT now());
-GRANT SELECT, INSERT, DELETE ON ferry_deferred TO ferry_app;
-GRANT USAGE ON SEQUENCE ferry_deferred_id_seq TO ferry_app;
+-- Ferry's own role (postgres.owner_url): it owns the schema `ferry`, where Ferry keeps its books
+-- (writes' nonces and outcomes, auth.nonce_table; deferred invalidations, cache.deferred_table).
+-- No request runs as it. The sidecar makes the tables and the one function requests may call
+-- (ferry.ferry_record_write, which asks for a proof only Ferry can give), and grants ferry_app
+-- EXECUTE on it and nothing else: a request's SQL can neither forge nor erase Ferry's books.
+DO $$ BEGIN
+  CREATE ROLE ferry_owner LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+DROP TABLE IF EXISTS ferry_nonces, ferry_deferred;
+DROP SCHEMA IF EXISTS ferry CASCADE;
+CREATE SCHEMA ferry AUTHORIZATION ferry_owner;
 
 -- Change-stream invalidation (deploy/ferry.toml [changes]): the stream reads a logical
 -- replication slot as its own role, ferry_changes, with REPLICATION and SELECT on the watched
@@ -51,6 +51,29 @@ GRANT USAGE ON SCHEMA public TO ferry_changes;
 GRANT SELECT ON items TO ferry_changes;
 DROP PUBLICATION IF EXISTS ferry;
 CREATE PUBLICATION ferry FOR TABLE items;
+
+-- Neon tokens ([[neon.tokens]]): each runs any SQL its holder sends, so each has a login role
+-- of its own (postgres_url), apart from ferry_app and from each other: one role's sessions can
+-- read each other's statements (pg_stat_activity) and end each other (pg_terminate_backend).
+-- Neither holds `authenticated` (a token could then act as any end user).
+DO $$ BEGIN
+  CREATE ROLE ferry_neon LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+DO $$ BEGIN
+  CREATE ROLE ferry_neon_ro LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+GRANT USAGE ON SCHEMA public TO ferry_neon, ferry_neon_ro;
+GRANT SELECT, INSERT, UPDATE, DELETE ON items TO ferry_neon;
+GRANT SELECT ON items TO ferry_neon_ro;
+-- Large objects are written even inside a read-only transaction: a read-only token's role must
+-- not reach these (Ferry refuses to start otherwise). Revoked from PUBLIC; grant them back to
+-- a role that needs them.
+REVOKE EXECUTE ON FUNCTION lo_creat(integer), lo_create(oid), lo_from_bytea(oid, bytea),
+    lo_import(text), lo_import(text, oid), lo_put(oid, bigint, bytea), lo_unlink(oid),
+    lo_truncate(integer, integer), lo_truncate64(integer, bigint), lowrite(integer, bytea)
+    FROM PUBLIC;
 
 -- Per-user identity (deploy/ferry.toml [identity], the edge's /me/notes): each note belongs to
 -- the `sub` of the JWT the edge verified. The sidecar runs those requests as `authenticated`

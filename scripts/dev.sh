@@ -156,7 +156,8 @@ INI
 as_pg /usr/sbin/pgbouncer -d -q "$RUN/pgbouncer.ini"
 
 step "4/6 $SIDECARS sidecars on 127.0.0.1:$FIRST_SIDECAR_PORT.. behind nginx on 127.0.0.1:$SIDECAR_PORT (config: deploy/ferry.toml)"
-# As the least-privilege role ferry_app (scripts/demo.sql); the change stream as ferry_changes
+# As the least-privilege role ferry_app (scripts/demo.sql), Ferry's books kept by ferry_owner, the
+# Neon token as ferry_neon; the change stream as ferry_changes
 # (REPLICATION, SELECT on items), so writes from psql reach the cache too (one sidecar leads the
 # stream, the others take over if it goes). Raw SQL is on here, and only here, so the examples
 # printed below can send their own SELECTs; deploy/ferry.toml keeps it off. Every sidecar shares
@@ -172,12 +173,14 @@ for i in $(seq 0 $((SIDECARS - 1))); do
   FERRY_SERVER_ADMIN_LISTEN=127.0.0.1:$((9187 + i)) \
   FERRY_REDIS_URL=redis://127.0.0.1:$REDIS_PORT \
   FERRY_DATABASE_URL=postgres://ferry_app@127.0.0.1:$PG_PORT/postgres \
+  FERRY_POSTGRES_OWNER_URL=postgres://ferry_owner@127.0.0.1:$PG_PORT/postgres \
   FERRY_AUTH_ALLOW_RAW_SQL=true \
   FERRY_CHANGES_ENABLED=true \
   FERRY_UPSTASH_ENABLED=true \
   FERRY_UPSTASH_TOKEN=$(cat "$RUN/upstash-token") \
   FERRY_NEON_ENABLED=true \
   FERRY_NEON_TOKEN=$(cat "$RUN/neon-token") \
+  FERRY_NEON_POSTGRES_URL=postgres://ferry_neon@127.0.0.1:$PG_PORT/postgres \
   FERRY_CHANGES_URL=postgres://ferry_changes@127.0.0.1:$PG_PORT/postgres \
   FERRY_REPLICAS_URLS=postgres://ferry_app@127.0.0.1:$REPLICA_PORT/postgres \
   FERRY_REPLICAS_MAX_LAG_MS=3000 \
@@ -210,6 +213,7 @@ FERRY_REDIS_CLUSTER=true \
 FERRY_UPSTASH_ENABLED=true \
 FERRY_UPSTASH_TOKEN=$(cat "$RUN/upstash-token") \
 FERRY_DATABASE_URL=postgres://ferry_app@127.0.0.1:$PG_PORT/postgres \
+FERRY_POSTGRES_OWNER_URL=postgres://ferry_owner@127.0.0.1:$PG_PORT/postgres \
 FERRY_AUTH_ALLOW_RAW_SQL=true \
 FERRY_SECRET=$SECRET \
 FERRY_LOG=${FERRY_LOG:-info} \

@@ -98,6 +98,8 @@ pub fn start_sidecar(redis_url: &str, pg_url: &str, extra: &[(&str, &str)]) -> P
         .env("FERRY_LISTEN", format!("127.0.0.1:{port}"))
         .env("FERRY_REDIS_URL", redis_url)
         .env("FERRY_DATABASE_URL", pg_url)
+        // As the superuser, as pgbench runs: one role for everything.
+        .envs(ferry_testkit::process::roles_env(pg_url))
         .env("FERRY_SECRET", SECRET)
         .env("FERRY_LOG", "warn")
         // The scenarios send their own SQL, as a trusted caller would.

@@ -61,11 +61,14 @@ fn main() -> ExitCode {
     }
     if args.check_config {
         use ferry_sidecar::store::own_sessions::{OwnSessions, Problem};
+        let audit = ferry_sidecar::store::roles::Audit::for_config(&config);
         let own = OwnSessions::for_config(&config).map_err(|e| e.to_string());
-        let sessions = own.map(|o| o.check());
-        if let Ok(Err(e @ Problem::NotOwn(_))) = &sessions {
-            eprintln!("ferry-sidecar: {e}");
-            return ExitCode::from(2);
+        let sessions = own.map(|o| o.with_audit(audit).check());
+        if let Ok(Err(e)) = &sessions {
+            if e.is_final() {
+                eprintln!("ferry-sidecar: {e}");
+                return ExitCode::from(2);
+            }
         }
         println!("config ok");
         if let Err(e) | Ok(Err(Problem::Unreachable(e))) = sessions {
@@ -135,7 +138,7 @@ fn reload(state: &AppState, path: Option<&std::path::Path>, log: &LogHandle) {
                     Err(e) => tracing::warn!(error = %e, "SIGHUP: bad server.log_level kept out"),
                 }
             }
-            tracing::info!("SIGHUP: configuration reloaded (cache limits, named queries, keyspaces, allow_raw_sql, log level)");
+            tracing::info!("SIGHUP: configuration reloaded (tokens, secrets, limits, named queries, keyspaces, identity, log level)");
             if !restart.is_empty() {
                 tracing::warn!(sections = ?restart, "SIGHUP: these changes need a restart and were not applied");
             }

@@ -45,9 +45,9 @@ impl AppState {
         // Sessions shared by a pooler in between stop the sidecar here, saying why; a Postgres
         // that cannot be asked yet is asked again by the readiness probe (nothing is served from
         // it until then).
-        if let Err(e @ crate::store::own_sessions::Problem::NotOwn(_)) = pools.own_sessions.check()
-        {
-            return Err(ApiError::internal(e.to_string()));
+        match pools.own_sessions.check() {
+            Err(e) if e.is_final() => return Err(ApiError::internal(e.to_string())),
+            _ => {}
         }
         let timeout = config.request_timeout();
         let mut cache = Cache::new(
@@ -70,14 +70,8 @@ impl AppState {
         }
         let cache = Arc::new(cache);
         let changes = crate::changes::start(&config, &cache, &pools);
-        // During a rotation both the new and the previous secret are accepted.
-        let secrets = [&config.auth.secret, &config.auth.previous_secret]
-            .into_iter()
-            .filter(|s| !s.is_empty())
-            .map(|s| s.as_bytes().to_vec())
-            .collect();
         let verifier = Verifier::new(
-            secrets,
+            secrets(&config),
             config.auth.max_skew_s,
             config.server.body_limit_bytes,
             timeout,
@@ -86,8 +80,13 @@ impl AppState {
             config.auth.replay == crate::config::ReplayScope::Shared,
             &config.cache.key_prefix,
             &crate::config::table_name(&config.auth.nonce_table)
-                .unwrap_or_else(|| "public.ferry_nonces".into()),
+                .unwrap_or_else(|| "ferry.nonces".into()),
             config.auth.max_skew_s,
+            // With a role of its own, Ferry grants requests' role its record function (with one
+            // role, nothing needs granting).
+            (!config.postgres.owner_url.is_empty())
+                .then(|| crate::store::postgres::login_role(&config.postgres.url))
+                .flatten(),
         );
         nonces.spawn_sweeper(Arc::downgrade(&pools));
         let blocking = Blocking::new(config.server.max_in_flight, timeout);
@@ -217,60 +216,30 @@ impl AppState {
             .unwrap_or_else(|p| p.into_inner().clone())
     }
 
-    /// Applies what can change while running (cache limits and TTL bounds, named queries,
-    /// keyspaces, `auth.allow_raw_sql`, `server.log_level`) from `new`; returns the keys that
-    /// changed but only take effect after a restart (listeners, pools, secrets...).
+    /// Applies a reloaded config (`config::reload`): what can change live takes effect now,
+    /// credentials first; returns the keys that changed but wait for a restart.
     pub fn reload(&self, new: Config) -> Vec<String> {
         let old = self.config();
-        let mut restart = Vec::new();
-        let mut server = new.server.clone();
-        server.log_level = old.server.log_level.clone();
-        if server != old.server {
-            restart.push("server".to_string());
-        }
-        let mut auth = new.auth.clone();
-        auth.allow_raw_sql = old.auth.allow_raw_sql;
-        if auth != old.auth {
-            restart.push("auth".to_string());
-        }
-        if new.redis != old.redis {
-            restart.push("redis".to_string());
-        }
-        if new.postgres != old.postgres {
-            restart.push("postgres".to_string());
-        }
-        if new.replicas != old.replicas {
-            restart.push("replicas".to_string());
-        }
-        let c = &new.cache;
-        if c.key_prefix != old.cache.key_prefix
-            || c.max_entry_bytes != old.cache.max_entry_bytes
-            || c.invalidation_retry_ms != old.cache.invalidation_retry_ms
-        {
-            restart.push("cache.key_prefix/max_entry_bytes/invalidation_retry_ms".to_string());
-        }
-        if new.changes != old.changes
-            || (old.changes.enabled && new.watched_tables() != old.watched_tables())
-        {
-            // The slot, the publication and the watched set are fixed while the stream runs;
-            // named queries and keyspaces that would change the set wait for the restart too.
-            restart.push("changes (and queries/keyspaces that change the watched tables)".into());
-            return restart;
-        }
-        let mut merged = (*old).clone();
-        merged.server.log_level = new.server.log_level.clone();
-        merged.auth.allow_raw_sql = new.auth.allow_raw_sql;
-        merged.cache.max_ttl_s = c.max_ttl_s;
-        merged.cache.max_key_bytes = c.max_key_bytes;
-        merged.cache.max_batch = c.max_batch;
-        merged.queries = new.queries;
-        merged.keyspaces = new.keyspaces;
+        let r = crate::config::reload(&old, new, |url| self.pools.has_neon_role(url));
+        self.verifier.set_secrets(secrets(&r.config));
+        error::set_retry_after_s(r.config.server.retry_after_s);
+        // Script users' passwords may have changed: their connections are opened anew.
+        self.upstash_scripts.forget_all();
         match self.config.write() {
-            Ok(mut w) => *w = Arc::new(merged),
-            Err(p) => *p.into_inner() = Arc::new(merged),
+            Ok(mut w) => *w = Arc::new(r.config),
+            Err(p) => *p.into_inner() = Arc::new(r.config),
         }
-        restart
+        r.restart
     }
+}
+
+/// The secrets a request may be signed with: during a rotation, the new and the previous one.
+fn secrets(config: &Config) -> Vec<Vec<u8>> {
+    [&config.auth.secret, &config.auth.previous_secret]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .map(|s| s.as_bytes().to_vec())
+        .collect()
 }
 
 /// The configuration checks that need the stores' own client builders (URLs, TLS files, the

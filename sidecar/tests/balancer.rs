@@ -28,7 +28,13 @@ fn deployment(prepare: impl FnOnce(&PgServer)) -> Deployment {
     pg.setup_demo_schema();
     prepare(&pg);
     let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/ferry.toml");
-    let env = [("FERRY_CONFIG", sample)];
+    // Room for eight interactive transactions across the two sidecars: five each, with the
+    // pooled share they come from (20 - 2 workers x 7 sessions) left one for writes.
+    let env = [
+        ("FERRY_CONFIG", sample),
+        ("FERRY_POSTGRES_POOL_SIZE", "20"),
+        ("FERRY_LIMITS_MAX_OPEN_TRANSACTIONS", "5"),
+    ];
     let sidecars: Vec<SidecarProcess> = (0..2)
         .map(|_| SidecarProcess::start(BIN, &redis.url(), &pg.url(), &env, Stdio::null()))
         .collect();

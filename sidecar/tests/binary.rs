@@ -99,6 +99,7 @@ fn check_config_warns_about_a_superuser_role() {
             .env_clear()
             .env("FERRY_SECRET", common::SECRET)
             .env("FERRY_DATABASE_URL", url)
+            .envs(ferry_testkit::process::roles_env(url))
             .output()
             .expect("run binary");
         assert!(out.status.success());
@@ -128,6 +129,7 @@ fn check_config_warns_about_a_superuser_role() {
             "FERRY_DATABASE_URL",
             format!("postgres://ferry_app@127.0.0.1:{}/postgres", pg.port),
         )
+        .env("FERRY_POSTGRES_OWNER_URL", pg.url_as("ferry_owner"))
         .env("FERRY_IDENTITY_ROLES", "authenticated,ghost,strong")
         .output()
         .expect("run binary");
@@ -158,6 +160,7 @@ fn a_taken_port_is_named_at_startup() {
         .env("FERRY_LISTEN", format!("127.0.0.1:{}", common::free_port()))
         .env("FERRY_SERVER_ADMIN_LISTEN", &addr)
         .env("FERRY_LOG", "error")
+        .env("FERRY_POSTGRES_SINGLE_ROLE", "true")
         .output()
         .expect("run binary");
     assert!(!out.status.success());

@@ -177,6 +177,7 @@ fn missing_prerequisites_are_named_at_startup() {
             .env("FERRY_SECRET", "a-test-secret-of-enough-length")
             .env("FERRY_REDIS_URL", redis.url())
             .env("FERRY_DATABASE_URL", &url)
+            .envs(ferry_testkit::process::roles_env(&url))
             .env("FERRY_CHANGES_ENABLED", "true")
             .env("FERRY_CHANGES_URL", &changes_url)
             .env("FERRY_LISTEN", "127.0.0.1:0")

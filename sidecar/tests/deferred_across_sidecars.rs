@@ -78,7 +78,7 @@ fn an_invalidation_deferred_by_a_sidecar_that_dies_reaches_the_others() {
     // And nothing is left waiting.
     let left: i64 = pg
         .client()
-        .query_one("SELECT count(*) FROM ferry_deferred", &[])
+        .query_one("SELECT count(*) FROM ferry.deferred", &[])
         .expect("count")
         .get(0);
     assert_eq!(left, 0, "applied deferrals are removed");

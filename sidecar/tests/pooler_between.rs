@@ -73,6 +73,9 @@ fn lab_with(mode: &str, role_settings: bool, ignore_options: bool) -> Lab {
         ("FERRY_REDIS_URL".into(), redis.url()),
         ("FERRY_DATABASE_URL".into(), bouncer.url("ferry_app")),
         ("FERRY_POSTGRES_POOL_SIZE".into(), "4".into()),
+        // Ferry's books go straight to Postgres, as its own role (not through the pooler).
+        ("FERRY_POSTGRES_OWNER_URL".into(), pg.url_as("ferry_owner")),
+        ("FERRY_POSTGRES_SINGLE_ROLE".into(), "false".into()),
     ];
     Lab {
         _redis: redis,

@@ -68,18 +68,21 @@ fn writes_and_begins_after_a_restart_skip_every_dead_session() {
         c.postgres.min_idle = 0;
     });
     let c = stack.client.clone();
-    // Fill the pool: interactive transactions hold their sessions until they end, so four at
-    // once leave the pool's four sessions idle behind them.
-    let ids: Vec<String> = (0..4)
-        .map(|_| {
-            let b = c.block_on(c.post("/v1/transaction/begin", &json!({})));
-            assert_eq!(b.status, 200, "{:?}", b.body);
-            b.body["id"].as_str().expect("id").to_string()
-        })
-        .collect();
-    for id in ids {
-        let r = c.block_on(c.post("/v1/transaction/rollback", &json!({"id": id})));
-        assert_eq!(r.status, 200, "{:?}", r.body);
+    // Fill the pool: four slow writes at once hold the pool's four sessions, and leave them
+    // idle behind them. (Interactive transactions may hold at most half of them.)
+    let writes = c.block_on(futures::future::join_all((0..4).map(|i| {
+        let c = c.clone();
+        async move {
+            c.post(
+                "/v1/execute",
+                &json!({ "sql": "UPDATE items SET name = items.name FROM pg_sleep(0.5) \
+                                 WHERE items.id = $1", "params": [10 + i] }),
+            )
+            .await
+        }
+    })));
+    for w in writes {
+        assert_eq!(w.status, 200, "{:?}", w.body);
     }
     stack.pg.stop();
     stack.pg.start_again();

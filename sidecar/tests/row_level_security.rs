@@ -40,7 +40,7 @@ fn start() -> Rls {
         )
         .expect("set up the RLS schema");
     let mut config = ferry_testkit::sidecar::test_config(&redis, &pg);
-    config.postgres.url = format!("postgres://ferry_app@127.0.0.1:{}/postgres", pg.port).into();
+    ferry_testkit::sidecar::as_demo_roles(&mut config, &pg);
     config.identity.roles = vec!["app_user".into(), "too_strong".into(), "ghost".into()];
     let named = |sql: &str| ferry_sidecar::config::NamedQuery {
         sql: sql.into(),

@@ -259,7 +259,7 @@ fn a_failed_fast_try_starts_the_write_over() {
 }
 
 /// A nonce table made by an earlier version (no `rows_affected`) is brought up to date by the
-/// first write, when the login role may, instead of failing every write.
+/// first write, by Ferry's own role (it owns the table), instead of failing every write.
 #[test]
 fn an_old_nonce_table_gets_its_outcome_column() {
     let redis = RedisServer::start();
@@ -267,25 +267,26 @@ fn an_old_nonce_table_gets_its_outcome_column() {
     pg.setup_demo_schema();
     pg.client()
         .batch_execute(
-            "DROP TABLE ferry_nonces;
-             CREATE TABLE ferry_nonces (nonce bytea PRIMARY KEY, expires_at timestamptz NOT NULL);",
+            "CREATE TABLE ferry.nonces (nonce bytea PRIMARY KEY, expires_at timestamptz NOT NULL);
+             ALTER TABLE ferry.nonces OWNER TO ferry_owner;",
         )
         .expect("old table");
-    let s = SidecarProcess::start(BIN, &redis.url(), &pg.url(), &[], Stdio::null());
+    let url = pg.url_as("ferry_app");
+    let s = SidecarProcess::start(BIN, &redis.url(), &url, &[], Stdio::null());
     let w = s
         .client
         .execute(json!({"sql": "UPDATE items SET name = 'new' WHERE id = 5"}));
     assert_eq!(w.status, 200, "{:?}", w.body);
     let rows: Option<i64> = pg
         .client()
-        .query_one("SELECT max(rows_affected) FROM ferry_nonces", &[])
+        .query_one("SELECT max(rows_affected) FROM ferry.nonces", &[])
         .expect("column")
         .get(0);
     assert_eq!(rows, Some(1));
 }
 
-/// The same old table under the least-privilege role, which may not add the column: writes are
-/// refused as the server's fault, and nothing of Ferry's table reaches the caller.
+/// The same old table owned by someone else, so that Ferry's role may not add the column:
+/// writes are refused as the server's fault, and nothing of Ferry's table reaches the caller.
 #[test]
 fn an_old_nonce_table_the_role_cannot_alter_is_not_the_callers_error() {
     let redis = RedisServer::start();
@@ -293,19 +294,18 @@ fn an_old_nonce_table_the_role_cannot_alter_is_not_the_callers_error() {
     pg.setup_demo_schema();
     pg.client()
         .batch_execute(
-            "DROP TABLE ferry_nonces;
-             CREATE TABLE ferry_nonces (nonce bytea PRIMARY KEY, expires_at timestamptz NOT NULL);
-             GRANT SELECT, INSERT, DELETE ON ferry_nonces TO ferry_app;",
+            "CREATE TABLE ferry.nonces (nonce bytea PRIMARY KEY, expires_at timestamptz NOT NULL);
+             GRANT SELECT, INSERT, DELETE ON ferry.nonces TO ferry_owner;",
         )
         .expect("old table");
-    let url = pg.url().replace("postgres@", "ferry_app@");
+    let url = pg.url_as("ferry_app");
     let s = SidecarProcess::start(BIN, &redis.url(), &url, &[], Stdio::null());
     let w = s
         .client
         .execute(json!({"sql": "UPDATE items SET name = 'new' WHERE id = 5"}));
     assert_eq!(w.status, 500, "{:?}", w.body);
     assert_eq!(w.body["error"]["code"], "internal", "{:?}", w.body);
-    assert!(!w.body.to_string().contains("ferry_nonces"), "{:?}", w.body);
+    assert!(!w.body.to_string().contains("nonces"), "{:?}", w.body);
     let name: String = pg
         .client()
         .query_one("SELECT name FROM items WHERE id = 5", &[])

@@ -6,6 +6,7 @@ pub mod balancer;
 pub mod certs;
 pub mod client;
 pub mod clients;
+pub mod doors;
 pub mod pgbouncer;
 pub mod postgres;
 mod postgres_replica;

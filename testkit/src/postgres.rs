@@ -268,7 +268,13 @@ impl PgServer {
     }
 
     pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+        self.url_as("postgres")
+    }
+
+    /// The URL for another login role (trust auth: no password), e.g. the demo schema's
+    /// least-privilege `ferry_app`.
+    pub fn url_as(&self, role: &str) -> String {
+        format!("postgres://{role}@127.0.0.1:{}/postgres", self.port)
     }
 
     /// A superuser client over the unix socket (trust auth, even after `require_password`).

@@ -17,6 +17,11 @@ impl SidecarProcess {
     /// Starts `bin` (a test's `env!("CARGO_BIN_EXE_ferry-sidecar")`) on a free port with
     /// FERRY_LISTEN, FERRY_REDIS_URL, FERRY_DATABASE_URL, FERRY_SECRET (the test secret unless
     /// `env` sets another) plus `env`, stderr to `stderr`; waits until /readyz answers 200.
+    ///
+    /// The roles: a database URL (`pg_url`, or `env`'s FERRY_DATABASE_URL) as the demo
+    /// schema's `ferry_app` runs with the demo's roles kept apart (Ferry's books as
+    /// `ferry_owner`, scripts/demo.sql); any other (the superuser) runs with
+    /// `postgres.single_role`. `env` may say otherwise.
     pub fn start(
         bin: &str,
         redis_url: &str,
@@ -40,6 +45,11 @@ impl SidecarProcess {
             .env("FERRY_LOG", "error")
             // The tests are trusted callers that send their own SQL.
             .env("FERRY_AUTH_ALLOW_RAW_SQL", "true")
+            .envs(roles_env(
+                env.iter()
+                    .find(|(k, _)| *k == "FERRY_DATABASE_URL")
+                    .map_or(pg_url, |(_, v)| v),
+            ))
             .stdout(Stdio::null())
             .stderr(stderr);
         for (k, v) in env {
@@ -94,6 +104,23 @@ impl SidecarProcess {
             .args(["-TERM", &self.pid().to_string()])
             .status();
         self.child.wait().expect("wait for the sidecar")
+    }
+}
+
+/// The roles for `pg_url` (see [`SidecarProcess::start`]).
+pub fn roles_env(pg_url: &str) -> Vec<(&'static str, String)> {
+    match pg_url.strip_prefix("postgres://ferry_app@") {
+        Some(rest) => vec![
+            (
+                "FERRY_POSTGRES_OWNER_URL",
+                format!("postgres://ferry_owner@{rest}"),
+            ),
+            ("FERRY_POSTGRES_SINGLE_ROLE", "false".into()),
+        ],
+        None => vec![
+            ("FERRY_POSTGRES_OWNER_URL", String::new()),
+            ("FERRY_POSTGRES_SINGLE_ROLE", "true".into()),
+        ],
     }
 }
 

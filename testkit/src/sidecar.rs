@@ -13,6 +13,10 @@ pub fn test_config(redis: &RedisServer, pg: &PgServer) -> Config {
     let mut c = Config::load(Some(&sample), &env).expect("deploy/ferry.toml loads");
     c.redis.url = redis.url().into();
     c.postgres.url = pg.url().into();
+    // The superuser does everything here, Ferry's books included: one role, as the operator's
+    // unsafe opt-in allows. Tests of the roles kept apart run the binary as the demo's roles.
+    c.postgres.owner_url = "".into();
+    c.postgres.single_role = true;
     // The tests are trusted callers that send their own SQL (the sample config refuses it).
     c.auth.allow_raw_sql = true;
     c.server.workers = 2;
@@ -25,6 +29,14 @@ pub fn test_config(redis: &RedisServer, pg: &PgServer) -> Config {
     // /readyz answers from a background probe's snapshot: refresh it often in tests.
     c.server.readiness_interval_ms = 100;
     c
+}
+
+/// `c` logs in as the demo schema's least-privilege `ferry_app`, with Ferry's books kept by
+/// `ferry_owner` (scripts/demo.sql), as deployed.
+pub fn as_demo_roles(c: &mut Config, pg: &PgServer) {
+    c.postgres.url = pg.url_as("ferry_app").into();
+    c.postgres.owner_url = pg.url_as("ferry_owner").into();
+    c.postgres.single_role = false;
 }
 
 /// Requests the in-process sidecars of this test process have answered on `route` (the

@@ -1,20 +1,15 @@
-//! The control session: the prerequisites, the leader lock, the publication, the slot, and the
-//! watched tables' definitions (DDL is not in the stream). Its own Postgres connection, outside
-//! the pool: the session-level advisory lock must outlive every request, and the pool's reset
-//! (`DISCARD ALL`) would release it.
+//! The control session: the prerequisites, the publication, the slot, and the watched tables'
+//! definitions (DDL is not in the stream). Its own Postgres connection, outside the pool.
+//!
+//! Which sidecar consumes is decided by the slot itself: Postgres lets one connection at a
+//! time stream from it, and only a role with REPLICATION can. An advisory lock did this
+//! before; its key could be computed, and any request's SQL could take it (a request that
+//! held it past a restart left no sidecar able to lead, and every cached read bypassed).
 
 use crate::config::{ChangesConfig, Config};
 use crate::store::postgres::{pg_async_config, pg_tls};
 use std::collections::BTreeMap;
 use tokio_postgres::Client;
-
-/// The advisory lock only one sidecar holds: the one that consumes the slot. Derived from the
-/// slot's name, so two deployments with their own slots on one database do not contend.
-fn lock_key(c: &ChangesConfig) -> i64 {
-    use sha2::{Digest, Sha256};
-    let h = Sha256::digest(format!("ferry.changes.{}", c.slot).as_bytes());
-    i64::from_be_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]])
-}
 
 /// A missing prerequisite, named so an operator can fix it (see RELIABILITY.md's setup).
 #[derive(Debug, thiserror::Error)]
@@ -47,9 +42,12 @@ pub async fn connect(config: &Config) -> Result<Client, SetupError> {
     pg_config.application_name("ferry-changes");
     // synchronous_commit=local: a mark is flushed as it commits, so the WAL sender (which
     // streams only flushed WAL) sends it at once, whatever the server's default.
-    pg_config.options(
-        "-c default_transaction_read_only=off -c statement_timeout=0 -c synchronous_commit=local",
-    );
+    // After the pinned settings: a later -c of the same name wins.
+    pg_config.options(format!(
+        "{} -c default_transaction_read_only=off -c statement_timeout=0 \
+         -c synchronous_commit=local",
+        crate::store::postgres::PINNED
+    ));
     let tls = pg_tls(&config.postgres).map_err(SetupError::Connect)?;
     let (client, conn) = pg_config
         .connect(tls)
@@ -101,13 +99,57 @@ pub async fn check(client: &Client, watched: &[String]) -> Result<(), SetupError
     Ok(())
 }
 
-/// Takes the leader lock if it is free (never waits).
-pub async fn try_lead(client: &Client, c: &ChangesConfig) -> Result<bool, SetupError> {
+/// Whether no connection streams from the slot now (a missing slot is free too: the one who
+/// leads makes it). Two sidecars may both find it free; the slot then takes one of them, and
+/// the other follows ([`slot_taken`]).
+pub async fn slot_free(client: &Client, c: &ChangesConfig) -> Result<bool, SetupError> {
     Ok(client
-        .query_one("SELECT pg_try_advisory_lock($1)", &[&lock_key(c)])
+        .query_one(
+            "SELECT NOT coalesce((SELECT active FROM pg_replication_slots WHERE slot_name = $1), \
+             false)",
+            &[&c.slot],
+        )
         .await
         .map_err(pg)?
         .get(0))
+}
+
+/// Whether a refusal to stream (or to make the slot) says that another sidecar got there
+/// first: then this one follows.
+pub fn slot_taken(message: &str) -> bool {
+    message.contains("is active for PID") || message.contains("already exists")
+}
+
+/// What the publication no longer covers of what the watched tables need: tables it lacks,
+/// and operations it does not publish (`ALTER PUBLICATION ... SET (publish = ...)`). Empty:
+/// every change reaches the stream.
+pub async fn uncovered(
+    client: &Client,
+    c: &ChangesConfig,
+    watched: &[String],
+) -> Result<Vec<String>, SetupError> {
+    let row = client
+        .query_opt(
+            "SELECT pubinsert, pubupdate, pubdelete, pubtruncate, \
+                    ARRAY(SELECT schemaname || '.' || tablename FROM pg_publication_tables \
+                          WHERE pubname = $1) \
+             FROM pg_publication WHERE pubname = $1",
+            &[&c.publication],
+        )
+        .await
+        .map_err(pg)?;
+    let Some(row) = row else {
+        return Ok(vec![format!("the publication {}", c.publication)]);
+    };
+    let mut missing: Vec<String> = ["insert", "update", "delete", "truncate"]
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !row.get::<_, bool>(*i))
+        .map(|(_, op)| format!("{op} (publish)"))
+        .collect();
+    let present: Vec<String> = row.get(4);
+    missing.extend(watched.iter().filter(|t| !present.contains(t)).cloned());
+    Ok(missing)
 }
 
 /// Makes sure the publication covers the watched tables and the slot exists and is usable.

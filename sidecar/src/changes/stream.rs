@@ -1,10 +1,11 @@
-//! The consumer's loop: take the leader lock (or follow), then read the slot, turn changes
-//! into invalidations, apply them to Redis, and only then confirm the position to Postgres.
+//! The consumer's loop: take the slot (or follow while another sidecar streams from it), then
+//! read it, turn changes into invalidations, apply them to Redis, and only then confirm the
+//! position to Postgres.
 //!
 //! Confirmation follows Redis: a crash (or Redis down) before an invalidation is applied leaves
 //! the slot's position before it, so the next consumer replays it. Applying twice is harmless
-//! (an invalidation only moves versions), so a consumer that lost the lock cannot do harm
-//! either: the slot itself admits one reader at a time, and only that reader confirms.
+//! (an invalidation only moves versions), so a sidecar that lost the race for the slot cannot
+//! do harm either: the slot admits one reader at a time, and only that reader confirms.
 
 use super::deps::{Invalidations, Watched};
 use super::pgoutput::{Decoder, Event};
@@ -77,27 +78,14 @@ async fn session(ctx: &Ctx) -> Result<(), String> {
     let client = setup::connect(&ctx.config)
         .await
         .map_err(|e| e.to_string())?;
-    let every = Duration::from_millis((c.heartbeat_ms / 2).max(1));
-    while !setup::try_lead(&client, c)
-        .await
-        .map_err(|e| e.to_string())?
-    {
-        ctx.status.set_role(super::Role::Follower);
-        if let Err(e) = ctx
-            .redis(|cache, pools| cache.refresh_watermark(pools))
-            .await
-        {
-            tracing::debug!(error = %e, "change stream: the watermark is not readable");
-        }
-        tokio::time::sleep(every).await;
-        ctx.stores()?;
-    }
-    ctx.status.set_role(super::Role::Leader);
-    tracing::info!(slot = %c.slot, "change stream: this sidecar consumes the slot");
+    follow(ctx, &client).await?;
     let tables = ctx.tables();
-    let fresh_slot = setup::prepare(&client, c, &tables)
-        .await
-        .map_err(|e| e.to_string())?;
+    let fresh_slot = match setup::prepare(&client, c, &tables).await {
+        Ok(fresh) => fresh,
+        // Another sidecar made the slot at the same moment: it leads.
+        Err(e) if setup::slot_taken(&e.to_string()) => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    };
     let mut consumer = Consumer {
         ctx,
         pending: Invalidations {
@@ -115,9 +103,16 @@ async fn session(ctx: &Ctx) -> Result<(), String> {
     consumer.check_definitions(&client).await?;
     consumer.flush(None).await?;
 
-    let repl = ReplicationClient::connect(replication_config(&ctx.config)?)
-        .await
-        .map_err(|e| format!("replication connection: {e}"))?;
+    let repl = match ReplicationClient::connect(replication_config(&ctx.config)?).await {
+        Ok(repl) => repl,
+        // Another sidecar streams from the slot: it leads, this one follows (next session).
+        Err(e) if setup::slot_taken(&e.to_string()) => return Ok(()),
+        Err(e) => return Err(format!("replication connection: {e}")),
+    };
+    ctx.status.set_role(super::Role::Leader);
+    tracing::info!(slot = %c.slot, "change stream: this sidecar consumes the slot");
+    // Tables the publication stopped covering: their changes no longer reach the stream.
+    let mut uncovered: Vec<String> = Vec::new();
     let mut decoder = Decoder::default();
     let mut tick = tokio::time::interval(Duration::from_millis(c.heartbeat_ms.max(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -181,6 +176,25 @@ async fn session(ctx: &Ctx) -> Result<(), String> {
             _ = tick.tick() => {
                 let mark_ms = now_ms();
                 consumer.check_definitions(&client).await?;
+                let now_uncovered = setup::uncovered(&client, c, &ctx.tables())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if now_uncovered != uncovered {
+                    if now_uncovered.is_empty() {
+                        // Covered again: what changed meanwhile never reached the stream.
+                        for t in ctx.tables() {
+                            ctx.watched.whole_table(&t, &mut consumer.pending);
+                        }
+                        tracing::info!("change stream: the publication covers the watched tables again");
+                    } else {
+                        tracing::error!(
+                            publication = %c.publication, missing = ?now_uncovered,
+                            "change stream: the publication no longer covers what the cache \
+                             depends on; cached reads bypass until it does"
+                        );
+                    }
+                    uncovered = now_uncovered;
+                }
                 if !consumer.pending.is_empty() {
                     consumer.flush(None).await?;
                 }
@@ -188,11 +202,36 @@ async fn session(ctx: &Ctx) -> Result<(), String> {
                     Ok(lag) => ctx.status.set_slot_lag(lag),
                     Err(e) => return Err(e.to_string()),
                 }
-                setup::mark(&client, mark_ms).await.map_err(|e| e.to_string())?;
+                // No mark while changes may be missed: the watermark ages past
+                // changes.max_lag_ms, and every sidecar's cached reads bypass.
+                if uncovered.is_empty() {
+                    setup::mark(&client, mark_ms).await.map_err(|e| e.to_string())?;
+                }
                 ctx.stores()?;
             }
         }
     }
+}
+
+/// Follows while another sidecar streams from the slot (keeping this one's view of the
+/// watermark fresh); returns once the slot is free.
+async fn follow(ctx: &Ctx, client: &tokio_postgres::Client) -> Result<(), String> {
+    let every = Duration::from_millis((ctx.config.changes.heartbeat_ms / 2).max(1));
+    while !setup::slot_free(client, &ctx.config.changes)
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        ctx.status.set_role(super::Role::Follower);
+        if let Err(e) = ctx
+            .redis(|cache, pools| cache.refresh_watermark(pools))
+            .await
+        {
+            tracing::debug!(error = %e, "change stream: the watermark is not readable");
+        }
+        tokio::time::sleep(every).await;
+        ctx.stores()?;
+    }
+    Ok(())
 }
 
 struct Consumer<'a> {

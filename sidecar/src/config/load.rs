@@ -79,6 +79,13 @@ impl Config {
             config.neon.tokens.push(super::NeonToken {
                 token: Redacted(token.clone()),
                 read_only: false,
+                // FERRY_NEON_POSTGRES_URL: its role (empty: postgres.url's, with single_role).
+                postgres_url: env
+                    .get("FERRY_NEON_POSTGRES_URL")
+                    .cloned()
+                    .unwrap_or_default()
+                    .into(),
+                sessions_per_worker: 1,
             });
         }
         config.validate()?;
@@ -209,6 +216,10 @@ mod tests {
                 ("FERRY_LISTEN", "0.0.0.0:9000"),
                 ("FERRY_REDIS_URL", "redis://127.0.0.1:7000"),
                 ("FERRY_DATABASE_URL", "postgres://u@127.0.0.1:7001/db"),
+                (
+                    "FERRY_POSTGRES_OWNER_URL",
+                    "postgres://owner@127.0.0.1:7001/db",
+                ),
                 ("FERRY_POSTGRES_POOL_SIZE", "3"),
             ]),
         )
@@ -216,6 +227,23 @@ mod tests {
         assert_eq!(c.server.listen, "0.0.0.0:9000");
         assert_eq!(c.redis.url.as_str(), "redis://127.0.0.1:7000");
         assert_eq!(c.postgres.pool_size, 3);
+    }
+
+    #[test]
+    fn books_without_a_role_of_their_own_are_refused_unless_one_role_is_chosen() {
+        let db = ("FERRY_DATABASE_URL", "postgres://u@127.0.0.1:7001/db");
+        let e = Config::load(None, &env(&[SECRET, db])).expect_err("no owner_url");
+        assert!(e.to_string().contains("postgres.owner_url"), "{e}");
+        let one = ("FERRY_POSTGRES_SINGLE_ROLE", "true");
+        assert!(Config::load(None, &env(&[SECRET, db, one])).is_ok());
+        // No books in Postgres, nothing to keep apart.
+        let none = [
+            SECRET,
+            db,
+            ("FERRY_AUTH_REPLAY", "local"),
+            ("FERRY_CACHE_DEFERRED_TABLE", ""),
+        ];
+        assert!(Config::load(None, &env(&none)).is_ok());
     }
 
     #[test]
@@ -257,6 +285,7 @@ mod tests {
                     "FERRY_POSTGRES_PASSWORD_FILE",
                     password.to_str().expect("utf-8 path"),
                 ),
+                ("FERRY_POSTGRES_SINGLE_ROLE", "true"),
             ]),
         )
         .expect("valid");

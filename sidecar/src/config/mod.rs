@@ -15,6 +15,7 @@ mod limits;
 mod load;
 mod neon;
 mod redis;
+mod reload;
 mod replicas;
 mod secret;
 mod upstash;
@@ -26,6 +27,7 @@ pub use limits::{Limits, ReadLimits, MAX_TAGS};
 pub use load::ConfigError;
 pub use neon::{NeonConfig, NeonToken};
 pub use redis::RedisConfig;
+pub use reload::{reload, Reloaded};
 pub use replicas::{ReplicaReads, ReplicasConfig};
 pub use secret::{Redacted, RedactedUrl};
 pub use upstash::{UpstashConfig, UpstashToken};
@@ -187,6 +189,14 @@ pub struct PostgresConfig {
     pub connect_timeout_ms: u64,
     /// Server-side statement_timeout, in milliseconds (0 = none).
     pub statement_timeout_ms: u64,
+    /// Ferry's own role: it owns the schema of Ferry's bookkeeping (write outcomes and replay
+    /// nonces, `auth.nonce_table`; deferred invalidations, `cache.deferred_table`), and no
+    /// request ever runs as it. Its own login, never `url`'s. Empty: only with `single_role`.
+    pub owner_url: RedactedUrl,
+    /// Requests and Ferry's bookkeeping share `url`'s role (no `owner_url`). Unsafe: SQL a
+    /// caller sends can then forge write outcomes, refuse others' writes as replays and flush
+    /// the cache (RELIABILITY.md, "Who can do what"). For one trusted application only.
+    pub single_role: bool,
     /// The password read from `password_file` (never serialized, never logged).
     #[serde(skip)]
     pub password: Option<Redacted<String>>,
@@ -229,7 +239,7 @@ pub struct LimitsConfig {
     /// Most statements in one /v1/transaction (they hold one pooled connection throughout).
     pub max_transaction_statements: usize,
     /// Most interactive transactions open at once (each holds a pooled connection until it
-    /// ends); 0: half of postgres.pool_size.
+    /// ends); 0: half of the pooled share that writes use (`Config::pg_split`).
     pub max_open_transactions: usize,
     /// An interactive transaction idle this long, in milliseconds, is rolled back and its
     /// connection freed (at most half of server.request_timeout_ms, Postgres's own idle limit).
@@ -296,7 +306,7 @@ impl Default for AuthConfig {
             allow_raw_sql: false,
             previous_secret: Redacted::default(),
             replay: ReplayScope::Shared,
-            nonce_table: "ferry_nonces".into(),
+            nonce_table: "ferry.nonces".into(),
         }
     }
 }
@@ -312,6 +322,8 @@ impl Default for PostgresConfig {
             checkout_timeout_ms: 1_500,
             connect_timeout_ms: 2_000,
             statement_timeout_ms: 5_000,
+            owner_url: RedactedUrl::default(),
+            single_role: false,
             password: None,
         }
     }
@@ -324,7 +336,7 @@ impl Default for CacheConfig {
             max_ttl_s: 30 * 24 * 3600,
             max_key_bytes: 512,
             invalidation_retry_ms: 500,
-            deferred_table: "ferry_deferred".into(),
+            deferred_table: "ferry.deferred".into(),
             max_entry_bytes: 1024 * 1024,
             max_batch: 1000,
         }
@@ -344,12 +356,45 @@ impl Config {
         Duration::from_millis(self.limits.transaction_idle_timeout_ms.min(postgres_ms / 2))
     }
 
-    /// How many interactive transactions may be open at once.
+    /// How many interactive transactions may be open at once: each holds one connection of
+    /// the pooled share that writes use, so never all of it. Unset: half of that share.
     pub fn max_open_transactions(&self) -> usize {
         match self.limits.max_open_transactions {
-            0 => (self.postgres.pool_size as usize / 2).max(1),
+            0 => self.pg_pooled_share() / 2,
             n => n,
         }
+    }
+
+    /// How `postgres.pool_size` is split: each worker's event-loop sessions (three quarters of
+    /// the pool, shared equally), and the pooled share that writes, batches, fills and
+    /// transactions use (the rest). (per worker, pooled)
+    pub fn pg_split(&self) -> (usize, usize) {
+        let size = self.postgres.pool_size as usize;
+        let workers = self.server.worker_count().max(1);
+        let per_worker = (size * 3 / 4) / workers;
+        (per_worker, size - per_worker * workers)
+    }
+
+    /// The pooled share of `postgres.pool_size` (see [`Config::pg_split`]).
+    pub fn pg_pooled_share(&self) -> usize {
+        self.pg_split().1
+    }
+
+    /// Whether Ferry keeps bookkeeping in Postgres: write outcomes and replay nonces
+    /// (`auth.replay = "shared"`), deferred invalidations (`cache.deferred_table`).
+    pub fn keeps_books(&self) -> bool {
+        self.auth.replay == ReplayScope::Shared || !self.cache.deferred_table.is_empty()
+    }
+
+    /// The configuration Ferry's own role connects with: `postgres.owner_url` in place of
+    /// `postgres.url` (its password in the URL), or `postgres.url` itself with `single_role`.
+    pub fn owner_config(&self) -> Config {
+        let mut c = self.clone();
+        if !self.postgres.owner_url.is_empty() {
+            c.postgres.url = self.postgres.owner_url.clone();
+            c.postgres.password = None;
+        }
+        c
     }
 
     /// The request bounds in force (a snapshot of `cache` and `limits`).

@@ -23,6 +23,20 @@ pub struct NeonToken {
     /// Every statement runs in a read-only transaction, enforced by Postgres.
     #[serde(default)]
     pub read_only: bool,
+    /// The login role its statements run as (`postgres://role:password@host/db`), a role of
+    /// its own: a token runs any SQL, so a role shared with another token or with
+    /// `postgres.url` could read that one's statements (`pg_stat_activity`) and end its
+    /// sessions. Empty: `postgres.url`'s role, allowed only with `postgres.single_role`.
+    #[serde(default)]
+    pub postgres_url: super::RedactedUrl,
+    /// Connections each worker keeps for this token's role (so at most this times
+    /// `server.workers` for the token).
+    #[serde(default = "one")]
+    pub sessions_per_worker: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl Config {
@@ -58,6 +72,19 @@ impl Config {
                 .any(|o| o.token.as_str() == t.token.as_str())
             {
                 return invalid(format!("neon.tokens[{i}]"), "tokens must be distinct");
+            }
+            if t.postgres_url.is_empty() && !self.postgres.single_role {
+                return invalid(
+                    format!("neon.tokens[{i}].postgres_url"),
+                    "give the token a login role of its own (scripts/demo.sql makes ferry_neon \
+                     and ferry_neon_ro), or set postgres.single_role = true (unsafe)",
+                );
+            }
+            if t.sessions_per_worker == 0 {
+                return invalid(
+                    format!("neon.tokens[{i}].sessions_per_worker"),
+                    "must be at least 1",
+                );
             }
         }
         if n.enabled && self.postgres.pool_size as usize * 3 / 4 < self.server.worker_count() {

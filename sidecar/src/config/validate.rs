@@ -40,6 +40,18 @@ impl Config {
         if !matches!(self.server.log_format.as_str(), "text" | "json") {
             return invalid("server.log_format", "must be \"text\" or \"json\"");
         }
+        let pooled = self.pg_pooled_share();
+        if self.limits.max_open_transactions > 0 && self.limits.max_open_transactions >= pooled {
+            return Err(ConfigError::Invalid {
+                key: "limits.max_open_transactions".into(),
+                message: format!(
+                    "at most {} here: each open transaction holds a connection of the {pooled} \
+                     that writes share (postgres.pool_size minus the workers' sessions), and at \
+                     least one must stay free for writes",
+                    pooled.saturating_sub(1)
+                ),
+            });
+        }
         if self.auth.secret.len() < 16 {
             return invalid(
                 "auth.secret",
@@ -80,6 +92,20 @@ impl Config {
                     "may not contain { or } with redis.cluster",
                 );
             }
+        }
+        if self.postgres.single_role && !self.postgres.owner_url.is_empty() {
+            return invalid(
+                "postgres.single_role",
+                "one role for everything, or Ferry's own role in postgres.owner_url: not both",
+            );
+        }
+        if self.keeps_books() && self.postgres.owner_url.is_empty() && !self.postgres.single_role {
+            return invalid(
+                "postgres.owner_url",
+                "Ferry's bookkeeping (auth.replay = \"shared\", cache.deferred_table) needs a role \
+                 of its own that no request runs as (scripts/demo.sql makes ferry_owner); or set \
+                 postgres.single_role = true (unsafe: a caller's SQL can then forge outcomes)",
+            );
         }
         if self.postgres.pool_size == 0 {
             return invalid("postgres.pool_size", "must be at least 1");

@@ -19,9 +19,8 @@ pub struct Signer {
 }
 
 pub struct Verifier {
-    secrets: Vec<Vec<u8>>,
-    /// Each secret's credential (a digest naming no secret), made once rather than per request.
-    credentials: Vec<String>,
+    /// Replaced whole on a reload (`set_secrets`): a secret taken out is refused from then on.
+    keys: std::sync::RwLock<std::sync::Arc<Keys>>,
     max_skew_s: u64,
     body_limit: usize,
     body_timeout: Duration,
@@ -54,13 +53,15 @@ fn header<'a>(req: &'a HttpRequest, name: &HeaderName) -> Result<Option<&'a str>
     }
 }
 
-impl Verifier {
-    pub fn new(
-        secrets: Vec<Vec<u8>>,
-        max_skew_s: u64,
-        body_limit: usize,
-        body_timeout: Duration,
-    ) -> Self {
+/// The accepted secrets, and each one's credential (a digest naming no secret), made once
+/// rather than per request.
+struct Keys {
+    secrets: Vec<Vec<u8>>,
+    credentials: Vec<String>,
+}
+
+impl Keys {
+    fn new(secrets: Vec<Vec<u8>>) -> Keys {
         let credentials = secrets
             .iter()
             .map(|s| {
@@ -68,9 +69,22 @@ impl Verifier {
                 hex::encode(&sha2::Sha256::digest(s)[..8])
             })
             .collect();
-        Verifier {
+        Keys {
             secrets,
             credentials,
+        }
+    }
+}
+
+impl Verifier {
+    pub fn new(
+        secrets: Vec<Vec<u8>>,
+        max_skew_s: u64,
+        body_limit: usize,
+        body_timeout: Duration,
+    ) -> Self {
+        Verifier {
+            keys: std::sync::RwLock::new(std::sync::Arc::new(Keys::new(secrets))),
             max_skew_s,
             body_limit,
             body_timeout,
@@ -118,17 +132,28 @@ impl Verifier {
             path_and_query,
             body: &body,
         };
+        let keys = self.keys();
         let verified =
-            sign::verify_checked(&self.secrets, &signed, &checked).map_err(ApiError::Auth)?;
+            sign::verify_checked(&keys.secrets, &signed, &checked).map_err(ApiError::Auth)?;
         let nonce = self
             .nonces
             .check_and_insert(&verified.nonce, verified.timestamp, now)?;
-        let credential = self
+        let credential = keys
             .credentials
             .get(verified.secret)
             .cloned()
             .unwrap_or_default();
         Ok((body, Signer { credential, nonce }))
+    }
+
+    fn keys(&self) -> std::sync::Arc<Keys> {
+        self.keys.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The secrets accepted from now on (a reload).
+    pub fn set_secrets(&self, secrets: Vec<Vec<u8>>) {
+        *self.keys.write().unwrap_or_else(|p| p.into_inner()) =
+            std::sync::Arc::new(Keys::new(secrets));
     }
 
     /// The body, within `server.body_limit_bytes` and the body deadline.

@@ -105,7 +105,12 @@ pub fn plan(
                     "must not be empty",
                 ));
             }
-            statement::check(&q.query, Route::Write).map_err(|e| in_batch(e, batch, i))?;
+            let checked = if token.read_only {
+                statement::check_read_only(&q.query, Route::Write)
+            } else {
+                statement::check(&q.query, Route::Write)
+            };
+            checked.map_err(|e| in_batch(e, batch, i))?;
             let params = q
                 .params
                 .iter()
@@ -141,6 +146,7 @@ pub fn plan(
             isolation,
             read_only: token.read_only || flag(headers, "neon-batch-read-only") || cache.is_some(),
             deferrable: flag(headers, "neon-batch-deferrable"),
+            role: (!token.postgres_url.is_empty()).then(|| token.postgres_url.as_str().into()),
         },
         cache,
     })

@@ -149,6 +149,7 @@ async fn answer_inner(
         let rows = run_query(state, plan).await?;
         return Ok(response(rows, CacheStatus::Bypass, 0, None));
     };
+    let lookup = lookup.within(&cache.entry);
     if !state.cache.freshness().covers(plan.after) {
         // The change stream has not yet invalidated up to the write this read must see: an
         // entry (or a fill already under way) may hold rows from before it.
@@ -268,8 +269,12 @@ fn fill(
     observed: Observed,
 ) -> impl FnOnce() -> Fill {
     let s = state.clone();
-    let (limits, format, who, reset) =
-        (plan.limits, plan.format, plan.identity.clone(), plan.reset);
+    let (limits, format, who, reset) = (
+        plan.limits,
+        plan.format.clone(),
+        plan.identity.clone(),
+        plan.reset,
+    );
     let (sql, params, key, entry) = (
         plan.sql.clone(),
         plan.params.clone(),
@@ -278,9 +283,10 @@ fn fill(
     );
     move || {
         Box::pin(async move {
-            let on_loop = match format {
-                ReadFormat::Text { array_mode } => {
-                    Some(text_query(&s, sql.clone(), &params, array_mode, limits).await)
+            let on_loop = match &format {
+                ReadFormat::Text { array_mode, role } => {
+                    let role = role.clone();
+                    Some(text_query(&s, sql.clone(), &params, *array_mode, role, limits).await)
                 }
                 ReadFormat::Json => {
                     on_event_loop(&s, &sql, &params, limits, who.clone(), reset).await

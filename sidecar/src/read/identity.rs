@@ -31,7 +31,9 @@ pub fn identity(
              could end the assumed role (identity.allow_raw_sql is off)",
         ));
     }
+    // `sub` as policies read it (`->> 'sub'`: text), so "7" and 7 are one user.
     let user = match asked.claims.get("sub") {
+        Some(Value::String(sub)) => format!("{}\nsub:{sub}", asked.role),
         Some(sub) => format!("{}\nsub:{sub}", asked.role),
         None => String::new(),
     };
@@ -77,6 +79,18 @@ mod tests {
     #[test]
     fn only_configured_roles_and_named_queries() {
         let c = config();
+        let seven = |sub: Value| {
+            identity(&c, who("authenticated", json!({ "sub": sub })), false, "")
+                .unwrap()
+                .unwrap()
+                .user
+                .clone()
+        };
+        assert_eq!(
+            seven(json!("7")),
+            seven(json!(7)),
+            "one user, as RLS reads it"
+        );
         let ok = identity(&c, who("authenticated", json!({"sub": "a"})), false, "").unwrap();
         assert_eq!(ok.unwrap().claims, r#"{"sub":"a"}"#);
         for role in ["postgres", "Authenticated", ""] {

@@ -29,14 +29,18 @@ pub struct ReadPlan {
 }
 
 /// How a read's rows come back.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum ReadFormat {
     /// Rows as JSON objects with typed values (`/v1`).
     #[default]
     Json,
     /// Postgres's text output, the whole result shaped as node-postgres shapes it (`/sql`):
-    /// its cached value is that one result object, held as a single row.
-    Text { array_mode: bool },
+    /// its cached value is that one result object, held as a single row. `role`: the Neon
+    /// token's `postgres_url`, whose sessions run it (None: `postgres.url`'s).
+    Text {
+        array_mode: bool,
+        role: Option<Arc<str>>,
+    },
 }
 
 /// The cache policy of one read, resolved from the request and the named query's defaults.
@@ -181,6 +185,8 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
 /// A `/sql` read cached for `ttl_s` seconds, dropped when one of `tables` changes (checked as
 /// `cache.tables` is). Its entry is told apart from a `/v1` read of the same statement, and
 /// from the other row shape, by the fingerprint.
+/// `role`: the Neon token's `postgres_url` (None: `postgres.url`'s role). Entries are the
+/// role's own: a token whose role may read less never gets what another role's read filled.
 pub fn text_read(
     config: &Config,
     sql: String,
@@ -188,6 +194,7 @@ pub fn text_read(
     array_mode: bool,
     ttl_s: u64,
     tables: &[String],
+    role: Option<&str>,
 ) -> Result<ReadPlan, ApiError> {
     let limits = config.limits();
     limits.ttl("Ferry-Cache-TTL", ttl_s)?;
@@ -196,8 +203,11 @@ pub fn text_read(
         .into_iter()
         .map(|p| p.map_or(Value::Null, Value::String))
         .collect();
-    let format = if array_mode { "text:array" } else { "text" };
-    let fingerprint = Cache::fingerprint_in(&[format], &sql, &params);
+    let shape = if array_mode { "text:array" } else { "text" };
+    let who = role
+        .and_then(crate::store::postgres::login_role)
+        .unwrap_or_default();
+    let fingerprint = Cache::fingerprint_in(&[shape, &who], &sql, &params);
     Ok(ReadPlan {
         sql,
         params,
@@ -213,7 +223,10 @@ pub fn text_read(
             tags: tables.iter().map(|t| table_tag(t)).collect(),
             mode: CacheMode::Default,
         }),
-        format: ReadFormat::Text { array_mode },
+        format: ReadFormat::Text {
+            array_mode,
+            role: role.map(Arc::from),
+        },
         reset: Reset::Always,
         identity: None,
         after: None,

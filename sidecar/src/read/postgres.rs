@@ -56,8 +56,8 @@ pub(super) async fn run_query(state: &State, plan: ReadPlan) -> Result<Vec<Row>,
         reset,
         ..
     } = plan;
-    if let ReadFormat::Text { array_mode } = format {
-        return text_query(state, sql, &params, array_mode, limits).await;
+    if let ReadFormat::Text { array_mode, role } = format {
+        return text_query(state, sql, &params, array_mode, role, limits).await;
     }
     if state.replicas.pick(after).is_some() {
         let s = state.clone();
@@ -96,6 +96,7 @@ pub(super) async fn text_query(
     sql: String,
     params: &[Value],
     array_mode: bool,
+    role: Option<Arc<str>>,
     limits: ReadLimits,
 ) -> Result<Vec<Row>, ApiError> {
     let _slot = state.blocking.admit()?;
@@ -112,6 +113,7 @@ pub(super) async fn text_query(
         isolation: None,
         read_only: true,
         deferrable: false,
+        role,
     };
     let ran = tokio::time::timeout(
         state.blocking.timeout(),

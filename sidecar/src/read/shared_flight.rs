@@ -86,7 +86,7 @@ async fn lease_then_lookup(s: &Reads, plan: &ReadPlan, identity: &str) -> (Lease
             tags: &c.tags,
         };
         if let Some((reply, found)) = s.cache.lookup_behind(&s.pools, &probe, &attempt).await {
-            return (attempt.settle(reply), hit(found));
+            return (attempt.settle(reply), hit(plan, found));
         }
     }
     let lease = attempt.send(&s.pools).await;
@@ -95,10 +95,15 @@ async fn lease_then_lookup(s: &Reads, plan: &ReadPlan, identity: &str) -> (Lease
 
 /// The read's entry, when it is a fresh hit now (checked against the current versions).
 async fn fresh(s: &Reads, plan: &ReadPlan) -> Option<Fetched> {
-    hit(lookup_many(s, &[plan]).await.ok()?.pop()??)
+    hit(plan, lookup_many(s, &[plan]).await.ok()?.pop()??)
 }
 
-fn hit(found: Lookup) -> Option<Fetched> {
+/// A hit for this read: fresh by the current versions, and no older than its own TTL.
+fn hit(plan: &ReadPlan, found: Lookup) -> Option<Fetched> {
+    let found = match &plan.cache {
+        Some(c) => found.within(&c.entry),
+        None => found,
+    };
     match found {
         Lookup::Hit { rows, .. } => Some(Fetched {
             rows,

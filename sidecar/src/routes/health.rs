@@ -68,6 +68,11 @@ pub async fn metrics(state: State) -> HttpResponse {
          # TYPE ferry_cache_bypassed gauge\nferry_cache_bypassed {}\n",
         u8::from(pending > 0)
     ));
+    let settings = state.readiness.role_settings().len();
+    text.push_str(&format!(
+        "# HELP ferry_postgres_role_settings Settings the login role or the database carry (ALTER ROLE/DATABASE ... SET); the log names them.\n\
+         # TYPE ferry_postgres_role_settings gauge\nferry_postgres_role_settings {settings}\n"
+    ));
     state.changes.render(&state.cache, &mut text);
     state.replicas.render(&mut text);
     HttpResponse::Ok()

@@ -66,7 +66,8 @@ async fn serve(
         let Some(q) = request.plan.queries.into_iter().next() else {
             return Err(ApiError::internal("a cached read without its query"));
         };
-        let read = plan::text_read(&config, q.sql, q.params, q.array_mode, ttl_s, &tables)?;
+        let role = request.plan.role.as_deref();
+        let read = plan::text_read(&config, q.sql, q.params, q.array_mode, ttl_s, &tables, role)?;
         let mut answer = engine::read(&state.reads, read).await?;
         let result = answer.rows.pop().map_or(Value::Null, Value::Object);
         return Ok((result, Some((answer.cache, answer.age_ms))));

@@ -7,9 +7,9 @@ use tokio::sync::Semaphore;
 
 /// Runs blocking work (pool checkouts, Redis, Postgres) on the blocking thread pool, never on
 /// an actix worker. Bounded twice: at most `max_in_flight` jobs at once (beyond: 503 at once,
-/// not a queue), and each job's answer is awaited at most `timeout` (beyond: 504; the job
-/// itself is bounded by the pools' and Postgres' own timeouts, and keeps its in-flight slot
-/// until it ends, so the bound holds).
+/// not a queue), and each job's answer is awaited at most `timeout` (beyond: 504, and the
+/// Postgres statements the job is running are cancelled: `store::deadline`). The job keeps its
+/// in-flight slot until it ends, so the bound holds.
 #[derive(Clone)]
 pub struct Blocking {
     slots: Arc<Semaphore>,
@@ -46,14 +46,20 @@ impl Blocking {
         T: Send + 'static,
     {
         let slot = self.admit()?;
+        let deadline = Arc::new(super::deadline::Deadline::default());
+        let watched = deadline.clone();
         let job = actix_web::web::block(move || {
             let _slot = slot;
-            f()
+            watched.enter(f)
         });
         match tokio::time::timeout(self.timeout, job).await {
-            Err(_) => Err(ApiError::Timeout {
-                what: "the request",
-            }),
+            Err(_) => {
+                // The work ends too, not just the wait for it (`store::deadline`).
+                actix_web::rt::task::spawn_blocking(move || deadline.expire());
+                Err(ApiError::Timeout {
+                    what: "the request",
+                })
+            }
             Ok(Err(e)) => Err(ApiError::internal(format!("blocking task failed: {e}"))),
             Ok(Ok(result)) => result,
         }

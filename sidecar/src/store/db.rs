@@ -13,7 +13,7 @@ use crate::store::pg_params::{self, TextParam};
 use crate::store::pools::Pools;
 use crate::store::postgres::PgSession;
 use crate::store::session::with_read_session;
-pub(super) use crate::store::session::{rollback, with_sent_session, with_session};
+pub(super) use crate::store::session::{rollback, with_sent_session};
 pub use crate::store::session::{Reset, RESET};
 use crate::store::statement::{self, Route};
 use ferry_shared::api::Row;
@@ -91,10 +91,10 @@ pub fn execute(
     with_sent_session(pools, |s| {
         if nonce.is_none() {
             // This one statement's implicit transaction may write; the reset turns it back.
-            nonces::record_then(s, None, "SET default_transaction_read_only = off")?;
+            nonces::record_then(pools, s, None, "SET default_transaction_read_only = off")?;
         } else {
             // A transaction of its own, so the nonce's row commits exactly when it does.
-            nonces::begin(s, nonce, "BEGIN READ WRITE")?;
+            nonces::begin(pools, s, nonce, "BEGIN READ WRITE")?;
         }
         // Whether the statement went out: without a nonce it commits on its own, so a
         // connection lost after that leaves it unknown.
@@ -151,6 +151,30 @@ pub fn ping(pools: &Pools) -> Result<(), ApiError> {
         .simple_query("SELECT 1")
         .map(|_| ())
         .map_err(|e| Failure::from(e).into_api())
+}
+
+/// The settings that the login role and the database carry (`ALTER ROLE ... SET`, `ALTER
+/// DATABASE ... SET`), as `name=value`, in one round trip on a pooled session. Sessions pin
+/// the ones Ferry depends on (`postgres::PINNED`); the probe reports them all.
+pub fn role_settings(pools: &Pools) -> Result<Vec<String>, ApiError> {
+    let mut conn = pools.pg_conn()?;
+    let answer = conn
+        .client
+        .simple_query(
+            "SELECT c FROM pg_db_role_setting s, unnest(s.setconfig) c \
+             WHERE s.setrole IN (0, (SELECT oid FROM pg_roles WHERE rolname = session_user)) \
+               AND s.setdatabase IN \
+                   (0, (SELECT oid FROM pg_database WHERE datname = current_database())) \
+             ORDER BY c",
+        )
+        .map_err(|e| Failure::from(e).into_api())?;
+    Ok(answer
+        .iter()
+        .filter_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+            _ => None,
+        })
+        .collect())
 }
 
 fn query_on(

@@ -36,7 +36,7 @@ pub async fn query(
     // The session's work runs in a task of its own on this worker: the answer is sent back as
     // soon as the rows are in, and the task goes on to finish the reset (whose answer comes
     // after the rows) before the session is reused. A caller that gives up early (its
-    // deadline) leaves the task to end the statement and reset the session.
+    // deadline) ends the statement too: the task sees the answer's receiver dropped.
     let (tx, rx) = oneshot::channel();
     let read = Read {
         sql,
@@ -61,7 +61,7 @@ struct Read {
     after: Reset,
 }
 
-async fn read_task(pools: Arc<Pools>, read: Read, tx: oneshot::Sender<Answer>) {
+async fn read_task(pools: Arc<Pools>, read: Read, mut tx: oneshot::Sender<Answer>) {
     let Read {
         sql,
         params,
@@ -93,18 +93,26 @@ async fn read_task(pools: Arc<Pools>, read: Read, tx: oneshot::Sender<Answer>) {
             // Only the operator's `skip_reset` statements find theirs prepared (for anything else
             // the checkout closed them).
             let mut cache = keep_prepared.then_some(prepared);
-            let (out, reset) = match &who {
-                Some(who) => match who.assume_async(client).await {
-                    Ok(()) => {
-                        let types = &pools.param_types;
-                        read_on(client, types, &sql, &params, limits, after, None).await
+            let work = async {
+                match &who {
+                    Some(who) => match who.assume_async(client).await {
+                        Ok(()) => {
+                            let types = &pools.param_types;
+                            read_on(client, types, &sql, &params, limits, after, None).await
+                        }
+                        Err(f) => (Err(f), None),
+                    },
+                    None => {
+                        let c = cache.as_deref_mut();
+                        read_on(client, &pools.param_types, &sql, &params, limits, after, c).await
                     }
-                    Err(f) => (Err(f), None),
-                },
-                None => {
-                    let c = cache.as_deref_mut();
-                    read_on(client, &pools.param_types, &sql, &params, limits, after, c).await
                 }
+            };
+            // The caller gone (its deadline passed): the session is dropped mid-work, which
+            // cancels the statement and holds the slot until its backend is gone.
+            let (out, reset) = tokio::select! {
+                out = work => out,
+                () = tx.closed() => return,
             };
             // The rest of the result still on its way, or the connection gone: the session is
             // dropped (closing the connection), not reset.

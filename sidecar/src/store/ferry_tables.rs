@@ -1,7 +1,7 @@
 //! Ferry's own tables in Postgres (`auth.nonce_table`, `cache.deferred_table`): state every
-//! sidecar must share that has to outlive Redis. Each is created on first use when the login
-//! role may; otherwise an operator creates it beforehand (scripts/demo.sql shows both) and
-//! grants SELECT, INSERT and DELETE on it.
+//! sidecar must share that has to outlive Redis. Each is created on first use by Ferry's own
+//! role (`postgres.owner_url`), in a schema it owns (scripts/demo.sql makes `ferry` for it);
+//! no request role is granted anything on them.
 
 use crate::store::db::{rollback, Failure};
 use crate::store::postgres::PgSession;
@@ -17,7 +17,25 @@ pub(super) fn ensure(s: &mut PgSession, table: &str, columns: &str) -> Result<()
     if exists(s).map_err(Failure::from)? {
         return Ok(());
     }
-    let create = format!("BEGIN READ WRITE; CREATE TABLE IF NOT EXISTS {table} {columns}; COMMIT");
+    // Its schema too, when missing (Ferry's own, `ferry`, unless an operator made it). Only
+    // when missing: CREATE SCHEMA IF NOT EXISTS asks for CREATE on the database even then.
+    let schema = match table.split_once('.') {
+        Some((schema, _)) => {
+            let missing: bool = s
+                .client
+                .query_one("SELECT to_regnamespace($1) IS NULL", &[&schema])
+                .map_err(Failure::from)?
+                .get(0);
+            if missing {
+                format!("CREATE SCHEMA IF NOT EXISTS {schema}; ")
+            } else {
+                String::new()
+            }
+        }
+        None => String::new(),
+    };
+    let create =
+        format!("BEGIN READ WRITE; {schema}CREATE TABLE IF NOT EXISTS {table} {columns}; COMMIT");
     if let Err(e) = s.client.batch_execute(&create) {
         rollback(s);
         // Another sidecar may have created it meanwhile (CREATE ... IF NOT EXISTS races).

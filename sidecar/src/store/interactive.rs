@@ -129,7 +129,7 @@ impl OpenTransactions {
         let mut tries = pools.pg_pooled_size();
         loop {
             let mut session = pools.pg_conn()?;
-            match nonces::begin(&mut session, table, &plan.begin()) {
+            match nonces::begin(pools, &mut session, table, &plan.begin()) {
                 Err(Failure::Unsent(e)) if tries > 0 => {
                     tries -= 1;
                     tracing::debug!(error = %e, "postgres session lost before BEGIN; another one");
@@ -182,6 +182,12 @@ impl OpenTransactions {
     ) -> Result<StatementResult, ApiError> {
         statement::check(sql, Route::Write)?;
         let mut open = self.take(id, credential)?;
+        // This request's deadline cancels the statement, and ends the transaction with it.
+        if let Err(e) = open.session.watch_here() {
+            open.session.poisoned = true;
+            self.lock().remove(id);
+            return Err(e);
+        }
         let ran = run_prepared(&mut open.session, sql, params, check_columns, |mut rows| {
             let (kept, too_large) = read_rows(&mut rows, limits)?;
             Ok((kept, too_large, rows.rows_affected()))
@@ -202,8 +208,14 @@ impl OpenTransactions {
         if let Ok(r) = &out {
             open.rows = open.rows.saturating_add(r.rows_affected);
         }
-        if open.session.client.is_closed() {
+        if open.session.client.is_closed() || open.session.watch_here().is_err() {
+            // Past the deadline, the statement was cancelled: the transaction ends (the
+            // session is closed, so Postgres rolls it back), its locks with it.
+            open.session.poisoned = true;
             self.lock().remove(id);
+            return out.and(Err(ApiError::Timeout {
+                what: "the request",
+            }));
         } else {
             open.last_used = Instant::now();
             self.lock().insert(id.to_string(), Slot::Idle(open));
@@ -227,6 +239,7 @@ impl OpenTransactions {
     ) -> Result<(), ApiError> {
         let mut open = self.take(id, credential)?;
         self.lock().remove(id);
+        open.session.watch_here()?;
         let s = &mut open.session;
         let ended = match commit {
             None => s.client.batch_execute("ROLLBACK").map_err(Failure::from),

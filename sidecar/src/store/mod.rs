@@ -1,5 +1,6 @@
 //! The stores. `pools`: the bounded Redis and Postgres pools and the Redis circuit breaker;
-//! `blocking`: `Blocking::run`, the only way handlers do blocking work. Postgres: `postgres`
+//! `blocking`: `Blocking::run`, the only way handlers do blocking work; `deadline`: its
+//! deadline cancels the statements a job is running. Postgres: `postgres`
 //! (sessions, connection settings, the role check), `db` (reads, writes, the reset after each
 //! request), `failure` (Postgres errors as the caller sees them), `pg_async` and `db_async` (plain reads on the worker's event loop), `identity` (a statement run as
 //! an end user's role and claims), `rate_limit` (each end user's request rate, in Redis), `nonces` (replay protection shared
@@ -15,6 +16,7 @@ pub mod cache;
 pub mod commands;
 pub mod db;
 pub mod db_async;
+pub mod deadline;
 pub mod failure;
 pub mod ferry_tables;
 pub mod identity;
@@ -33,6 +35,7 @@ pub mod rate_limit;
 pub mod readiness;
 pub mod redis;
 pub mod replicas;
+pub mod roles;
 pub mod session;
 pub mod statement;
 pub mod transaction;

@@ -12,6 +12,13 @@
 //! A session is reset (`DISCARD ALL`) after each request exactly like a pooled one, and one whose
 //! reset failed, whose result was abandoned, or whose connection closed is dropped, never reused.
 //!
+//! A session dropped in the middle of its work (the request's deadline passed, its caller went
+//! away) keeps its slot until its backend is gone: the statement is cancelled (CancelRequest),
+//! the connection closed, and its end awaited. Closing alone would leave the backend running
+//! whatever it was running (a caller may lift its own `statement_timeout`), beside the new
+//! connection that the freed slot would open: the bound would hold for connections, not for
+//! the backends Ferry causes.
+//!
 //! The one state a session keeps between requests: the operator's `skip_reset` statements,
 //! prepared on it ([`Prepared`]), so that their runs skip Postgres's parse and plan as well as
 //! the reset. They go (each closed, in order, ahead of what is sent next) when the session is
@@ -63,11 +70,18 @@ impl Counts {
     }
 }
 
+/// One open connection: the client, and the task that drives it (it ends once the server has
+/// closed the connection).
+pub struct Link {
+    pub client: Client,
+    task: tokio::task::JoinHandle<()>,
+}
+
 /// One worker's share: its idle connections, and how many sessions it has out.
 struct Share {
     id: u64,
     owner: Weak<()>,
-    idle: Vec<(Client, Prepared)>,
+    idle: Vec<(Link, Prepared)>,
     out: usize,
     /// Woken when a session is given back.
     freed: Rc<Notify>,
@@ -77,7 +91,7 @@ enum Take {
     NoShare,
     Full(Rc<Notify>),
     /// A slot, with an idle connection when there was one.
-    Got(Option<(Client, Prepared)>),
+    Got(Option<Box<(Link, Prepared)>>),
 }
 
 thread_local! {
@@ -88,6 +102,11 @@ thread_local! {
 /// idle list if it was reset for reuse and is still open; otherwise it is closed.
 pub struct AsyncSession {
     pub client: Option<Client>,
+    /// The task driving `client`'s connection.
+    task: Option<tokio::task::JoinHandle<()>>,
+    /// For the CancelRequest of a session dropped mid-work, and how long its end is awaited.
+    tls: MakeRustlsConnect,
+    wait: Duration,
     /// The `skip_reset` statements prepared on this connection, by their SQL.
     pub prepared: Prepared,
     /// Set once the session has been reset after its request: a session dropped before that
@@ -171,9 +190,15 @@ impl AsyncPg {
                 }
             }
         };
-        let (client, prepared) = idle.unzip();
+        let (link, prepared) = idle.map(|b| *b).unzip();
+        let (client, task) = link.map(|l| (l.client, l.task)).unzip();
         let mut session = AsyncSession {
             client,
+            task,
+            tls: self.tls.clone(),
+            // The backend of a cancelled statement ends within moments; one that does not (a
+            // frozen server runs nothing) gives its slot back after this long all the same.
+            wait: checkout_timeout.max(connect_timeout),
             // Dropped here unless kept: each is closed ahead of anything the session sends.
             prepared: prepared.filter(|_| keep_prepared).unwrap_or_default(),
             reusable: false,
@@ -182,7 +207,9 @@ impl AsyncPg {
             _not_send: std::marker::PhantomData,
         };
         if session.client.is_none() {
-            session.client = Some(self.connect(connect_timeout).await?);
+            let link = self.connect(connect_timeout).await?;
+            session.client = Some(link.client);
+            session.task = Some(link.task);
         }
         Ok(Some(session))
     }
@@ -220,7 +247,7 @@ impl AsyncPg {
             share.out += 1;
             // Connections closed while idle (Postgres restarted) are dropped on the way.
             let before = share.idle.len();
-            share.idle.retain(|(c, _)| !c.is_closed());
+            share.idle.retain(|(l, _)| !l.client.is_closed());
             let closed = before - share.idle.len();
             Counts::less(&self.counts.open, closed);
             Counts::less(&self.counts.idle, closed);
@@ -228,11 +255,11 @@ impl AsyncPg {
             if idle.is_some() {
                 Counts::less(&self.counts.idle, 1);
             }
-            Take::Got(idle)
+            Take::Got(idle.map(Box::new))
         })
     }
 
-    async fn connect(&self, timeout: Duration) -> Result<Client, ApiError> {
+    async fn connect(&self, timeout: Duration) -> Result<Link, ApiError> {
         let unavailable = |internal: String| ApiError::DatabaseUnavailable { internal };
         let (client, connection) =
             tokio::time::timeout(timeout, self.config.connect(self.tls.clone()))
@@ -240,36 +267,67 @@ impl AsyncPg {
                 .map_err(|_| unavailable("connect timeout".into()))?
                 .map_err(|e| unavailable(e.to_string()))?;
         // The connection task lives on this worker; it ends when the client is dropped.
-        actix_rt::spawn(async move {
+        let task = actix_rt::spawn(async move {
             let _ = connection.await;
         });
         self.counts.open.fetch_add(1, Ordering::AcqRel);
         self.opened.fetch_add(1, Ordering::AcqRel);
-        Ok(client)
+        Ok(Link { client, task })
     }
+}
+
+/// Gives a slot of share `id` back (waking one waiter), with its connection when it is kept.
+fn give_back(id: u64, kept: Option<(Link, Prepared)>, counts: &Counts) {
+    let _ = SHARES.try_with(|s| {
+        let mut shares = s.borrow_mut();
+        if let Some(share) = shares.iter_mut().find(|x| x.id == id) {
+            share.out = share.out.saturating_sub(1);
+            share.freed.notify_one();
+            if let Some(kept) = kept {
+                share.idle.push(kept);
+                counts.idle.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+    });
 }
 
 impl Drop for AsyncSession {
     fn drop(&mut self) {
-        // A session whose connect failed has no client, and gives its slot back all the same:
-        // else every failed connect of an outage would keep a slot of the share for good.
-        let mut client = self.client.take();
-        let keep = self.reusable && client.as_ref().is_some_and(|c| !c.is_closed());
-        let _ = SHARES.try_with(|s| {
-            let mut shares = s.borrow_mut();
-            if let Some(share) = shares.iter_mut().find(|x| x.id == self.id) {
-                share.out = share.out.saturating_sub(1);
-                share.freed.notify_one();
-                if keep {
-                    let prepared = std::mem::take(&mut self.prepared);
-                    share.idle.extend(client.take().map(|c| (c, prepared)));
-                    self.counts.idle.fetch_add(1, Ordering::AcqRel);
-                }
-            }
-        });
-        if client.is_some() {
-            // Closed here (dropping the client ends its connection task).
-            Counts::less(&self.counts.open, 1);
+        let (client, task) = (self.client.take(), self.task.take());
+        let (Some(client), Some(task)) = (client, task) else {
+            // A session whose connect failed gives its slot back all the same: else every
+            // failed connect of an outage would keep a slot of the share for good.
+            give_back(self.id, None, &self.counts);
+            return;
+        };
+        if self.reusable && !client.is_closed() {
+            let prepared = std::mem::take(&mut self.prepared);
+            give_back(
+                self.id,
+                Some((Link { client, task }, prepared)),
+                &self.counts,
+            );
+            return;
         }
+        let counts = self.counts.clone();
+        if client.is_closed() || tokio::runtime::Handle::try_current().is_err() {
+            // Nothing runs on it any more (or no runtime is left to wait on: shutdown).
+            drop(client);
+            Counts::less(&counts.open, 1);
+            give_back(self.id, None, &counts);
+            return;
+        }
+        // Dropped mid-work: the slot is held until the backend is gone (see the module doc).
+        let (id, tls, wait) = (self.id, self.tls.clone(), self.wait);
+        actix_rt::spawn(async move {
+            let token = client.cancel_token();
+            let _ = tokio::time::timeout(wait, token.cancel_query(tls)).await;
+            // Dropping the client ends the connection once the cancelled statement has
+            // answered; the task ends when the server has closed it.
+            drop(client);
+            let _ = tokio::time::timeout(wait, task).await;
+            Counts::less(&counts.open, 1);
+            give_back(id, None, &counts);
+        });
     }
 }

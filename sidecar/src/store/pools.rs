@@ -18,7 +18,73 @@ use std::time::{Duration, Instant};
 
 pub type RedisPool = r2d2::Pool<RedisManager>;
 pub type PgPool = r2d2::Pool<PgManager>;
-pub type PgConn = r2d2::PooledConnection<PgManager>;
+/// A pooled Postgres session, watched by the deadline of the job that holds it
+/// (`store::deadline`): past it, its statement is cancelled and the session closed, not pooled.
+pub struct PgConn {
+    inner: r2d2::PooledConnection<PgManager>,
+    watched: Option<super::deadline::Watched>,
+}
+
+impl PgConn {
+    /// A session just checked out, watched by the current job's deadline.
+    pub(crate) fn checked_out(
+        inner: r2d2::PooledConnection<PgManager>,
+    ) -> Result<PgConn, ApiError> {
+        let mut conn = PgConn {
+            inner,
+            watched: None,
+        };
+        conn.watch_here()?;
+        Ok(conn)
+    }
+
+    /// Watched by the current job's deadline from now on (an interactive transaction's
+    /// statements each run under their own request's). Err: that deadline has passed.
+    pub fn watch_here(&mut self) -> Result<(), ApiError> {
+        self.release();
+        match super::deadline::watch(&self.inner.client, &self.inner.tls) {
+            Ok(w) => {
+                self.watched = w;
+                Ok(())
+            }
+            Err(super::deadline::Expired) => {
+                // Nothing more runs on it for this job: closed, not pooled.
+                self.inner.poisoned = true;
+                Err(ApiError::Timeout {
+                    what: "the request",
+                })
+            }
+        }
+    }
+
+    fn release(&mut self) {
+        if let Some(w) = self.watched.take() {
+            if w.release() {
+                self.inner.poisoned = true;
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for PgConn {
+    type Target = super::postgres::PgSession;
+    fn deref(&self) -> &Self::Target {
+        &self.inner
+    }
+}
+
+impl std::ops::DerefMut for PgConn {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.inner
+    }
+}
+
+impl Drop for PgConn {
+    fn drop(&mut self) {
+        // Before the session goes back to the pool, which then closes it if poisoned.
+        self.release();
+    }
+}
 pub type RedisConn = r2d2::PooledConnection<RedisManager>;
 
 /// Logs connection failures r2d2 meets while filling a pool (it would otherwise drop them).
@@ -37,8 +103,14 @@ pub struct Pools {
     redis_async: AsyncRedis,
     /// Always Some until drop (see `Drop for Pools`).
     pub(super) pg: Option<PgPool>,
+    /// Ferry's own role's sessions (`postgres.owner_url`), for its bookkeeping only: two at
+    /// most, on top of `postgres.pool_size`. None with `postgres.single_role`.
+    owner: Option<PgPool>,
     /// The workers' own Postgres sessions, for reads on the event loop.
     pg_async: AsyncPg,
+    /// The workers' sessions of each Neon token's own role, by its `postgres_url`
+    /// (`sessions_per_worker` each, on top of `postgres.pool_size`).
+    neon: std::collections::HashMap<String, AsyncPg>,
     /// Whether Postgres's sessions were found to be Ferry's own: none is used until then.
     pub own_sessions: OwnSessions,
     pg_connect_timeout: Duration,
@@ -98,8 +170,9 @@ impl Pools {
         // postgres.pool_size bounds every connection too: three quarters of it go to the
         // workers' event-loop sessions (an equal share each), the rest to the r2d2 pool (writes,
         // batches, cache fills, and the reads a worker has no free session for).
-        let pg_per_worker = (p.pool_size as usize * 3 / 4) / workers;
-        let own_sessions = OwnSessions::for_config(config)?;
+        let (pg_per_worker, _) = config.pg_split();
+        let own_sessions =
+            OwnSessions::for_config(config)?.with_audit(super::roles::Audit::for_config(config));
         let tls = pg_tls(p).map_err(ApiError::internal)?;
         let pg_async = AsyncPg::new(
             pg_async_config(config)?,
@@ -107,6 +180,26 @@ impl Pools {
             (pg_per_worker, workers),
             own_sessions.opened(),
         );
+        let mut neon = std::collections::HashMap::new();
+        for t in config
+            .neon
+            .tokens
+            .iter()
+            .filter(|t| !t.postgres_url.is_empty())
+        {
+            let mut as_token = config.clone();
+            as_token.postgres.url = t.postgres_url.clone();
+            as_token.postgres.password = None;
+            neon.insert(
+                t.postgres_url.as_str().to_string(),
+                AsyncPg::new(
+                    pg_async_config(&as_token)?,
+                    tls.clone(),
+                    (t.sessions_per_worker, workers),
+                    own_sessions.opened(),
+                ),
+            );
+        }
         let pg_pooled = p.pool_size - pg_async.max() as u32;
         let pg = r2d2::Pool::builder()
             .max_size(pg_pooled)
@@ -119,11 +212,30 @@ impl Pools {
                 tls,
                 own_sessions.opened(),
             ));
+        let owner = if p.owner_url.is_empty() {
+            None
+        } else {
+            Some(
+                r2d2::Pool::builder()
+                    .max_size(2)
+                    .min_idle(Some(0))
+                    .connection_timeout(Duration::from_millis(p.checkout_timeout_ms))
+                    .test_on_check_out(false)
+                    .error_handler(Box::new(LogErrors("postgres (owner_url)")))
+                    .build_unchecked(PgManager::new(
+                        pg_config(&config.owner_config())?,
+                        pg_tls(p).map_err(ApiError::internal)?,
+                        Arc::default(),
+                    )),
+            )
+        };
         Ok(Pools {
             redis,
             redis_async,
             pg: Some(pg),
+            owner,
             pg_async,
+            neon,
             own_sessions,
             pg_connect_timeout: Duration::from_millis(p.connect_timeout_ms),
             pg_checkout_timeout: Duration::from_millis(p.checkout_timeout_ms),
@@ -297,11 +409,18 @@ impl Pools {
 
     /// A session of this worker's share, waiting for one up to the checkout timeout (then 503
     /// `overloaded`): for work that needs the async driver (`/sql` streams its text rows).
-    pub async fn pg_session_here(&self) -> Result<AsyncSession, ApiError> {
+    /// `role`: a Neon token's `postgres_url`, for a session of its role (None: `postgres.url`).
+    pub async fn pg_session_here(&self, role: Option<&str>) -> Result<AsyncSession, ApiError> {
         self.own_sessions.gate()?;
+        let sessions = match role {
+            None => &self.pg_async,
+            Some(url) => self
+                .neon
+                .get(url)
+                .ok_or_else(|| ApiError::internal("a Neon token's role has no sessions"))?,
+        };
         let start = Instant::now();
-        let got = self
-            .pg_async
+        let got = sessions
             .session(
                 self.pg_connect_timeout,
                 self.pg_checkout_timeout,
@@ -350,7 +469,31 @@ impl Pools {
             // Closed (in order, ahead of what is sent next) before anything else runs here.
             got.prepared.clear();
         }
-        Ok(got)
+        PgConn::checked_out(got)
+    }
+
+    /// Whether a Neon token's role (its `postgres_url`) has sessions here.
+    pub fn has_neon_role(&self, url: &str) -> bool {
+        self.neon.contains_key(url)
+    }
+
+    /// Whether Ferry's own role has sessions of its own (`postgres.owner_url`).
+    pub fn has_owner_pool(&self) -> bool {
+        self.owner.is_some()
+    }
+
+    /// A session of Ferry's own role, for its bookkeeping (`postgres.url`'s pool with
+    /// `postgres.single_role`). Not before the sessions were found to be Ferry's own.
+    pub fn owner_conn(&self) -> Result<PgConn, ApiError> {
+        let Some(pool) = &self.owner else {
+            return self.pg_conn();
+        };
+        self.own_sessions.gate()?;
+        pool.get()
+            .map_err(|e| ApiError::DatabaseUnavailable {
+                internal: format!("postgres.owner_url: {e}"),
+            })
+            .and_then(PgConn::checked_out)
     }
 
     /// (open, idle) Postgres connections: the r2d2 pool's and the workers' sessions.
@@ -389,9 +532,10 @@ impl Pools {
 impl Drop for Pools {
     fn drop(&mut self) {
         if let Some(pg) = self.pg.take() {
+            let owner = self.owner.take();
             let closer = std::thread::Builder::new()
                 .name("ferry-pg-close".into())
-                .spawn(move || drop(pg));
+                .spawn(move || drop((pg, owner)));
             if let Ok(handle) = closer {
                 let _ = handle.join();
             }

@@ -16,6 +16,8 @@ pub struct PgSession {
     pub client: postgres::Client,
     pub poisoned: bool,
     pub prepared: crate::store::pg_async::Prepared,
+    /// How to reach the server for a CancelRequest (`store::deadline`).
+    pub tls: MakeRustlsConnect,
 }
 
 /// The r2d2 manager of Postgres sessions (one can be discarded by marking it poisoned); the
@@ -24,6 +26,7 @@ pub struct PgSession {
 pub struct PgManager(
     pub PostgresConnectionManager<MakeRustlsConnect>,
     pub std::sync::Arc<std::sync::atomic::AtomicU64>,
+    MakeRustlsConnect,
 );
 
 impl std::fmt::Debug for PgManager {
@@ -40,7 +43,11 @@ impl PgManager {
         tls: MakeRustlsConnect,
         opened: std::sync::Arc<std::sync::atomic::AtomicU64>,
     ) -> Self {
-        PgManager(PostgresConnectionManager::new(config, tls), opened)
+        PgManager(
+            PostgresConnectionManager::new(config, tls.clone()),
+            opened,
+            tls,
+        )
     }
 }
 
@@ -55,6 +62,7 @@ impl r2d2::ManageConnection for PgManager {
             client,
             poisoned: false,
             prepared: Default::default(),
+            tls: self.2.clone(),
         })
     }
 
@@ -100,6 +108,16 @@ pub fn pg_tls(c: &crate::config::PostgresConfig) -> Result<MakeRustlsConnect, St
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(MakeRustlsConnect::new(tls))
+}
+
+/// The login role a `postgres://` URL names (None: it names none, so libpq's default, the OS
+/// user, would apply).
+pub fn login_role(url: &str) -> Option<String> {
+    pg_url(url)
+        .parse::<postgres::Config>()
+        .ok()?
+        .get_user()
+        .map(str::to_string)
 }
 
 /// Whether a host name is this machine: `localhost`, or an address in 127.0.0.0/8 or ::1,
@@ -163,6 +181,27 @@ pub fn role_warnings(config: &Config) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// Settings Ferry's promises rest on, pinned for every session it opens. Options given at
+/// connection start win over any a role or a database carries (`ALTER ROLE ... SET`, which a
+/// request's SQL can run on its own role), and `DISCARD ALL` goes back to them, so no request
+/// can change them for the next, nor for the sessions opened after a restart:
+/// - `role=none`: every statement runs as the login role (a role default of `role =
+///   'authenticated'` made every /v1 read fail with 42501);
+/// - `synchronous_commit=on`: an acknowledged write is flushed (`off` loses the last ones in a
+///   crash);
+/// - `lock_timeout=0`: lock waits end at `statement_timeout` and the request deadline, not at
+///   a value a caller chose (`1ms` failed every write that met a lock);
+/// - isolation and deferrable defaults, `row_security`: what the code assumes when it asks for
+///   nothing;
+/// - `DateStyle`, `IntervalStyle`, `bytea_output`: the text `/sql` answers (node-postgres
+///   parses it) and the JSON values `/v1` decodes.
+///
+/// The readiness probe reports role and database settings that appear all the same
+/// (`store::readiness`).
+pub const PINNED: &str = "-c role=none -c synchronous_commit=on -c lock_timeout=0 \
+    -c default_transaction_isolation=read\\ committed -c default_transaction_deferrable=off \
+    -c row_security=on -c DateStyle=ISO,\\ MDY -c IntervalStyle=postgres -c bytea_output=hex";
+
 /// The Postgres connection settings, from the URL plus the sidecar's own settings.
 pub fn pg_config(config: &Config) -> Result<postgres::Config, ApiError> {
     pg_async_config(config).map(postgres::Config::from)
@@ -197,7 +236,7 @@ pub fn pg_async_config(config: &Config) -> Result<tokio_postgres::Config, ApiErr
     // client_min_messages: callers never see notices, and the driver would log every one.
     let mut options = format!(
         "-c default_transaction_read_only=on -c client_min_messages=error \
-         -c idle_in_transaction_session_timeout={}",
+         -c idle_in_transaction_session_timeout={} {PINNED}",
         config.server.request_timeout_ms.max(1000)
     );
     if c.statement_timeout_ms > 0 {

@@ -6,8 +6,10 @@
 //! it on by one interval. One script call, atomic, timed by Redis's own clock (sidecars'
 //! clocks never disagree about a user). The key expires once the bucket is full again.
 //!
-//! Redis unavailable: requests are let through (the limit is a guard against one user crowding
-//! out others, not an access rule, and Redis down must never fail a read Postgres can serve).
+//! Redis unavailable: each sidecar keeps the same bucket in its own memory meanwhile ([`local`]),
+//! so a user is held to the rate per sidecar rather than let through without a bound (which a
+//! user could provoke by filling Redis, or time with an outage). Not an access rule either way:
+//! a request under the rate is never refused for Redis's sake.
 
 use crate::http::error::ApiError;
 use crate::store::pools::Pools;
@@ -54,17 +56,46 @@ fn key(prefix: &str, user: &str) -> String {
     format!("{prefix}rl:{}", &digest[..32])
 }
 
-fn verdict(waited_us: redis::RedisResult<u64>) -> Result<(), ApiError> {
+fn verdict(waited_us: redis::RedisResult<u64>, user: &str, rate: Rate) -> Result<(), ApiError> {
     match waited_us {
         Ok(0) => Ok(()),
-        Ok(us) => Err(ApiError::RateLimited {
-            retry_after_s: us.div_ceil(1_000_000).max(1),
-        }),
+        Ok(us) => Err(limited(us)),
         Err(e) => {
-            tracing::debug!(error = %e, "rate limit not checked: redis failed; let through");
-            Ok(())
+            tracing::debug!(error = %e, "rate limit: redis failed; this sidecar's own bucket");
+            local(user, rate)
         }
     }
+}
+
+fn limited(waited_us: u64) -> ApiError {
+    ApiError::RateLimited {
+        retry_after_s: waited_us.div_ceil(1_000_000).max(1),
+    }
+}
+
+/// The buckets this sidecar keeps while Redis is unavailable: user -> theoretical arrival time
+/// (microseconds on this process's clock).
+static LOCAL: LazyLock<std::sync::Mutex<std::collections::HashMap<String, u64>>> =
+    LazyLock::new(Default::default);
+/// Past this many users, buckets that are full again are forgotten (their next request starts
+/// a fresh one, exactly as a full bucket would answer).
+const LOCAL_USERS: usize = 10_000;
+
+/// GCRA in this sidecar's memory, as the Redis script does it.
+pub fn local(user: &str, rate: Rate) -> Result<(), ApiError> {
+    static EPOCH: LazyLock<std::time::Instant> = LazyLock::new(std::time::Instant::now);
+    let now = EPOCH.elapsed().as_micros() as u64;
+    let (interval, tolerance) = rate.args();
+    let mut buckets = LOCAL.lock().unwrap_or_else(|p| p.into_inner());
+    if buckets.len() >= LOCAL_USERS {
+        buckets.retain(|_, tat| *tat > now);
+    }
+    let tat = buckets.get(user).copied().unwrap_or(0).max(now);
+    if now + tolerance < tat {
+        return Err(limited(tat - tolerance - now));
+    }
+    buckets.insert(user.to_string(), tat + interval);
+    Ok(())
 }
 
 /// On this worker's multiplexed connection; None when it has none (the caller then checks on
@@ -78,7 +109,7 @@ pub async fn check_async(
     let mut conn = match pools.redis_async().await {
         Ok(Some(c)) => c,
         Ok(None) => return None,
-        Err(_) => return Some(Ok(())),
+        Err(_) => return Some(local(user, rate)),
     };
     let (interval, tolerance) = rate.args();
     let waited = GCRA
@@ -90,13 +121,13 @@ pub async fn check_async(
     if waited.is_err() {
         pools.drop_redis_async();
     }
-    Some(verdict(waited))
+    Some(verdict(waited, user, rate))
 }
 
 /// On a pooled connection (blocking).
 pub fn check(pools: &Pools, prefix: &str, user: &str, rate: Rate) -> Result<(), ApiError> {
     let Ok(mut conn) = pools.redis_conn() else {
-        return Ok(());
+        return local(user, rate);
     };
     let (interval, tolerance) = rate.args();
     verdict(
@@ -104,5 +135,21 @@ pub fn check(pools: &Pools, prefix: &str, user: &str, rate: Rate) -> Result<(), 
             .arg(interval)
             .arg(tolerance)
             .invoke(&mut *conn),
+        user,
+        rate,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_local_bucket_admits_the_burst_then_the_rate() {
+        let rate = Rate { per_s: 1, burst: 3 };
+        let user = "local-bucket-test";
+        let admitted = (0..10).filter(|_| local(user, rate).is_ok()).count();
+        assert_eq!(admitted, 3);
+        assert!(local("another-user", rate).is_ok());
+    }
 }

@@ -18,7 +18,14 @@ pub struct Readiness {
     /// None until the first probe has finished (reported as not ready).
     last: RwLock<Option<Snapshot>>,
     probes: AtomicU64,
+    /// The login role's and the database's own settings, as last seen (`db::role_settings`).
+    role_settings: RwLock<Vec<String>>,
+    /// When they were last read: every `SETTINGS_EVERY`, not every probe.
+    settings_read: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// How often the role's settings are read (a catalog query: not on every readiness probe).
+const SETTINGS_EVERY: Duration = Duration::from_secs(5);
 
 impl Readiness {
     /// The latest probe's result.
@@ -29,6 +36,44 @@ impl Readiness {
     /// Probes made so far (each checks out one Redis and one Postgres connection).
     pub fn probes(&self) -> u64 {
         self.probes.load(Ordering::Relaxed)
+    }
+
+    /// Settings the login role or the database carry (`name=value`), as last probed.
+    pub fn role_settings(&self) -> Vec<String> {
+        self.role_settings
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn settings_due(&self) -> bool {
+        let mut last = self.settings_read.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_some_and(|t| t.elapsed() < SETTINGS_EVERY) {
+            return false;
+        }
+        *last = Some(std::time::Instant::now());
+        true
+    }
+
+    /// Keeps what the probe saw; said in the log whenever it changes, since a request's SQL
+    /// can set its own role's defaults (`ALTER ROLE ... SET` inside a DO block, which no text
+    /// check sees). Those Ferry depends on are pinned at connect and have no effect; the log
+    /// names every one, so an operator sees the attempt and can `ALTER ROLE ... RESET`.
+    fn saw_role_settings(&self, now: Vec<String>) {
+        let mut seen = self
+            .role_settings
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        if *seen != now {
+            if !now.is_empty() {
+                tracing::warn!(
+                    settings = ?now,
+                    "postgres: the login role or the database carries settings of its own \
+                     (ALTER ROLE/DATABASE ... SET); Ferry's sessions pin the ones it depends on"
+                );
+            }
+            *seen = now;
+        }
     }
 
     fn probe(&self, pools: &Pools) {
@@ -52,6 +97,11 @@ impl Readiness {
             }
         }
         let postgres = pools.own_sessions.check().is_ok() && crate::store::db::ping(pools).is_ok();
+        if postgres && self.settings_due() {
+            if let Ok(settings) = crate::store::db::role_settings(pools) {
+                self.saw_role_settings(settings);
+            }
+        }
         self.probes.fetch_add(1, Ordering::Relaxed);
         *self.last.write().unwrap_or_else(|p| p.into_inner()) = Some(Snapshot { redis, postgres });
     }
@@ -63,7 +113,8 @@ impl Readiness {
 fn pooled_pair(pools: &Pools) -> Option<(PgConn, PgConn)> {
     let pool = pools.pg.as_ref().filter(|_| pools.pg_pooled_size() >= 2)?;
     let wait = Duration::from_millis(50);
-    Some((pool.get_timeout(wait).ok()?, pool.get_timeout(wait).ok()?))
+    let get = || PgConn::checked_out(pool.get_timeout(wait).ok()?).ok();
+    Some((get()?, get()?))
 }
 
 /// How soon the sessions are asked again while Postgres could not be asked at all.

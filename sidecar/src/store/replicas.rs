@@ -226,7 +226,7 @@ impl Replicas {
                     r.set(false, false, 0, 0);
                     continue;
                 }
-                Err(Problem::NotOwn(_)) => {
+                Err(Problem::NotOwn(_) | Problem::Unsafe(_)) => {
                     r.set(true, false, 0, 0);
                     continue;
                 }
@@ -285,6 +285,7 @@ impl Replica {
             .map_err(|e| ApiError::DatabaseUnavailable {
                 internal: format!("replica: {e}"),
             })
+            .and_then(PgConn::checked_out)
     }
 
     pub fn served(&self) {

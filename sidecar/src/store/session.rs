@@ -89,6 +89,14 @@ pub(super) fn with_read_session<T>(
     out
 }
 
+/// [`with_session`] as Ferry's own role (`postgres.owner_url`): its bookkeeping only.
+pub(super) fn with_owner_session<T>(
+    pools: &Pools,
+    work: impl FnOnce(&mut PgSession) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    with_conn(pools.owner_conn(), work)
+}
+
 /// [`with_session`] on a session already checked out (a replica's).
 pub(super) fn with_conn<T>(
     conn: Result<crate::store::pools::PgConn, crate::http::error::ApiError>,

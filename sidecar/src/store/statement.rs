@@ -29,6 +29,12 @@ pub enum Refusal {
     SessionState,
     Copy,
     NotARead,
+    /// DO and CALL for a read-only caller: procedural code that may end the read-only
+    /// transaction it was given (a DO block's COMMIT) or write through a function.
+    Procedural,
+    /// Roles and server-wide settings (ALTER ROLE ... SET, ALTER SYSTEM): they outlive the
+    /// request and every session of the role, restarts included.
+    Roles,
 }
 
 impl Refusal {
@@ -38,6 +44,8 @@ impl Refusal {
             Refusal::SessionState => "session state",
             Refusal::Copy => "COPY",
             Refusal::NotARead => "not a read",
+            Refusal::Procedural => "procedural code",
+            Refusal::Roles => "roles and server settings",
         }
     }
 
@@ -55,6 +63,11 @@ impl Refusal {
             Refusal::NotARead => {
                 "reads must be SELECT, WITH, VALUES, TABLE or SHOW; send writes to /v1/execute"
             }
+            Refusal::Procedural => "a read-only caller cannot run DO blocks or CALL procedures",
+            Refusal::Roles => {
+                "roles, databases and server settings are the operator's: CREATE/ALTER/DROP \
+                 ROLE, USER, GROUP, DATABASE and ALTER SYSTEM are refused"
+            }
         }
     }
 }
@@ -68,6 +81,22 @@ pub fn check(sql: &str, route: Route) -> Result<(), ApiError> {
             advice: r.advice(),
         }),
     }
+}
+
+/// [`check`], then, for a caller that may only read (a read-only token), DO and CALL refused
+/// too. The read-only transaction it runs in is what Postgres enforces; this is the clear
+/// answer in front of it.
+pub fn check_read_only(sql: &str, route: Route) -> Result<(), ApiError> {
+    check(sql, route)?;
+    let first = Words::new(sql).next_upper().unwrap_or_default();
+    if matches!(first.as_str(), "DO" | "CALL") {
+        let r = Refusal::Procedural;
+        return Err(ApiError::StatementNotAllowed {
+            class: r.class(),
+            advice: r.advice(),
+        });
+    }
+    Ok(())
 }
 
 /// The refusal for `sql` on `route`, if any.
@@ -88,7 +117,11 @@ pub fn classify(sql: &str, route: Route) -> Option<Refusal> {
         "SET" | "RESET" | "DISCARD" | "LISTEN" | "UNLISTEN" | "LOAD" | "DECLARE" | "FETCH"
         | "MOVE" | "CLOSE" | "EXECUTE" | "DEALLOCATE" | "LOCK" => Some(Refusal::SessionState),
         "COPY" => Some(Refusal::Copy),
-        "CREATE" if creates_temp(&mut words) => Some(Refusal::SessionState),
+        "CREATE" | "ALTER" | "DROP" => match object(&mut words) {
+            Object::Temp => Some(Refusal::SessionState),
+            Object::Role => Some(Refusal::Roles),
+            Object::Other => None,
+        },
         _ => None,
     };
     if refusal.is_some() {
@@ -107,16 +140,25 @@ pub fn classify(sql: &str, route: Route) -> Option<Refusal> {
     }
 }
 
-/// After CREATE: `[OR REPLACE] [GLOBAL | LOCAL] {TEMP | TEMPORARY} ...`.
-fn creates_temp(words: &mut Words<'_>) -> bool {
+/// What a CREATE, ALTER or DROP is about, as far as the refusals go.
+enum Object {
+    /// `CREATE [OR REPLACE] [GLOBAL | LOCAL] {TEMP | TEMPORARY} ...`
+    Temp,
+    /// ROLE, USER, GROUP, DATABASE, SYSTEM (`ALTER SYSTEM`).
+    Role,
+    Other,
+}
+
+fn object(words: &mut Words<'_>) -> Object {
     while let Some(w) = words.next_upper() {
         match w.as_str() {
             "OR" | "REPLACE" | "GLOBAL" | "LOCAL" => continue,
-            "TEMP" | "TEMPORARY" => return true,
-            _ => return false,
+            "TEMP" | "TEMPORARY" => return Object::Temp,
+            "ROLE" | "USER" | "GROUP" | "DATABASE" | "SYSTEM" => return Object::Role,
+            _ => return Object::Other,
         }
     }
-    false
+    Object::Other
 }
 
 /// The leading words of a statement, skipping white space, `--` and nested `/* */` comments,
@@ -228,6 +270,25 @@ mod tests {
             classify("copy t to stdout", Route::Write),
             Some(Refusal::Copy)
         );
+        for sql in [
+            "ALTER ROLE ferry_app SET role = 'authenticated'",
+            "alter user current_user password 'x'",
+            "ALTER DATABASE postgres SET synchronous_commit = off",
+            "alter system set fsync = off",
+            "CREATE ROLE r LOGIN",
+            "drop user r",
+        ] {
+            assert_eq!(classify(sql, Route::Write), Some(Refusal::Roles), "{sql}");
+        }
+    }
+
+    #[test]
+    fn read_only_callers_cannot_run_procedural_code() {
+        for sql in ["DO $$BEGIN COMMIT; END$$", "  call p()"] {
+            assert!(check(sql, Route::Write).is_ok(), "{sql}");
+            assert!(check_read_only(sql, Route::Write).is_err(), "{sql}");
+        }
+        assert!(check_read_only("SELECT 1", Route::Write).is_ok());
     }
 
     #[test]

@@ -74,9 +74,9 @@ pub fn run(pools: &Pools, plan: &TxPlan) -> Result<Vec<StatementResult>, ApiErro
             n => (None, n.as_ref()),
         };
         if first.is_some() {
-            nonces::record_then(s, first, &plan.begin())?;
+            nonces::record_then(pools, s, first, &plan.begin())?;
         } else {
-            nonces::begin(s, last, &plan.begin())?;
+            nonces::begin(pools, s, last, &plan.begin())?;
         }
         let failed = |s: &mut crate::store::postgres::PgSession, f: Failure| {
             rollback(s);

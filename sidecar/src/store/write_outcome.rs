@@ -3,20 +3,26 @@
 //! write's COMMIT before it answers.
 
 use crate::http::error::ApiError;
-use crate::store::db::{rollback, with_session, Failure};
+use crate::store::db::{rollback, Failure};
 use crate::store::nonces::WriteNonce;
 use crate::store::pools::Pools;
+use crate::store::session::with_owner_session;
 
 /// Whether the write with this nonce committed: Some(rows it affected), or None, in which case
 /// it never will (the nonce's row is inserted now, so the write, if still running, fails on it
 /// at its COMMIT; a write between its nonce and its COMMIT is waited for). An error: Postgres
 /// could not say.
 pub fn outcome(pools: &Pools, nonce: &WriteNonce) -> Result<Option<u64>, ApiError> {
-    with_session(pools, |s| {
-        nonce.ensure_table(s)?;
+    // As Ferry's own role: the only one that may read and write the books directly.
+    with_owner_session(pools, |s| {
+        nonce.books.make_sure(s)?;
         let fence = format!(
-            "BEGIN READ WRITE; {}; COMMIT",
-            nonce.insert_row(None, " ON CONFLICT (nonce) DO NOTHING")
+            "BEGIN READ WRITE; INSERT INTO {} (nonce, expires_at, rows_affected) \
+             VALUES (decode('{}', 'hex'), now() + make_interval(secs => {}), NULL) \
+             ON CONFLICT (nonce) DO NOTHING; COMMIT",
+            nonce.books.table,
+            nonce.hex,
+            nonce.keep_s()
         );
         let fenced = s.client.simple_query(&fence).map_err(|e| {
             rollback(s);
@@ -34,7 +40,7 @@ pub fn outcome(pools: &Pools, nonce: &WriteNonce) -> Result<Option<u64>, ApiErro
             .query_one(
                 &format!(
                     "SELECT rows_affected FROM {} WHERE nonce = decode($1, 'hex')",
-                    nonce.table
+                    nonce.books.table
                 ),
                 &[&nonce.hex],
             )

@@ -38,6 +38,11 @@ impl ScriptConnections {
         self.lock().remove(user);
     }
 
+    /// Every connection is opened anew on next use (a reload may have changed passwords).
+    pub fn forget_all(&self) {
+        self.lock().clear();
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, MultiplexedConnection>> {
         self.open.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -1,6 +1,9 @@
 //! Deferred invalidations kept in Postgres (`cache.deferred_table`), so they outlive the
 //! sidecar that deferred them and reach Redis through whichever sidecar gets there first.
 //!
+//! Kept by Ferry's own role (`postgres.owner_url`): a request's SQL can neither add a row
+//! (one `everything` row flushes the cache on every sidecar) nor delete one.
+//!
 //! A write whose invalidation cannot reach Redis is already committed in Postgres, so Postgres
 //! is reachable: the keys and tags go into the table there and then, beside the sidecar's own
 //! memory (`pending`, which keeps that sidecar's reads off Redis until they are applied). Every
@@ -11,9 +14,10 @@
 
 use super::pending::Chunk;
 use super::{Cache, FLUSH_CHUNK};
-use crate::store::db::{with_session, Failure};
+use crate::store::db::Failure;
 use crate::store::ferry_tables;
 use crate::store::pools::Pools;
+use crate::store::session::with_owner_session;
 
 /// The table's columns: `kind` is `k` (a key), `t` (a tag) or `e` (everything).
 const COLUMNS: &str = "(id bigserial PRIMARY KEY, kind text NOT NULL, name text NOT NULL, \
@@ -37,7 +41,7 @@ impl Cache {
         } else {
             (keys.to_vec(), tags.to_vec(), false)
         };
-        let kept = with_session(pools, |s| {
+        let kept = with_owner_session(pools, |s| {
             ferry_tables::ensure(s, table, COLUMNS)?;
             let mut tx = s.client.build_transaction().read_only(false).start()?;
             tx.execute(
@@ -65,8 +69,9 @@ impl Cache {
         };
         let mut applied = 0;
         loop {
-            let rows = with_session(pools, |s| {
-                ferry_tables::ensure(s, table, COLUMNS)?;
+            // No table yet: nothing was ever deferred (the first deferral makes it). Read
+            // without making it, so this once-a-second look is never DDL.
+            let rows = with_owner_session(pools, |s| {
                 s.client
                     .query(
                         &format!("SELECT id, kind, name FROM {table} ORDER BY id LIMIT $1"),
@@ -77,6 +82,11 @@ impl Cache {
             let rows = match rows {
                 Ok(rows) if !rows.is_empty() => rows,
                 Ok(_) => return applied,
+                Err(Failure::Pg(e))
+                    if e.code() == Some(&postgres::error::SqlState::UNDEFINED_TABLE) =>
+                {
+                    return applied
+                }
                 Err(e) => {
                     tracing::debug!(error = %e.into_api(), "deferred invalidations table not read");
                     return applied;
@@ -97,7 +107,7 @@ impl Cache {
                 tracing::debug!(error = %e, "deferred invalidations still waiting for redis");
                 return applied;
             }
-            let deleted = with_session(pools, |s| {
+            let deleted = with_owner_session(pools, |s| {
                 let mut tx = s.client.build_transaction().read_only(false).start()?;
                 tx.execute(&format!("DELETE FROM {table} WHERE id = ANY($1)"), &[&ids])?;
                 tx.commit()?;

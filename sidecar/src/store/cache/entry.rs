@@ -50,6 +50,48 @@ pub enum Lookup {
     Bypass,
 }
 
+impl Lookup {
+    /// What a found entry is worth to a reader whose own policy is `p`: never older than its
+    /// TTL (past it, within its stale-while-revalidate: served and refreshed; past that, a
+    /// miss, its stale-if-error copy only within its own grace), whatever TTL the reader that
+    /// filled the entry asked for. Else a 30-day fill would answer a reader that asked for 10 s.
+    pub fn within(self, p: &super::EntryPolicy) -> Lookup {
+        let ttl = p.ttl_s.saturating_mul(1000);
+        let swr = ttl.saturating_add(p.swr_s.saturating_mul(1000));
+        let grace = ttl.saturating_add(p.stale_if_error_s.saturating_mul(1000));
+        let miss = |rows: Vec<Row>, age_ms: u64, observed: Observed| Lookup::Miss {
+            observed,
+            stale: (age_ms <= grace).then_some((rows, age_ms)),
+        };
+        match self {
+            Lookup::Hit {
+                rows,
+                age_ms,
+                observed,
+            }
+            | Lookup::Revalidate {
+                rows,
+                age_ms,
+                observed,
+            } if age_ms > swr => miss(rows, age_ms, observed),
+            Lookup::Hit {
+                rows,
+                age_ms,
+                observed,
+            } if age_ms > ttl => Lookup::Revalidate {
+                rows,
+                age_ms,
+                observed,
+            },
+            Lookup::Miss {
+                observed,
+                stale: Some((rows, age_ms)),
+            } => miss(rows, age_ms, observed),
+            other => other,
+        }
+    }
+}
+
 /// Decides what a found entry is worth now. `observed` holds the current version of the key
 /// and of every tag the read names (and the epoch); `current` the versions of every tag seen.
 pub(super) fn classify(

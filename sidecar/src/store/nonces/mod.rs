@@ -31,23 +31,18 @@
 
 use crate::http::error::ApiError;
 use crate::http::replay::Seen;
-use crate::store::db::{rollback, with_session, Failure};
+use crate::store::db::{rollback, Failure};
 use crate::store::failure::{commit_lost, connection_lost};
-use crate::store::ferry_tables;
 use crate::store::pools::Pools;
 use crate::store::postgres::PgSession;
 use postgres::error::SqlState;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+mod books;
 mod check;
+pub use books::Books;
 pub use check::{settle, NonceCheck};
-
-/// The nonce table's columns (created if missing: `store::ferry_tables`). `rows_affected` is
-/// NULL for a write that did not commit (or was fenced).
-const COLUMNS: &str =
-    "(nonce bytea PRIMARY KEY, expires_at timestamptz NOT NULL, rows_affected bigint)";
 
 /// Where nonces are shared, fixed at startup.
 #[derive(Debug, Clone)]
@@ -60,32 +55,33 @@ pub struct SharedNonces {
 struct Shared {
     /// `cache.key_prefix`.
     prefix: String,
-    /// `auth.nonce_table`, validated (`schema.table`, unquoted identifiers).
-    table: String,
+    books: Arc<Books>,
     /// Seconds a write's row is kept: twice the clock window, whatever the clocks say.
     keep_s: u64,
-    ensured: Arc<AtomicBool>,
 }
 
 /// A write's nonce, for its round trips to Postgres.
 #[derive(Debug, Clone)]
 pub struct WriteNonce {
-    pub(super) table: String,
+    pub(super) books: Arc<Books>,
     pub(super) hex: String,
     keep_s: u64,
-    /// Whether the table is known to exist (created at the first write if need be: a write
-    /// cannot create it in the middle of its own transaction).
-    ensured: Arc<AtomicBool>,
 }
 
 impl SharedNonces {
-    pub fn new(shared: bool, prefix: &str, table: &str, max_skew_s: u64) -> SharedNonces {
+    /// `grantee`: the role requests run as, which may call Ferry's record function.
+    pub fn new(
+        shared: bool,
+        prefix: &str,
+        table: &str,
+        max_skew_s: u64,
+        grantee: Option<String>,
+    ) -> SharedNonces {
         SharedNonces {
             shared: shared.then(|| Shared {
                 prefix: prefix.to_string(),
-                table: table.to_string(),
+                books: Books::new(table, grantee),
                 keep_s: 2 * max_skew_s + 2,
-                ensured: Arc::default(),
             }),
         }
     }
@@ -93,10 +89,9 @@ impl SharedNonces {
     /// The row a write records before it runs (None with `auth.replay = "local"`).
     pub fn for_write(&self, seen: Seen) -> Option<WriteNonce> {
         self.shared.as_ref().map(|s| WriteNonce {
-            table: s.table.clone(),
+            books: s.books.clone(),
             hex: seen.hex(),
             keep_s: s.keep_s,
-            ensured: s.ensured.clone(),
         })
     }
 
@@ -104,15 +99,14 @@ impl SharedNonces {
     /// `POST /v1/outcome`; None with `auth.replay = "local"` (no outcome is kept).
     pub fn for_outcome(&self, nonce: &str) -> Option<WriteNonce> {
         self.shared.as_ref().map(|s| WriteNonce {
-            table: s.table.clone(),
+            books: s.books.clone(),
             hex: format!("{:032x}", crate::http::replay::fingerprint(nonce)),
             keep_s: s.keep_s,
-            ensured: s.ensured.clone(),
         })
     }
 
-    /// Creates the table if missing, then deletes expired rows every 10 s, until the pools
-    /// go (each sidecar sweeps; a row deleted twice is no harm).
+    /// Makes sure of the books (as Ferry's own role), then deletes expired rows every 10 s,
+    /// until the pools go (each sidecar sweeps; a row deleted twice is no harm).
     pub fn spawn_sweeper(&self, pools: Weak<Pools>) {
         let Some(s) = self.shared.clone() else {
             return;
@@ -123,13 +117,13 @@ impl SharedNonces {
                 let Some(pools) = pools.upgrade() else {
                     return;
                 };
-                let swept = with_session(&pools, |session| {
-                    ferry_tables::ensure(session, &s.table, COLUMNS)?;
+                let swept = crate::store::session::with_owner_session(&pools, |session| {
+                    s.books.make_sure(session)?;
                     session
                         .client
                         .batch_execute(&format!(
                             "BEGIN READ WRITE; DELETE FROM {} WHERE expires_at < now(); COMMIT",
-                            s.table
+                            s.books.table
                         ))
                         .map_err(|e| {
                             rollback(session);
@@ -149,40 +143,43 @@ impl SharedNonces {
 }
 
 impl WriteNonce {
-    /// The row's INSERT, with the rows the write affected (None: it did not commit).
-    pub(super) fn insert_row(&self, rows: Option<u64>, on_conflict: &str) -> String {
-        // Only our own hex and number and a validated table name are spliced in (decode: no
-        // backslash, whatever standard_conforming_strings says).
-        format!(
-            "INSERT INTO {} (nonce, expires_at, rows_affected) \
-             VALUES (decode('{}', 'hex'), now() + make_interval(secs => {}), {}){on_conflict}",
-            self.table,
-            self.hex,
-            self.keep_s,
-            rows.map_or("NULL".to_string(), |n| n.to_string())
-        )
+    /// Seconds its row is kept.
+    pub(super) fn keep_s(&self) -> u64 {
+        self.keep_s
     }
 
-    /// The row committed on its own, before a read-only transaction (which cannot insert it).
-    fn insert(&self) -> String {
-        format!("BEGIN READ WRITE; {}; COMMIT", self.insert_row(None, ""))
+    /// The call that records the row, with the rows the write affected (None: it did not
+    /// commit); `if_absent`: a row already there stays. Err until the books are made sure of.
+    pub(super) fn record(&self, rows: Option<u64>, if_absent: bool) -> Result<String, Failure> {
+        self.books
+            .record_call(&self.hex, self.keep_s, rows, if_absent)
+            .ok_or_else(|| Failure::Api(ApiError::internal("Ferry's books are not ready")))
     }
 
-    /// The table as this version needs it. A table that cannot be made so is the operator's
-    /// to fix (the log says how), never the caller's: 500 without detail.
-    pub(super) fn ensure_table(&self, s: &mut PgSession) -> Result<(), Failure> {
-        if self.ensured.load(Ordering::Acquire) {
+    /// The row committed on its own, before a read-only transaction (which cannot record it).
+    fn insert(&self) -> Result<String, Failure> {
+        Ok(format!(
+            "BEGIN READ WRITE; {}; COMMIT",
+            self.record(None, false)?
+        ))
+    }
+
+    /// Makes sure of the books before a write's first statement: on a session of Ferry's own
+    /// role (or on `s` itself with `postgres.single_role`). A failure is the operator's to fix
+    /// (the log says how), never the caller's: 500 without detail.
+    pub(super) fn ensure_books(&self, pools: &Pools, s: &mut PgSession) -> Result<(), Failure> {
+        if self.books.ready() {
             return Ok(());
         }
-        let made = ferry_tables::ensure(s, &self.table, COLUMNS)
-            .and_then(|()| ferry_tables::ensure_column(s, &self.table, "rows_affected", "bigint"));
+        let made = if pools.has_owner_pool() {
+            crate::store::session::with_owner_session(pools, |o| self.books.make_sure(o))
+        } else {
+            self.books.make_sure(s)
+        };
         match made {
-            Ok(()) => {
-                self.ensured.store(true, Ordering::Release);
-                Ok(())
-            }
+            Ok(()) => Ok(()),
             Err(Failure::Pg(e)) if !connection_lost(&e) => Err(Failure::Api(ApiError::internal(
-                format!("auth.nonce_table {} is not usable: {e}", self.table),
+                format!("auth.nonce_table {} is not usable: {e}", self.books.table),
             ))),
             Err(f) => Err(f),
         }
@@ -192,13 +189,14 @@ impl WriteNonce {
 /// Opens a write's transaction (`begin`: `BEGIN READ WRITE ...`), one round trip. A session
 /// found lost here sent nothing: `Failure::Unsent`, and the caller may take another.
 pub(super) fn begin(
+    pools: &Pools,
     s: &mut PgSession,
     nonce: Option<&WriteNonce>,
     begin: &str,
 ) -> Result<(), Failure> {
     if let Some(n) = nonce {
         // Nothing of the write's is sent before this either.
-        n.ensure_table(s).map_err(|f| match f {
+        n.ensure_books(pools, s).map_err(|f| match f {
             Failure::Closed(e) | Failure::Pg(e) if connection_lost(&e) => unsent_if_lost(s, e),
             f => f,
         })?;
@@ -232,7 +230,7 @@ pub(super) fn commit(
     } else {
         ""
     };
-    let sql = format!("{back}{}; COMMIT", n.insert_row(Some(rows), ""));
+    let sql = format!("{back}{}; COMMIT", n.record(Some(rows), false)?);
     let Err(e) = s.client.batch_execute(&sql) else {
         return Ok(());
     };
@@ -266,11 +264,13 @@ pub(super) fn refuse_replays(s: &mut PgSession, nonce: Option<&WriteNonce>) {
     if s.poisoned || s.client.is_closed() {
         return;
     }
-    let sql = format!(
-        "BEGIN READ WRITE; {}; COMMIT",
-        n.insert_row(None, " ON CONFLICT (nonce) DO NOTHING")
-    );
-    if let Err(e) = s.client.batch_execute(&sql) {
+    let Ok(call) = n.record(None, true) else {
+        return;
+    };
+    if let Err(e) = s
+        .client
+        .batch_execute(&format!("BEGIN READ WRITE; {call}; COMMIT"))
+    {
         tracing::debug!(error = %e, "a failed write's nonce was not recorded");
         rollback(s);
     }
@@ -288,6 +288,7 @@ fn unsent_if_lost(s: &mut PgSession, e: postgres::Error) -> Failure {
 /// Sends `then` on `s`, preceded, in the same round trip, by the nonce's row, committed first
 /// (read-only transactions). A nonce already there: Replayed.
 pub(super) fn record_then(
+    pools: &Pools,
     s: &mut PgSession,
     nonce: Option<&WriteNonce>,
     then: &str,
@@ -298,28 +299,19 @@ pub(super) fn record_then(
             .batch_execute(then)
             .map_err(|e| unsent_if_lost(s, e));
     };
-    let batch = format!("{}; {then}", n.insert());
-    let mut created = false;
-    loop {
-        let Err(e) = s.client.batch_execute(&batch) else {
-            return Ok(());
-        };
-        if connection_lost(&e) {
-            // Nothing of the caller's ran: the caller may take another connection.
-            s.poisoned = true;
-            return Err(Failure::Unsent(e));
-        }
-        rollback(s);
-        match e.code() {
-            Some(c) if *c == SqlState::UNIQUE_VIOLATION => {
-                return Err(Failure::Api(ApiError::Replayed))
-            }
-            Some(c) if *c == SqlState::UNDEFINED_TABLE && !created => {
-                // The sweeper has not created it yet (the first write after startup).
-                ferry_tables::ensure(s, &n.table, COLUMNS)?;
-                created = true;
-            }
-            _ => return Err(Failure::from(e)),
-        }
+    n.ensure_books(pools, s)?;
+    let batch = format!("{}; {then}", n.insert()?);
+    let Err(e) = s.client.batch_execute(&batch) else {
+        return Ok(());
+    };
+    if connection_lost(&e) {
+        // Nothing of the caller's ran: the caller may take another connection.
+        s.poisoned = true;
+        return Err(Failure::Unsent(e));
+    }
+    rollback(s);
+    match e.code() {
+        Some(c) if *c == SqlState::UNIQUE_VIOLATION => Err(Failure::Api(ApiError::Replayed)),
+        _ => Err(Failure::from(e)),
     }
 }

@@ -39,6 +39,15 @@ pub enum Problem {
     Unreachable(String),
     /// Something between Ferry and Postgres shares or changes its sessions: refused for good.
     NotOwn(String),
+    /// The roles are not kept apart (`store::roles`): refused for good.
+    Unsafe(String),
+}
+
+impl Problem {
+    /// Refused for good (as opposed to not asked yet).
+    pub fn is_final(&self) -> bool {
+        !matches!(self, Problem::Unreachable(_))
+    }
 }
 
 impl std::fmt::Display for Problem {
@@ -50,6 +59,11 @@ impl std::fmt::Display for Problem {
                 "postgres.url does not give Ferry sessions of its own: {why}. Ferry pools \
                  connections itself: point postgres.url at Postgres directly (a hosted plan's \
                  direct or session-mode address, not its transaction-mode pooler)"
+            ),
+            Problem::Unsafe(why) => write!(
+                f,
+                "the Postgres roles are not kept apart: {why} (RELIABILITY.md, \"Who can do \
+                 what\"; or postgres.single_role = true, unsafe)"
             ),
         }
     }
@@ -73,6 +87,10 @@ pub struct OwnSessions {
     probed_through: AtomicU64,
     /// When the last probe again began (`again`).
     rechecked: Mutex<Option<Instant>>,
+    /// The roles to check at the first probe (the primary only; `store::roles`).
+    audit: Option<crate::store::roles::Audit>,
+    /// The refusal was the roles' (`Problem::Unsafe`), not the sessions'.
+    unsafe_roles: std::sync::atomic::AtomicBool,
 }
 
 impl OwnSessions {
@@ -88,7 +106,15 @@ impl OwnSessions {
             opened: Arc::default(),
             probed_through: AtomicU64::new(0),
             rechecked: Mutex::new(None),
+            audit: None,
+            unsafe_roles: Default::default(),
         })
+    }
+
+    /// The roles are audited too, at the first probe (`store::roles`).
+    pub fn with_audit(mut self, audit: Option<crate::store::roles::Audit>) -> Self {
+        self.audit = audit;
+        self
     }
 
     /// The counter the pools add each connection they open to.
@@ -122,7 +148,14 @@ impl OwnSessions {
     pub fn check(&self) -> Result<(), Problem> {
         match self.verdict.load(Ordering::Acquire) {
             OWN => return Ok(()),
-            NOT_OWN => return Err(Problem::NotOwn(self.allowed().err().unwrap_or_default())),
+            NOT_OWN => {
+                let why = self.allowed().err().unwrap_or_default();
+                return Err(if self.unsafe_roles.load(Ordering::Acquire) {
+                    Problem::Unsafe(why)
+                } else {
+                    Problem::NotOwn(why)
+                });
+            }
             _ => {}
         }
         let opened = self.opened.load(Ordering::Acquire);
@@ -131,10 +164,11 @@ impl OwnSessions {
 
     /// The probe, on a thread of its own (so that it may be called from inside a runtime).
     fn run_probe(&self) -> Result<(), Problem> {
-        let (config, tls, wants_statement_timeout) = (
+        let (config, tls, wants_statement_timeout, audit) = (
             self.config.clone(),
             self.tls.clone(),
             self.wants_statement_timeout,
+            self.audit.clone(),
         );
         std::thread::scope(|s| {
             s.spawn(move || {
@@ -142,7 +176,7 @@ impl OwnSessions {
                     .enable_all()
                     .build()
                     .map_err(|e| Problem::Unreachable(e.to_string()))?;
-                rt.block_on(probe(&config, tls, wants_statement_timeout))
+                rt.block_on(probe(&config, tls, wants_statement_timeout, audit.as_ref()))
             })
             .join()
             .unwrap_or_else(|_| Err(Problem::Unreachable("the probe panicked".into())))
@@ -157,8 +191,10 @@ impl OwnSessions {
                 self.probed_through.store(opened, Ordering::Release);
                 self.verdict.store(OWN, Ordering::Release);
             }
-            Err(e @ Problem::NotOwn(w)) => {
+            Err(e @ (Problem::NotOwn(w) | Problem::Unsafe(w))) => {
                 *why = w.clone();
+                self.unsafe_roles
+                    .store(matches!(e, Problem::Unsafe(_)), Ordering::Release);
                 self.verdict.store(NOT_OWN, Ordering::Release);
                 tracing::error!("{e}");
             }
@@ -184,10 +220,17 @@ async fn probe(
     config: &Config,
     tls: MakeRustlsConnect,
     wants_statement_timeout: bool,
+    audit: Option<&crate::store::roles::Audit>,
 ) -> Result<(), Problem> {
     let mut a = connect(config, &tls).await?;
     let mut b = connect(config, &tls).await?;
-    probe_sessions(&mut a, &mut b, wants_statement_timeout).await
+    probe_sessions(&mut a, &mut b, wants_statement_timeout).await?;
+    match audit {
+        Some(audit) => crate::store::roles::audit(&a, audit)
+            .await
+            .map_err(Problem::Unsafe),
+        None => Ok(()),
+    }
 }
 
 /// Two sessions the probe asks: its own fresh connections at startup, two of the pool's later

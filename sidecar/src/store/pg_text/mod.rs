@@ -45,6 +45,8 @@ pub struct SqlPlan {
     pub isolation: Option<Isolation>,
     pub read_only: bool,
     pub deferrable: bool,
+    /// The Neon token's `postgres_url`, whose role's sessions run it (None: `postgres.url`).
+    pub role: Option<std::sync::Arc<str>>,
 }
 
 /// The simple query's prefix before the caller's SQL, when it has parameters.
@@ -53,7 +55,7 @@ const PREPARE: &str = "PREPARE ferry_sql AS ";
 /// Runs the plan on a session of this worker, then resets the session; a session whose result
 /// was cut short or whose reset failed is closed instead.
 pub async fn run(pools: &Pools, plan: &SqlPlan, limits: ReadLimits) -> Result<Value, ApiError> {
-    let mut session = pools.pg_session_here().await?;
+    let mut session = pools.pg_session_here(plan.role.as_deref()).await?;
     let Some(client) = session.client.as_ref() else {
         return Err(ApiError::internal("session without a client"));
     };
@@ -79,9 +81,27 @@ async fn on_session(
     };
     if !plan.batch {
         let q = &plan.queries[0];
-        let stmt = if plan.read_only {
-            client.prepare(&q.sql).await
-        } else {
+        if plan.read_only {
+            // In a transaction block of its own, as a batch is: outside one, a DO block could
+            // COMMIT the read-only transaction it was given and write in the next. BEGIN goes
+            // in the same write as the prepare, COMMIT in the statement's own round trip.
+            let (begin, stmt) = futures_util::future::join(
+                client.batch_execute("BEGIN READ ONLY"),
+                client.prepare(&q.sql),
+            )
+            .await;
+            begin.map_err(pg)?;
+            let ran = match stmt {
+                Ok(stmt) => statement(client, q, &stmt, &mut budget, pg, "\n;COMMIT").await,
+                Err(e) => Err(pg(e)),
+            };
+            // A result cut short closes the session instead (its rows may still be coming).
+            if matches!(&ran, Err(e) if !matches!(e, ApiError::ResultTooLarge { .. })) {
+                let _ = client.batch_execute("ROLLBACK").await;
+            }
+            return ran;
+        }
+        let stmt = {
             // Sessions start read-only (a read cannot write); this one may write. Sent in
             // the same write as the prepare; the reset turns it back.
             let (set, stmt) = futures_util::future::join(
@@ -94,14 +114,13 @@ async fn on_session(
         };
         // A statement that may write is its own transaction: lost once sent, it may have
         // committed, and no outcome is kept for `/sql` (it is not signed).
-        let sent = if plan.read_only { pg } else { committing };
-        return statement(client, q, &stmt.map_err(pg)?, &mut budget, sent).await;
+        return statement(client, q, &stmt.map_err(pg)?, &mut budget, committing, "").await;
     }
     client.batch_execute(&begin(plan)).await.map_err(pg)?;
     let mut results = Vec::with_capacity(plan.queries.len());
     for q in &plan.queries {
         let ran = match client.prepare(&q.sql).await {
-            Ok(stmt) => statement(client, q, &stmt, &mut budget, pg).await,
+            Ok(stmt) => statement(client, q, &stmt, &mut budget, pg, "").await,
             Err(e) => Err(pg(e)),
         };
         match ran {
@@ -142,13 +161,15 @@ fn begin(plan: &SqlPlan) -> String {
 }
 
 /// Runs one prepared statement as a simple query; its result as node-postgres shapes it.
-/// `sent`: how a failure once it was sent reaches the caller.
+/// `sent`: how a failure once it was sent reaches the caller; `then`: sent after it in the
+/// same simple query (the COMMIT of its transaction), skipped by Postgres if it fails.
 async fn statement(
     client: &Client,
     q: &Query,
     stmt: &Statement,
     budget: &mut Budget,
     sent: fn(tokio_postgres::Error) -> ApiError,
+    then: &str,
 ) -> Result<Value, ApiError> {
     if stmt.params().len() != q.params.len() {
         return Err(ApiError::BadParams {
@@ -160,7 +181,7 @@ async fn statement(
             pg_code: Some("08P01".into()),
         });
     }
-    let (text, target) = if q.params.is_empty() {
+    let (mut text, target) = if q.params.is_empty() {
         (q.sql.clone(), 0)
     } else {
         let literals = q
@@ -180,6 +201,7 @@ async fn statement(
         );
         (text, 1)
     };
+    text.push_str(then);
     let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
     let mut rows = Vec::new();
     let (mut completed, mut count) = (0usize, 0u64);

@@ -1,0 +1,207 @@
+//! Trust levels are Postgres roles, checked before anything is served.
+//!
+//! Requests run SQL that Ferry cannot read (functions, DO blocks, dynamic SQL), so what a
+//! request may do is what its role may do. Ferry keeps four apart:
+//! - Ferry's own role (`postgres.owner_url`): it owns the schema of Ferry's books (write
+//!   outcomes and replay nonces, deferred invalidations); no request runs as it;
+//! - the requests' role (`postgres.url`): named queries and raw `/v1` SQL;
+//! - each Neon token's role (`neon.tokens[].postgres_url`): any SQL its holder sends;
+//! - end users' roles (`identity.roles`), taken on for one request by the requests' role.
+//!
+//! The audit refuses, naming the role and the fix, any request or token role that could touch
+//! Ferry's books (write them, own their schema, create in it, be Ferry's role or a member of
+//! it, be a superuser), a Neon token role that holds an end user's role (it could act as any
+//! user), and a read-only token whose role may write large objects (`lo_from_bytea` and
+//! friends write even in a read-only transaction). `postgres.single_role` skips it: then one
+//! role does everything, as the operator chose.
+
+use tokio_postgres::Client;
+
+/// What the audit checks, from the config (all names validated identifiers or role names).
+#[derive(Debug, Clone, Default)]
+pub struct Audit {
+    /// Ferry's own role.
+    pub owner: String,
+    /// The schema and tables of Ferry's books.
+    pub schemas: Vec<String>,
+    pub tables: Vec<String>,
+    /// Roles requests run as, each with what names it in the config and whether it may only
+    /// read: `postgres.url`'s, and each Neon token's.
+    pub requests: Vec<RequestRole>,
+    /// `identity.roles`.
+    pub identity: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct RequestRole {
+    pub role: String,
+    /// The config key that names it (`postgres.url`, `neon.tokens[0].postgres_url`).
+    pub key: String,
+    /// A Neon token: it runs any SQL, so it may not hold an end user's role.
+    pub token: bool,
+    pub read_only: bool,
+}
+
+impl Audit {
+    /// From the config; None with `postgres.single_role` (or when there are no books and no
+    /// tokens to keep apart).
+    pub fn for_config(config: &crate::config::Config) -> Option<Audit> {
+        use crate::store::postgres::login_role;
+        if config.postgres.single_role {
+            return None;
+        }
+        let mut requests = vec![RequestRole {
+            role: login_role(&config.postgres.url).unwrap_or_default(),
+            key: "postgres.url".into(),
+            token: false,
+            read_only: false,
+        }];
+        for (i, t) in config.neon.tokens.iter().enumerate() {
+            requests.push(RequestRole {
+                role: login_role(&t.postgres_url).unwrap_or_default(),
+                key: format!("neon.tokens[{i}].postgres_url"),
+                token: true,
+                read_only: t.read_only,
+            });
+        }
+        let mut tables = Vec::new();
+        if config.auth.replay == crate::config::ReplayScope::Shared {
+            tables.extend(crate::config::table_name(&config.auth.nonce_table));
+        }
+        tables.extend(crate::config::table_name(&config.cache.deferred_table));
+        let mut schemas: Vec<String> = tables
+            .iter()
+            .filter_map(|t| t.split_once('.').map(|(s, _)| s.to_string()))
+            .collect();
+        schemas.dedup();
+        Some(Audit {
+            owner: login_role(&config.postgres.owner_url).unwrap_or_default(),
+            schemas,
+            tables,
+            requests,
+            identity: config.identity.roles.clone(),
+        })
+    }
+}
+
+/// The large-object functions that write, even in a read-only transaction.
+const LO_WRITERS: [&str; 10] = [
+    "lo_creat(integer)",
+    "lo_create(oid)",
+    "lo_from_bytea(oid,bytea)",
+    "lo_import(text)",
+    "lo_import(text,oid)",
+    "lo_put(oid,bigint,bytea)",
+    "lo_unlink(oid)",
+    "lo_truncate(integer,integer)",
+    "lo_truncate64(integer,bigint)",
+    "lowrite(integer,bytea)",
+];
+
+/// Runs the audit on any session: it reads only the catalogs (by oid: a schema the session's
+/// role may not use is never looked up by name) and the `has_*_privilege` functions, which
+/// answer for any role. Err: what is wrong, naming the key and the fix.
+pub async fn audit(client: &Client, a: &Audit) -> Result<(), String> {
+    let mut seen: Vec<&str> = Vec::new();
+    for r in &a.requests {
+        if r.role.is_empty() {
+            return Err(format!(
+                "{}: name the login role (postgres://ROLE@host/db)",
+                r.key
+            ));
+        }
+        if r.role == a.owner {
+            return Err(format!(
+                "{} connects as {:?}, Ferry's own role (postgres.owner_url): requests must never \
+                 run as the role that keeps Ferry's books",
+                r.key, r.role
+            ));
+        }
+        if seen.contains(&r.role.as_str()) {
+            return Err(format!(
+                "{} connects as {:?}, which another token or postgres.url already uses: give \
+                 each Neon token a role of its own (one role's sessions can read each other's \
+                 statements in pg_stat_activity and end each other with pg_terminate_backend)",
+                r.key, r.role
+            ));
+        }
+        seen.push(&r.role);
+        let row = client
+            .query_opt(
+                "SELECT rolsuper, \
+                   EXISTS (SELECT 1 FROM pg_roles o WHERE o.rolname = $2 \
+                           AND pg_has_role(r.oid, o.oid, 'USAGE')), \
+                   EXISTS (SELECT 1 FROM pg_namespace n WHERE n.nspname = ANY($3) \
+                           AND (has_schema_privilege(r.oid, n.oid, 'CREATE') \
+                                OR pg_has_role(r.oid, n.nspowner, 'USAGE'))), \
+                   EXISTS (SELECT 1 FROM pg_class c \
+                           JOIN pg_namespace n ON n.oid = c.relnamespace \
+                           WHERE n.nspname || '.' || c.relname = ANY($4) \
+                             AND has_table_privilege(r.oid, c.oid, \
+                                   'INSERT, UPDATE, DELETE, TRUNCATE')), \
+                   ARRAY(SELECT i FROM unnest($5::text[]) i \
+                         WHERE EXISTS (SELECT 1 FROM pg_roles x WHERE x.rolname = i \
+                                       AND pg_has_role(r.oid, x.oid, 'MEMBER'))), \
+                   ARRAY(SELECT f FROM unnest($6::text[]) f \
+                         WHERE to_regprocedure(f) IS NOT NULL \
+                           AND has_function_privilege(r.oid, f, 'EXECUTE')) \
+                 FROM pg_roles r WHERE r.rolname = $1",
+                &[
+                    &r.role,
+                    &a.owner,
+                    &a.schemas,
+                    &a.tables,
+                    &a.identity,
+                    &&LO_WRITERS[..],
+                ],
+            )
+            .await
+            .map_err(|e| {
+                format!(
+                    "the roles could not be checked: {}",
+                    crate::store::failure::describe(&e)
+                )
+            })?;
+        let Some(row) = row else {
+            return Err(format!("{}: role {:?} does not exist", r.key, r.role));
+        };
+        let (superuser, member_of_owner, schema, tables): (bool, bool, bool, bool) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
+        let identity: Vec<String> = row.get(4);
+        let lo: Vec<String> = row.get(5);
+        let problem = if superuser {
+            Some("is a superuser: it can do anything, Ferry's books included".to_string())
+        } else if member_of_owner {
+            Some(format!("is a member of Ferry's own role {:?}", a.owner))
+        } else if schema {
+            Some(format!(
+                "may create in (or owns) the schema of Ferry's books ({}); REVOKE CREATE ON \
+                 SCHEMA ... FROM it, and let Ferry's role own the schema",
+                a.schemas.join(", ")
+            ))
+        } else if tables {
+            Some(format!(
+                "may write Ferry's books ({}); REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON them",
+                a.tables.join(", ")
+            ))
+        } else if r.token && !identity.is_empty() {
+            Some(format!(
+                "holds the end users' role(s) {identity:?}: a token's SQL could SET ROLE and act \
+                 as any user; REVOKE them from it"
+            ))
+        } else if r.read_only && !lo.is_empty() {
+            Some(format!(
+                "belongs to a read-only token but may run {} (large objects are written even in \
+                 a read-only transaction); REVOKE EXECUTE ON FUNCTION ... FROM PUBLIC (and from \
+                 it), as scripts/demo.sql does",
+                lo.join(", ")
+            ))
+        } else {
+            None
+        };
+        if let Some(p) = problem {
+            return Err(format!("{} connects as {:?}, which {p}", r.key, r.role));
+        }
+    }
+    Ok(())
+}
