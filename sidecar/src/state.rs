@@ -27,8 +27,10 @@ pub struct AppState {
     pub changes: Arc<crate::changes::Status>,
     /// Redis's command table for the Upstash protocol, read on first use.
     upstash: std::sync::OnceLock<Arc<crate::upstash::Commands>>,
-    /// The Upstash tokens' script users' connections.
-    pub upstash_scripts: crate::upstash::ScriptConnections,
+    /// The Upstash door's own connections to its Redis (`upstash::conns`).
+    pub upstash_conns: crate::upstash::conns::Conns,
+    /// The script users' ACLs, as checked (`upstash::acl`).
+    pub upstash_acl: crate::upstash::acl::Checked,
     /// Streaming replicas for plain reads (`[replicas]`), and the positions writes return.
     pub replicas: Arc<crate::store::replicas::Replicas>,
     /// The read engine's handles (the same pools, cache, flights and blocking rule).
@@ -125,6 +127,7 @@ impl AppState {
             blocking: blocking.clone(),
             leases,
         };
+        let upstash_conns = crate::upstash::conns::Conns::new(&config);
         Ok(Arc::new(AppState {
             config: RwLock::new(Arc::new(config)),
             pools,
@@ -138,7 +141,8 @@ impl AppState {
             replicas,
             transactions,
             upstash: std::sync::OnceLock::new(),
-            upstash_scripts: Default::default(),
+            upstash_conns,
+            upstash_acl: Default::default(),
             reads,
         }))
     }
@@ -186,24 +190,42 @@ fn spawn_invalidation_retry(cache: Weak<Cache>, pools: Weak<Pools>, every: Durat
 }
 
 impl AppState {
-    /// Redis's command table (`COMMAND`), fetched once on a pooled connection.
+    /// Redis's command table (`COMMAND`) for the Upstash door, read once from the door's Redis
+    /// (on a cluster shared with the cache, on a pooled connection of the cache's).
     pub async fn upstash_commands(&self) -> Result<Arc<crate::upstash::Commands>, String> {
         if let Some(c) = self.upstash.get() {
             return Ok(c.clone());
         }
-        let pools = self.pools.clone();
-        let reply = self
-            .blocking
-            .run(move || {
-                let mut conn = pools.redis_conn()?;
-                redis::cmd("COMMAND")
-                    .query::<redis::Value>(&mut *conn)
-                    .map_err(|e| ApiError::CacheUnavailable {
-                        internal: e.to_string(),
-                    })
-            })
-            .await
-            .map_err(|_| "ERR redis is unavailable".to_string())?;
+        let config = self.config();
+        let unavailable = |_| "ERR redis is unavailable".to_string();
+        let reply = if self.pools.redis_cluster() && !config.upstash.own_redis() {
+            let pools = self.pools.clone();
+            let value = self
+                .blocking
+                .run(move || {
+                    let mut conn = pools.redis_conn()?;
+                    redis::cmd("COMMAND")
+                        .query::<redis::Value>(&mut *conn)
+                        .map_err(|e| ApiError::CacheUnavailable {
+                            internal: e.to_string(),
+                        })
+                })
+                .await
+                .map_err(unavailable)?;
+            crate::upstash::from_redis(&value)
+        } else {
+            // The table is about 200 KB; 16 MB is room for any server's.
+            let command = [b"COMMAND".to_vec()];
+            self.upstash_conns
+                .exchange(None, &[&command], 16 << 20, Duration::from_secs(5), true)
+                .await
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "upstash: the command table was not read");
+                    "ERR redis is unavailable".to_string()
+                })?
+                .pop()
+                .ok_or_else(|| "ERR redis is unavailable".to_string())?
+        };
         let commands = Arc::new(crate::upstash::Commands::from_reply(&reply));
         Ok(self.upstash.get_or_init(|| commands).clone())
     }
@@ -224,7 +246,8 @@ impl AppState {
         self.verifier.set_secrets(secrets(&r.config));
         error::set_retry_after_s(r.config.server.retry_after_s);
         // Script users' passwords may have changed: their connections are opened anew.
-        self.upstash_scripts.forget_all();
+        self.upstash_conns.forget_all();
+        self.upstash_acl.forget_all();
         match self.config.write() {
             Ok(mut w) => *w = Arc::new(r.config),
             Err(p) => *p.into_inner() = Arc::new(r.config),
@@ -253,6 +276,31 @@ pub fn check(config: &Config) -> Result<(), ConfigError> {
     };
     rd::store_client(&config.redis).map_err(|e| invalid("redis.url", e))?;
     rd::node_clients(&config.redis).map_err(|e| invalid("redis.url", e))?;
+    if config.upstash.own_redis() {
+        let place = |url: &str| {
+            redis::IntoConnectionInfo::into_connection_info(url)
+                .ok()
+                .map(|i| (format!("{:?}", i.addr()), i.redis_settings().db()))
+        };
+        let Some(door) = place(config.upstash.redis_url.as_str()) else {
+            return Err(invalid(
+                "upstash.redis_url",
+                "not a valid redis:// or rediss:// URL".into(),
+            ));
+        };
+        let cache = config.redis.urls();
+        if cache
+            .iter()
+            .any(|u| place(u).is_some_and(|c| c.0 == door.0))
+        {
+            return Err(invalid(
+                "upstash.redis_url",
+                "must be a Redis of the door's own, not the cache's (redis.url): scripts run \
+                 there, and can stop the server they run on"
+                    .into(),
+            ));
+        }
+    }
     pg::pg_url(&config.postgres.url)
         .parse::<postgres::Config>()
         .map_err(|_| invalid("postgres.url", "not a valid postgres URL".into()))?;

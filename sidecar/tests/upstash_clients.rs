@@ -1,7 +1,7 @@
 //! The Upstash-compatible Redis REST endpoints, driven by the real clients, unchanged: npm
 //! `@upstash/redis` and PyPI `upstash-redis` (installed by scripts/test.sh into
-//! FERRY_CLIENTS_DIR and FERRY_PY_CLIENTS_DIR), against the binary and a private Redis.
-//! Redis's own keys judge the namespaces.
+//! FERRY_CLIENTS_DIR and FERRY_PY_CLIENTS_DIR), against the binary and a Redis of the door's
+//! own (`upstash.redis_url`). Redis's own keys judge the namespaces.
 use ferry_testkit::{PgServer, RedisServer, SidecarProcess};
 use serde_json::json;
 use std::process::{Command, Stdio};
@@ -12,12 +12,21 @@ const RO_TOKEN: &str = "ro-token-0123456789abcdef0123456789abcdef";
 const SCRIPTS: &str = "script_user = \"app-scripts\"\nscript_password = \"script-password\"\n";
 const OTHER_TOKEN: &str = "other-token-0123456789abcdef0123456789abcd";
 
-/// Redis, Postgres and the binary with three tokens: read-write and read-only on `app:`, and
-/// read-write on `other:`. The temp dir holds the config.
-fn start() -> (RedisServer, PgServer, SidecarProcess, tempfile::TempDir) {
-    let redis = RedisServer::start();
+/// The door's own Redis, the cache's Redis, Postgres and the binary with three tokens:
+/// read-write and read-only on `app:`, and read-write on `other:`. The temp dir holds the config.
+struct Setup {
+    door: RedisServer,
+    _cache: RedisServer,
+    _pg: PgServer,
+    s: SidecarProcess,
+    _dir: tempfile::TempDir,
+}
+
+fn start() -> Setup {
+    let (cache, door) = (RedisServer::start(), RedisServer::start());
     let pg = PgServer::start();
-    // The script user the operator makes: this namespace's keys only.
+    // The script user the operator makes (deploy/ferry.toml): this namespace's keys only, no
+    // listing keys, changing database or reaching the server (Ferry checks it: ACL DRYRUN).
     let _: () = ::redis::cmd("ACL")
         .arg(&[
             "SETUSER",
@@ -25,39 +34,56 @@ fn start() -> (RedisServer, PgServer, SidecarProcess, tempfile::TempDir) {
             "on",
             ">script-password",
             "resetkeys",
-            "~ferry:u:app:*",
+            "~app:*",
             "+@all",
             "-@dangerous",
+            "-@keyspace",
+            "-select",
+            "+del",
+            "+exists",
+            "+expire",
+            "+pexpire",
+            "+ttl",
+            "+pttl",
+            "+type",
         ])
-        .query(&mut redis.conn())
+        .query(&mut door.conn())
         .expect("acl user");
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("ferry.toml");
     std::fs::write(
         &config,
         format!(
-            "[upstash]\nenabled = true\n\
+            "[upstash]\nenabled = true\nredis_url = \"{}\"\n\
              [[upstash.tokens]]\ntoken = \"{TOKEN}\"\nprefix = \"app:\"\n{SCRIPTS}\
              [[upstash.tokens]]\ntoken = \"{RO_TOKEN}\"\nprefix = \"app:\"\nread_only = true\n{SCRIPTS}\
-             [[upstash.tokens]]\ntoken = \"{OTHER_TOKEN}\"\nprefix = \"other:\"\n"
+             [[upstash.tokens]]\ntoken = \"{OTHER_TOKEN}\"\nprefix = \"other:\"\n",
+            door.url()
         ),
     )
     .expect("config");
     let config = config.display().to_string();
     let s = SidecarProcess::start(
         BIN,
-        &redis.url(),
+        &cache.url(),
         &pg.url(),
         &[("FERRY_CONFIG", config.as_str())],
         Stdio::null(),
     );
-    (redis, pg, s, dir)
+    Setup {
+        door,
+        _cache: cache,
+        _pg: pg,
+        s,
+        _dir: dir,
+    }
 }
 
 #[test]
 fn the_real_python_client_works_unchanged() {
     let clients = ferry_testkit::clients::dir("FERRY_PY_CLIENTS_DIR");
-    let (_redis, _pg, s, _dir) = start();
+    let setup = start();
+    let s = &setup.s;
     let out = Command::new("python3")
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -77,7 +103,7 @@ fn the_real_python_client_works_unchanged() {
 
 #[test]
 fn the_real_upstash_client_works_unchanged() {
-    let (redis, _pg, s, _dir) = start();
+    let Setup { door: redis, s, .. } = start();
     let url = format!("http://127.0.0.1:{}", s.port);
     ferry_testkit::clients::run_node(
         std::path::Path::new(concat!(
@@ -181,17 +207,11 @@ fn the_real_upstash_client_works_unchanged() {
         .arg("*")
         .query(&mut redis.conn())
         .expect("keys");
-    assert!(
-        keys.contains(&"ferry:u:app:greeting".to_string()),
-        "{keys:?}"
-    );
-    assert!(
-        keys.contains(&"ferry:u:other:greeting".to_string()),
-        "{keys:?}"
-    );
+    assert!(keys.contains(&"app:greeting".to_string()), "{keys:?}");
+    assert!(keys.contains(&"other:greeting".to_string()), "{keys:?}");
     let stray: Vec<&String> = keys
         .iter()
-        .filter(|k| !k.starts_with("ferry:u:app:") && !k.starts_with("ferry:u:other:"))
+        .filter(|k| !k.starts_with("app:") && !k.starts_with("other:"))
         .collect();
     assert!(stray.is_empty(), "keys outside the namespaces: {stray:?}");
 }
@@ -200,7 +220,7 @@ fn the_real_upstash_client_works_unchanged() {
 /// not a hang, and work again once it answers.
 #[test]
 fn a_hung_redis_gets_fast_answers() {
-    let (redis, _pg, s, _dir) = start();
+    let Setup { door: redis, s, .. } = start();
     let post = |body: serde_json::Value| {
         let url = format!("http://127.0.0.1:{}/", s.port);
         s.client.block_on(async move {

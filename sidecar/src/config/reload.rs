@@ -189,8 +189,20 @@ pub fn reload(old: &Config, new: Config, has_role: impl Fn(&str) -> bool) -> Rel
     };
 
     // Tokens are read per request: all of them change live.
-    let UpstashConfig { enabled, tokens } = upstash;
-    let upstash = UpstashConfig { enabled, tokens };
+    let UpstashConfig {
+        enabled,
+        redis_url,
+        pool_size,
+        tokens,
+    } = upstash;
+    // The door's connections were opened for its Redis at startup.
+    keep("upstash.redis_url", redis_url != old.upstash.redis_url);
+    keep("upstash.pool_size", pool_size != old.upstash.pool_size);
+    let upstash = UpstashConfig {
+        enabled,
+        tokens,
+        ..old.upstash.clone()
+    };
     let NeonConfig { enabled, tokens } = neon;
     let mut kept_out = Vec::new();
     let tokens = tokens

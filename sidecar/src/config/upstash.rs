@@ -1,16 +1,51 @@
 //! `[upstash]`: the Upstash-compatible Redis REST endpoints, and the bearer tokens they accept.
 
-use super::{Config, ConfigError, Redacted};
+use super::{Config, ConfigError, Redacted, RedactedUrl};
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstashConfig {
     /// Serve `POST /`, `/pipeline` and `/multi-exec` as Upstash's Redis REST API does, so
     /// `@upstash/redis` and `upstash-redis` work by changing their URL and token.
     pub enabled: bool,
+    /// The door's own Redis (`redis://` / `rediss://`, `redis.tls_ca_path` applies). Empty: the
+    /// cache's (`redis.url`), where scripts and whole-database tokens are refused: a script can
+    /// stop the Redis it runs on, and Ferry's cache, replay checks and rate limits live there.
+    pub redis_url: RedactedUrl,
+    /// Connections the door keeps to its Redis, all tokens together (on top of
+    /// `redis.pool_size` when it is the cache's Redis).
+    pub pool_size: usize,
     /// The tokens callers send as `Authorization: Bearer <token>`: `[[upstash.tokens]]`.
     pub tokens: Vec<UpstashToken>,
+}
+
+impl Default for UpstashConfig {
+    fn default() -> Self {
+        UpstashConfig {
+            enabled: false,
+            redis_url: RedactedUrl::default(),
+            pool_size: 4,
+            tokens: Vec::new(),
+        }
+    }
+}
+
+impl UpstashConfig {
+    /// Whether the door has a Redis of its own (`redis_url`).
+    pub fn own_redis(&self) -> bool {
+        !self.redis_url.is_empty()
+    }
+
+    /// Where a token's keys live: under its prefix alone on the door's own Redis; under
+    /// `cache.key_prefix` + `u:` + its prefix on the cache's.
+    pub fn namespace(&self, cache_prefix: &str, token: &UpstashToken) -> String {
+        if self.own_redis() {
+            token.prefix.clone()
+        } else {
+            format!("{cache_prefix}u:{}", token.prefix)
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -19,14 +54,18 @@ pub struct UpstashToken {
     /// At least 32 characters of randomness (the token is the whole credential).
     pub token: Redacted<String>,
     /// The namespace: every key this token names is stored under it in Redis (after
-    /// `cache.key_prefix`), so tokens never see each other's keys.
+    /// `cache.key_prefix` + `u:` on the cache's Redis), so tokens never see each other's keys.
+    /// Empty: the token owns the whole database, as an Upstash database's own token does
+    /// (only on the door's own Redis, `upstash.redis_url`).
     pub prefix: String,
     /// Refuse commands that write (Upstash's read-only tokens).
     #[serde(default)]
     pub read_only: bool,
-    /// A Redis ACL user whose keys are this token's namespace only (`~<cache.key_prefix>u:
-    /// <prefix>*`): scripts (EVAL, EVALSHA) run as that user, so Redis itself stops a script
-    /// that reaches another key. Empty: scripts are refused.
+    /// A Redis ACL user whose keys are this token's namespace only (`~<prefix>*`): scripts
+    /// (EVAL, EVALSHA) run as that user, so Redis itself stops a script that reaches another
+    /// key; Ferry checks its ACL (`ACL DRYRUN`) before the first script. Empty: scripts run as
+    /// `redis_url`'s user for a whole-database token, and are refused for any other. Scripts run
+    /// only on the door's own Redis.
     #[serde(default)]
     pub script_user: String,
     /// That user's password.
@@ -46,6 +85,9 @@ impl Config {
         if u.enabled && u.tokens.is_empty() {
             return invalid("upstash.tokens".into(), "give at least one token");
         }
+        if u.pool_size == 0 {
+            return invalid("upstash.pool_size".into(), "must be at least 1");
+        }
         for (i, t) in u.tokens.iter().enumerate() {
             if t.token.len() < 32 {
                 return invalid(
@@ -53,10 +95,17 @@ impl Config {
                     "at least 32 characters",
                 );
             }
-            if t.prefix.is_empty() || t.prefix.chars().any(char::is_control) {
+            if t.prefix.chars().any(char::is_control) {
                 return invalid(
                     format!("upstash.tokens[{i}].prefix"),
-                    "non-empty, no control characters",
+                    "no control characters",
+                );
+            }
+            if t.prefix.is_empty() && !u.own_redis() {
+                return invalid(
+                    format!("upstash.tokens[{i}].prefix"),
+                    "a token owns the whole database (no prefix) only on a Redis of the door's \
+                     own (upstash.redis_url): the cache's Redis holds Ferry's own keys",
                 );
             }
             if t.script_user.is_empty() != t.script_password.is_empty() {

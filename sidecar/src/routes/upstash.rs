@@ -5,8 +5,9 @@
 
 use super::State;
 use crate::config::UpstashToken;
-use crate::store::redis::lost;
-use crate::upstash::{arguments, to_json, Prepared, Refused};
+use crate::upstash::conns::Fault;
+use crate::upstash::wire::Reply;
+use crate::upstash::{arguments, from_redis, to_json, Bounds, Door, Prepared, Refused};
 use actix_web::http::header::HeaderMap;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
@@ -94,7 +95,17 @@ async fn serve(
         Ok(c) => c,
         Err(e) => return error(503, &e),
     };
-    let namespace = format!("{}u:{}", config.cache.key_prefix, tok.prefix);
+    let namespace = config.upstash.namespace(&config.cache.key_prefix, &tok);
+    let limits = config.limits().read;
+    let door = Door {
+        token: &tok,
+        namespace: &namespace,
+        own_redis: config.upstash.own_redis(),
+        bounds: Bounds {
+            max_bytes: limits.max_bytes,
+            max_items: limits.max_rows,
+        },
+    };
     let list: Vec<&Value> = match (&shape, &json) {
         (Shape::Single, v) => vec![v],
         (_, Value::Array(items)) if !items.is_empty() => items.iter().collect(),
@@ -106,32 +117,34 @@ async fn serve(
     // Each command checked and put in its namespace; a refused one answers for itself.
     let mut prepared: Vec<Result<Prepared, Refused>> = list
         .iter()
-        .map(|c| arguments(c).and_then(|a| commands.prepare(a, &tok, &namespace)))
+        .map(|c| arguments(c).and_then(|a| commands.prepare(a, &door)))
         .collect();
-    if state.pools.redis_cluster() {
+    let on_cluster = state.pools.redis_cluster() && !door.own_redis;
+    if on_cluster {
         let atomic = matches!(shape, Shape::MultiExec);
         if let Err(why) = crate::upstash::cluster::admit(&mut prepared, atomic) {
             return error(400, &why);
         }
     }
-    let answers = match shape {
-        Shape::MultiExec => {
-            // Atomic: refuse the whole transaction if any command is refused.
-            if let Some(Err(Refused(why))) = prepared.iter().find(|p| p.is_err()) {
-                return error(400, why);
-            }
-            run(&state, &tok, &prepared, true).await
+    let atomic = matches!(shape, Shape::MultiExec);
+    if atomic {
+        // Atomic: refuse the whole transaction if any command is refused.
+        if let Some(Err(Refused(why))) = prepared.iter().find(|p| p.is_err()) {
+            return error(400, why);
         }
-        _ => run(&state, &tok, &prepared, false).await,
-    };
-    let answers = match answers {
+    }
+    let answers = match run(
+        &state, &config, &tok, &namespace, &prepared, atomic, on_cluster,
+    )
+    .await
+    {
         Ok(a) => a,
-        Err(e) => return error(503, &e),
+        Err((status, e)) => return error(status, &e),
     };
     let shaped: Vec<(bool, Value)> = answers
         .into_iter()
         .map(|a| match a {
-            Ok(redis::Value::ServerError(e)) => (false, json!({ "error": redis_error(&e) })),
+            Ok(Reply::Error(e)) => (false, json!({ "error": e })),
             Ok(v) => (true, json!({ "result": to_json(&v, base64) })),
             Err(Refused(why)) => (false, json!({ "error": why })),
         })
@@ -154,112 +167,146 @@ async fn serve(
     resp
 }
 
-/// A Redis error as Redis words it (`ERR value is not an integer or out of range`).
-fn redis_error(e: &redis::ServerError) -> String {
-    match e.details() {
-        Some(d) => format!("{} {d}", e.code()),
-        None => e.code().to_string(),
-    }
-}
+/// A failure of the whole request: its status and Redis-style message.
+type Failed = (u16, String);
 
-/// Sends the prepared commands in one pipeline (one MULTI/EXEC when `atomic`): as the token's
-/// script user when one of them is a script, else on this worker's multiplexed connection
-/// when it has one, else on a pooled one. Refused commands are not sent; their place in the
-/// answer keeps their refusal.
+/// Sends the prepared commands (refused ones are not sent; their place in the answer keeps
+/// their refusal) in one exchange on the door's own connections (`upstash::conns`), inside
+/// MULTI/EXEC when `atomic`; on a Redis Cluster shared with the cache, through the cluster
+/// client. Scripts run as the token's script user (its ACL checked first), or as the door's
+/// URL user for a whole-database token; one still running at the deadline is ended.
 async fn run(
     state: &State,
+    config: &crate::config::Config,
     token: &UpstashToken,
+    namespace: &str,
     prepared: &[Result<Prepared, Refused>],
     atomic: bool,
-) -> Result<Vec<Result<redis::Value, Refused>>, String> {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    if atomic {
-        pipe.atomic();
-    }
-    for p in prepared.iter().flatten() {
-        let mut cmd = redis::Cmd::new();
-        for a in &p.args {
-            cmd.arg(a.as_slice());
-        }
-        pipe.add_command(cmd);
-    }
-    let sent = prepared.iter().filter(|p| p.is_ok()).count();
-    let scripted = prepared.iter().flatten().any(|p| p.script);
-    let values: Vec<redis::Value> = if sent == 0 {
+    on_cluster: bool,
+) -> Result<Vec<Result<Reply, Refused>>, Failed> {
+    let unavailable = || (503, "ERR redis is unavailable".to_string());
+    let sent: Vec<&[Vec<u8>]> = prepared
+        .iter()
+        .flatten()
+        .map(|p| p.args.as_slice())
+        .collect();
+    let replies: Vec<Reply> = if sent.is_empty() {
         Vec::new()
-    } else if state.pools.redis_cluster() {
+    } else if on_cluster {
         match crate::upstash::cluster::run(&state.pools, prepared, atomic).await {
-            Ok(Some(v)) => v,
-            Ok(None) => return Err("ERR redis is unavailable".into()),
+            Ok(Some(v)) => v.iter().map(from_redis).collect(),
+            Ok(None) => return Err(unavailable()),
             Err(e) => {
                 tracing::warn!(error = %e, "upstash: redis cluster failed");
-                state.pools.drop_redis_async();
-                state.pools.mark_redis_failed();
-                return Err("ERR redis is unavailable".into());
-            }
-        }
-    } else if scripted {
-        let redis_config = &state.config().redis;
-        let mut conn = state
-            .upstash_scripts
-            .get(redis_config, token)
-            .await
-            .map_err(|e| {
-                tracing::warn!(error = %e, user = %token.script_user, "upstash: script user cannot connect");
-                "ERR redis is unavailable for this token's scripts".to_string()
-            })?;
-        match pipe.query_async(&mut conn).await {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::warn!(error = %e, "upstash: redis failed (script user)");
-                state.upstash_scripts.forget(&token.script_user);
-                return Err("ERR redis is unavailable".into());
+                return Err(unavailable());
             }
         }
     } else {
-        // On a connection Redis (or the network) ended, reads go again on a fresh one, as on
-        // every other route; a write may have run, so it is not sent again (INCR would count
-        // twice). Either way a lost connection is replaced without taking Redis for down.
-        let repeatable = prepared.iter().flatten().all(|p| !p.write);
-        let sent = match state.pools.redis_async().await {
-            Ok(Some(mut c)) => {
-                let again = || repeatable.then(|| pipe.clone());
-                lost::query_async(&state.pools, &mut c, &pipe, false, again)
-                    .await
-                    .0
+        let scripted = prepared.iter().flatten().any(|p| p.script);
+        let user = if scripted && !token.script_user.is_empty() {
+            if let Err(why) = state
+                .upstash_acl
+                .verdict(&state.upstash_conns, &token.script_user, namespace)
+                .await
+            {
+                return Err((
+                    403,
+                    format!("NOPERM scripts are refused for this token: {why}"),
+                ));
             }
-            Ok(None) => {
-                let pools = state.pools.clone();
-                state
-                    .blocking
-                    .run(move || lost::query::<Vec<redis::Value>>(&pools, &pipe, repeatable))
-                    .await
-                    .map_err(|_| "ERR redis is unavailable".to_string())?
-            }
-            Err(_) => return Err("ERR redis is unavailable".into()),
+            Some((token.script_user.as_str(), token.script_password.as_str()))
+        } else {
+            None
         };
-        match sent {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::warn!(error = %e, "upstash: redis failed");
-                state.pools.redis_failed(&e);
-                // Timeouts and lost connections are I/O errors; a refused one sent nothing.
-                let maybe_sent = e.is_io_error() && !e.is_connection_refusal();
-                return Err(if maybe_sent && !repeatable {
-                    "ERR the connection to redis was lost: the command may have run".into()
+        let multi = [b"MULTI".to_vec()];
+        let exec = [b"EXEC".to_vec()];
+        let mut list: Vec<&[Vec<u8>]> = Vec::with_capacity(sent.len() + 2);
+        if atomic {
+            list.push(&multi);
+        }
+        list.extend(&sent);
+        if atomic {
+            list.push(&exec);
+        }
+        // A script may run as long as the request; anything else gets Redis's I/O timeout.
+        let deadline = if scripted {
+            config.request_timeout()
+        } else {
+            std::time::Duration::from_millis(config.redis.io_timeout_ms)
+        };
+        let repeatable = prepared.iter().flatten().all(|p| !p.write);
+        let budget = config.limits().read.max_bytes;
+        let exchanged = state
+            .upstash_conns
+            .exchange(user, &list, budget, deadline, repeatable)
+            .await;
+        let mut replies = match exchanged {
+            Ok(r) => r,
+            Err(Fault::TooLarge(n)) => {
+                return Err((
+                    400,
+                    format!("ERR the reply is larger than limits.max_read_bytes ({n} bytes)"),
+                ))
+            }
+            Err(Fault::Unavailable(e)) => {
+                tracing::warn!(error = %e, "upstash: redis is unavailable");
+                return Err(unavailable());
+            }
+            Err(Fault::Lost(e)) => {
+                tracing::warn!(error = %e, "upstash: no complete answer from redis");
+                if scripted {
+                    end_script(state);
+                }
+                return Err(if repeatable {
+                    unavailable()
                 } else {
-                    "ERR redis is unavailable".into()
+                    (
+                        503,
+                        "ERR the connection to redis was lost: the command may have run".into(),
+                    )
                 });
             }
+        };
+        if atomic {
+            // MULTI's OK and each QUEUED go; EXEC's array answers the commands.
+            match replies.pop() {
+                Some(Reply::Array(answers)) => answers,
+                Some(Reply::Error(e)) => return Err((400, e)),
+                _ => return Err((400, "EXECABORT Transaction discarded".into())),
+            }
+        } else {
+            std::mem::take(&mut replies)
         }
     };
-    let mut values = values.into_iter();
+    let mut replies = replies.into_iter();
     Ok(prepared
         .iter()
         .map(|p| match p {
-            Ok(_) => Ok(values.next().unwrap_or(redis::Value::Nil)),
+            Ok(_) => Ok(replies.next().unwrap_or(Reply::Nil)),
             Err(r) => Err(r.clone()),
         })
         .collect())
+}
+
+/// A script still running past the request's deadline is ended (`SCRIPT KILL`), so the door's
+/// Redis serves its other callers again. Redis refuses to end one that has written (UNKILLABLE):
+/// then only its operator can (RELIABILITY.md says what a script holder can still do).
+fn end_script(state: &State) {
+    let s = state.clone();
+    actix_web::rt::spawn(async move {
+        let kill = [b"SCRIPT".to_vec(), b"KILL".to_vec()];
+        let answer = s
+            .upstash_conns
+            // Redis takes other clients' commands only once the script has run for its
+            // busy-reply-threshold (5 s by default): wait that long for the answer.
+            .exchange(
+                None,
+                &[&kill],
+                4096,
+                std::time::Duration::from_secs(10),
+                false,
+            )
+            .await;
+        tracing::warn!(answer = ?answer.map(|r| r.into_iter().next()), "upstash: a script ran past its deadline; SCRIPT KILL sent");
+    });
 }

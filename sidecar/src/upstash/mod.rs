@@ -7,15 +7,30 @@
 //! (administration, dangerous, blocking, pub/sub, scripting); PING, ECHO and TIME need no key.
 //! Read-only tokens are refused every command Redis flags as a write.
 
+pub mod acl;
+mod bounds;
 pub mod cluster;
+pub mod conns;
 mod encode;
-mod scripts;
+pub mod wire;
 
-pub use encode::to_json;
-pub use scripts::ScriptConnections;
+pub use bounds::Bounds;
+pub use encode::{from_redis, to_json};
+use wire::Reply;
 
 use crate::config::UpstashToken;
 use std::collections::HashMap;
+
+/// Who is asking, and where: what every command of a request is checked against.
+#[derive(Debug, Clone, Copy)]
+pub struct Door<'a> {
+    pub token: &'a UpstashToken,
+    /// Where its keys live (`UpstashConfig::namespace`).
+    pub namespace: &'a str,
+    /// Whether the door runs on a Redis of its own (`upstash.redis_url`): scripts run only there.
+    pub own_redis: bool,
+    pub bounds: Bounds,
+}
 
 /// Categories (Redis ACL categories) whose commands are refused: they reach beyond one
 /// caller's keys (@admin, @dangerous: FLUSHALL, CONFIG, DEBUG, KEYS, SHUTDOWN, MONITOR...),
@@ -82,25 +97,24 @@ const SCRIPTS: [&str; 4] = ["eval", "evalsha", "eval_ro", "evalsha_ro"];
 
 impl Commands {
     /// From the reply to `COMMAND` (RESP2: one array per command).
-    pub fn from_reply(reply: &redis::Value) -> Commands {
+    pub fn from_reply(reply: &Reply) -> Commands {
         let mut specs = HashMap::new();
-        let redis::Value::Array(all) = reply else {
+        let Reply::Array(all) = reply else {
             return Commands { specs };
         };
         for c in all {
-            let redis::Value::Array(f) = c else { continue };
-            let text = |v: &redis::Value| match v {
-                redis::Value::SimpleString(s) => s.to_ascii_lowercase(),
-                redis::Value::BulkString(b) => String::from_utf8_lossy(b).to_ascii_lowercase(),
+            let Reply::Array(f) = c else { continue };
+            let text = |v: &Reply| match v {
+                Reply::Status(s) => s.to_ascii_lowercase(),
+                Reply::Bulk(b) => String::from_utf8_lossy(b).to_ascii_lowercase(),
                 _ => String::new(),
             };
-            let int = |v: Option<&redis::Value>| match v {
-                Some(redis::Value::Int(i)) => *i,
+            let int = |v: Option<&Reply>| match v {
+                Some(Reply::Int(i)) => *i,
                 _ => 0,
             };
-            let list = |v: Option<&redis::Value>| match v {
-                Some(redis::Value::Array(a)) => a.iter().map(text).collect::<Vec<_>>(),
-                Some(redis::Value::Set(a)) => a.iter().map(text).collect::<Vec<_>>(),
+            let list = |v: Option<&Reply>| match v {
+                Some(Reply::Array(a)) => a.iter().map(text).collect::<Vec<_>>(),
                 _ => Vec::new(),
             };
             let Some(name) = f.first().map(text) else {
@@ -132,14 +146,9 @@ impl Commands {
         Commands { specs }
     }
 
-    /// Checks one command for `token` and puts its keys under `namespace` (the cache prefix
-    /// and the token's prefix).
-    pub fn prepare(
-        &self,
-        args: Vec<Vec<u8>>,
-        token: &UpstashToken,
-        namespace: &str,
-    ) -> Result<Prepared, Refused> {
+    /// Checks one command for the door's token and puts its keys under its namespace.
+    pub fn prepare(&self, args: Vec<Vec<u8>>, door: &Door<'_>) -> Result<Prepared, Refused> {
+        let (token, namespace) = (door.token, door.namespace);
         let Some(name) = args
             .first()
             .map(|n| String::from_utf8_lossy(n).to_ascii_lowercase())
@@ -155,8 +164,9 @@ impl Commands {
             });
         }
         if SCRIPTS.contains(&name.as_str()) || name == "script" {
-            return script(name, args, token, namespace);
+            return script(name, args, door);
         }
+        bounds::check(&name, &args, door.bounds)?;
         let Some(spec) = self.specs.get(&name) else {
             return Err(Refused(format!("ERR Command is not available: '{name}'")));
         };
@@ -200,16 +210,20 @@ fn prefix(key: &mut Vec<u8>, namespace: &str) {
     *key = prefixed;
 }
 
-/// EVAL and friends, and SCRIPT LOAD / EXISTS: only for a token with a script user (Redis's
-/// ACL then keeps the script to the namespace, whatever key names it builds); the declared
-/// keys are put in the namespace like any other.
-fn script(
-    name: String,
-    mut args: Vec<Vec<u8>>,
-    token: &UpstashToken,
-    namespace: &str,
-) -> Result<Prepared, Refused> {
-    if token.script_user.is_empty() {
+/// EVAL and friends, and SCRIPT LOAD / EXISTS: only on the door's own Redis (a script can stop
+/// the Redis it runs on), and only for a token with a script user (Redis's ACL then keeps the
+/// script to the namespace, whatever key names it builds) or one that owns the whole database.
+/// A read-only token runs only scripts already loaded (`EVALSHA_RO`): a new script body stays
+/// in Redis's memory for good. The declared keys are put in the namespace like any other.
+fn script(name: String, mut args: Vec<Vec<u8>>, door: &Door<'_>) -> Result<Prepared, Refused> {
+    let (token, namespace) = (door.token, door.namespace);
+    if !door.own_redis {
+        return Err(Refused(format!(
+            "ERR Command is not allowed: {name} (scripts run only on a Redis of the door's own: \
+             upstash.redis_url)"
+        )));
+    }
+    if token.script_user.is_empty() && !token.prefix.is_empty() {
         return Err(Refused(format!(
             "ERR Command is not allowed: {name} (this token has no script_user: a Redis ACL \
              user limited to its keys)"
@@ -220,6 +234,9 @@ fn script(
             .get(1)
             .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase());
         return match sub.as_deref() {
+            Some("load") if token.read_only => Err(Refused(
+                "NOPERM this token is read-only and cannot load scripts".into(),
+            )),
             Some("load") | Some("exists") => Ok(Prepared {
                 args,
                 script: true,
@@ -231,9 +248,10 @@ fn script(
             )),
         };
     }
-    if token.read_only && !name.ends_with("_ro") {
+    if token.read_only && name != "evalsha_ro" {
         return Err(Refused(format!(
-            "NOPERM this token is read-only and cannot run '{name}' (use {name}_ro)"
+            "NOPERM this token is read-only and runs only loaded scripts with EVALSHA_RO, not \
+             '{name}'"
         )));
     }
     let numkeys = args
@@ -277,12 +295,12 @@ pub fn arguments(v: &serde_json::Value) -> Result<Vec<Vec<u8>>, Refused> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use redis::Value as V;
+    use wire::Reply as V;
 
     fn cmd(name: &str, flags: &[&str], first: i64, last: i64, step: i64, cats: &[&str]) -> V {
-        let s = |x: &str| V::SimpleString(x.into());
+        let s = |x: &str| V::Status(x.into());
         V::Array(vec![
-            V::BulkString(name.as_bytes().to_vec()),
+            V::Bulk(name.as_bytes().to_vec()),
             V::Int(-2),
             V::Array(flags.iter().map(|f| s(f)).collect()),
             V::Int(first),
@@ -316,14 +334,26 @@ mod tests {
         a.iter().map(|s| s.as_bytes().to_vec()).collect()
     }
 
+    fn door<'a>(token: &'a UpstashToken, namespace: &'a str, own_redis: bool) -> Door<'a> {
+        Door {
+            token,
+            namespace,
+            own_redis,
+            bounds: Bounds {
+                max_bytes: 1 << 20,
+                max_items: 1000,
+            },
+        }
+    }
+
     #[test]
     fn keys_go_under_the_namespace_and_values_do_not() {
         let t = table();
+        let (rw, ro) = (token(false), token(true));
         let out = t
             .prepare(
                 args(&["MSET", "k1", "v1", "k2", "v2"]),
-                &token(false),
-                "f:u:a:",
+                &door(&rw, "f:u:a:", false),
             )
             .expect("allowed");
         assert_eq!(
@@ -331,7 +361,7 @@ mod tests {
             args(&["MSET", "f:u:a:k1", "v1", "f:u:a:k2", "v2"])
         );
         assert_eq!(
-            t.prepare(args(&["GET", "k"]), &token(true), "p:")
+            t.prepare(args(&["GET", "k"]), &door(&ro, "p:", false))
                 .expect("read")
                 .args,
             args(&["GET", "p:k"])
@@ -342,14 +372,23 @@ mod tests {
         let eval = t
             .prepare(
                 args(&["EVAL", "return 1", "1", "k", "arg"]),
-                &scripted,
-                "p:",
+                &door(&scripted, "p:", true),
             )
-            .expect("a script user");
+            .expect("a script user, on the door's own Redis");
         assert!(eval.script);
         assert_eq!(eval.args, args(&["EVAL", "return 1", "1", "p:k", "arg"]));
         assert!(t
-            .prepare(args(&["EVAL", "return 1", "5", "k"]), &scripted, "p:")
+            .prepare(
+                args(&["EVAL", "return 1", "5", "k"]),
+                &door(&scripted, "p:", true)
+            )
+            .is_err());
+        // Not on the cache's Redis, whatever the token.
+        assert!(t
+            .prepare(
+                args(&["EVAL", "return 1", "0"]),
+                &door(&scripted, "p:", false)
+            )
             .is_err());
     }
 
@@ -363,8 +402,31 @@ mod tests {
             (&["NOPE"][..], false),
             (&["MSET", "k", "v"][..], true),
         ] {
-            assert!(t.prepare(args(a), &token(ro), "p:").is_err(), "{a:?}");
+            let tok = token(ro);
+            assert!(
+                t.prepare(args(a), &door(&tok, "p:", false)).is_err(),
+                "{a:?}"
+            );
         }
-        assert!(t.prepare(args(&["PING"]), &token(true), "p:").is_ok());
+        let tok = token(true);
+        assert!(t.prepare(args(&["PING"]), &door(&tok, "p:", false)).is_ok());
+        // A read-only token loads no script, and runs no script body.
+        let mut scripted = token(true);
+        scripted.script_user = "u".into();
+        for a in [
+            &["SCRIPT", "LOAD", "return 1"][..],
+            &["EVAL_RO", "return 1", "0"][..],
+        ] {
+            assert!(
+                t.prepare(args(a), &door(&scripted, "p:", true)).is_err(),
+                "{a:?}"
+            );
+        }
+        assert!(t
+            .prepare(
+                args(&["EVALSHA_RO", "abc", "0"]),
+                &door(&scripted, "p:", true)
+            )
+            .is_ok());
     }
 }

@@ -61,10 +61,12 @@ await throws("flushall refused", () => redis.flushall(), /not allowed/i);
 await throws("keys refused", () => redis.keys("*"), /not allowed/i);
 // scripts run as the token's Redis ACL user: its own keys only, whatever the script builds
 await check("eval on its keys", () => redis.eval("return redis.call('GET', KEYS[1])", ["greeting"], []), "héllo wörld ✓");
-await throws("eval escaping its namespace (Redis's ACL refuses it)", () => redis.eval("return redis.call('GET', 'ferry:u:other:greeting')", [], []), /can't access|NOPERM/);
+await throws("eval escaping its namespace (Redis's ACL refuses it)", () => redis.eval("return redis.call('GET', 'other:greeting')", [], []), /can't access|NOPERM/);
 await check("script (evalsha, then eval on NOSCRIPT)", () => redis.createScript("return ARGV[1] .. '!'").exec([], ["hi"]), "hi!");
 await throws("read-only token: eval refused", () => ro.eval("return 1", [], []), /NOPERM/);
-await check("read-only token: eval_ro", () => ro.evalRo("return redis.call('GET', KEYS[1])", ["greeting"], []), "héllo wörld ✓");
+await throws("read-only token: a new script body refused (it would stay in Redis)", () => ro.evalRo("return redis.call('GET', KEYS[1])", ["greeting"], []), /NOPERM/);
+const getter = await redis.scriptLoad("return redis.call('GET', KEYS[1])");
+await check("read-only token: evalsha_ro of a loaded script", () => ro.evalshaRo(getter, ["greeting"], []), "héllo wörld ✓");
 await throws("a token without a script user", () => other.eval("return 1", [], []), /not allowed/i);
 // tokens: a read-only token reads and cannot write; another namespace sees nothing; a wrong
 // token is unauthorized

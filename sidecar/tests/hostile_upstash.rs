@@ -1,0 +1,235 @@
+//! The Upstash door against a token holder (read-only and not) and a script user: replies,
+//! allocations and scripts stay within bounds, and nothing done through the door reaches the
+//! Redis that Ferry's own cache depends on. Redis's own views judge (`INFO memory`, the keys,
+//! `SCRIPT KILL`'s effect), with the sidecar's RSS and its cached reads.
+use ferry_testkit::doors::config_file;
+use ferry_testkit::{PgServer, RedisServer, SidecarProcess};
+use serde_json::{json, Value};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
+const RW: &str = "hostile-upstash-rw-0123456789abcdefghijkl";
+const RO: &str = "hostile-upstash-ro-0123456789abcdefghijkl";
+const LOOSE: &str = "hostile-upstash-loose-0123456789abcdefghi";
+
+struct Door {
+    cache: RedisServer,
+    /// The door's own Redis, when it has one.
+    own: Option<RedisServer>,
+    _pg: PgServer,
+    s: SidecarProcess,
+    _file: tempfile::NamedTempFile,
+}
+
+fn start(own_redis: bool) -> Door {
+    let (cache, pg) = (RedisServer::start(), PgServer::start());
+    pg.setup_demo_schema();
+    let own = own_redis.then(RedisServer::start);
+    let mut toml = String::from("[upstash]\nenabled = true\n");
+    if let Some(r) = &own {
+        toml.push_str(&format!("redis_url = \"{}\"\n", r.url()));
+        // A careful script user and a careless one (the ACL many guides give).
+        for (user, acl) in [
+            (
+                "app-scripts",
+                "+@all -@dangerous -@keyspace -select +del +exists",
+            ),
+            ("loose-scripts", "+@all -@dangerous"),
+        ] {
+            let mut cmd = redis::cmd("ACL");
+            cmd.arg("SETUSER")
+                .arg(user)
+                .arg("on")
+                .arg(">pw")
+                .arg("resetkeys");
+            cmd.arg(if user == "app-scripts" {
+                "~app:*"
+            } else {
+                "~loose:*"
+            });
+            for part in acl.split(' ') {
+                cmd.arg(part);
+            }
+            let _: () = cmd.query(&mut r.conn()).expect("acl user");
+        }
+    }
+    let scripts = |user: &str| {
+        if own_redis {
+            format!("script_user = \"{user}\"\nscript_password = \"pw\"\n")
+        } else {
+            String::new()
+        }
+    };
+    toml.push_str(&format!(
+        "[[upstash.tokens]]\ntoken = \"{RW}\"\nprefix = \"app:\"\n{}\
+         [[upstash.tokens]]\ntoken = \"{RO}\"\nprefix = \"app:\"\nread_only = true\n{}\
+         [[upstash.tokens]]\ntoken = \"{LOOSE}\"\nprefix = \"loose:\"\n{}",
+        scripts("app-scripts"),
+        scripts("app-scripts"),
+        scripts("loose-scripts")
+    ));
+    let file = config_file(&toml);
+    let s = SidecarProcess::start(
+        BIN,
+        &cache.url(),
+        &pg.url(),
+        &[
+            ("FERRY_CONFIG", file.path().to_str().expect("utf-8")),
+            ("FERRY_SERVER_REQUEST_TIMEOUT_MS", "2000"),
+        ],
+        Stdio::null(),
+    );
+    Door {
+        cache,
+        own,
+        _pg: pg,
+        s,
+        _file: file,
+    }
+}
+
+impl Door {
+    fn redis(&self) -> &RedisServer {
+        self.own.as_ref().unwrap_or(&self.cache)
+    }
+
+    fn key(&self, k: &str) -> String {
+        if self.own.is_some() {
+            format!("app:{k}")
+        } else {
+            format!("ferry:u:app:{k}")
+        }
+    }
+
+    fn call(&self, token: &str, cmd: Value) -> (u16, Value) {
+        let a = self.s.client.upstash(token, "/", cmd);
+        (a.status, a.body)
+    }
+
+    fn used_memory(&self) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query(&mut self.redis().conn())
+            .expect("info");
+        info.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("used_memory")
+    }
+
+    /// A cached /v1 read: (status, cache status).
+    fn cached_read(&self) -> (u16, String) {
+        let a = self.s.client.query(json!({
+            "sql": "SELECT name FROM items WHERE id = 1", "cache": {"ttl_s": 300}
+        }));
+        (a.status, a.body["cache"].as_str().unwrap_or("").to_string())
+    }
+}
+
+#[test]
+fn replies_and_allocations_stay_within_bounds_and_the_cache_is_untouched() {
+    let d = start(false);
+    assert_eq!(d.cached_read(), (200, "miss".into()));
+    // The operator's 8 MB value in the token's namespace (limits.max_read_bytes is 4 MiB).
+    let _: () = redis::cmd("SET")
+        .arg(d.key("big"))
+        .arg(vec![b'x'; 8 << 20])
+        .query(&mut d.redis().conn())
+        .expect("big value");
+    for token in [RO, RW] {
+        for cmd in [json!(["GETRANGE", "big", 0, -1]), json!(["GET", "big"])] {
+            let (status, body) = d.call(token, cmd.clone());
+            assert_eq!(status, 400, "{cmd}: {body}");
+            let e = body["error"].as_str().unwrap_or_default();
+            assert!(e.contains("limits.max_read_bytes"), "{cmd}: {body}");
+        }
+        let (status, body) = d.call(token, json!(["GETRANGE", "big", 0, 9]));
+        assert_eq!((status, body["result"].clone()), (200, json!("xxxxxxxxxx")));
+    }
+    // A pipeline shares one budget.
+    let p = d.s.client.upstash(
+        RO,
+        "/pipeline",
+        json!([
+            ["GETRANGE", "big", 0, 3_000_000],
+            ["GETRANGE", "big", 0, 3_000_000]
+        ]),
+    );
+    assert_eq!(p.status, 400, "{}", p.body);
+    let peak_mb = ferry_testkit::peak_rss_kb(d.s.pid()) / 1024;
+    assert!(peak_mb < 64, "the sidecar's peak RSS: {peak_mb} MB");
+    // The cache's breaker never opened: the cached read is a hit.
+    assert_eq!(d.cached_read(), (200, "hit".into()));
+
+    // Writes that would make Redis allocate far more than they carry.
+    let before = d.used_memory();
+    for cmd in [
+        json!(["SETRANGE", "a", 536_870_911, "x"]),
+        json!(["SETBIT", "b", 4_294_967_295u64, 1]),
+        json!(["BITFIELD", "c", "SET", "u8", "#600000000", 1]),
+        json!(["SADD", "s", "m"]),
+        json!(["SRANDMEMBER", "s", -100_000_000]),
+        json!(["COPY", "big", "big2", "DB", 5, "REPLACE"]),
+        json!(["MOVE", "big", 3]),
+    ] {
+        let (status, body) = d.call(RW, cmd.clone());
+        if cmd[0] == "SADD" {
+            assert_eq!(status, 200, "{body}");
+            continue;
+        }
+        assert_eq!(status, 400, "{cmd}: {body}");
+    }
+    let grown = d.used_memory().saturating_sub(before);
+    assert!(grown < 1 << 20, "Redis grew by {grown} bytes");
+    let other_db: i64 = redis::cmd("EVAL")
+        .arg("redis.call('SELECT', 5); return redis.call('DBSIZE')")
+        .arg(0)
+        .query(&mut d.redis().conn())
+        .expect("db 5");
+    assert_eq!(other_db, 0, "nothing reached database 5");
+    // Scripts never run on the cache's Redis.
+    let (status, body) = d.call(RW, json!(["EVAL", "while true do end", 0]));
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = d.call(RW, json!(["SCRIPT", "LOAD", "return 1"]));
+    assert_eq!(status, 400, "{body}");
+}
+
+#[test]
+fn scripts_run_only_where_they_cannot_stop_ferry_and_end_at_their_deadline() {
+    let d = start(true);
+    assert_eq!(d.cached_read(), (200, "miss".into()));
+    // A read-only token loads nothing.
+    let (status, body) = d.call(RO, json!(["SCRIPT", "LOAD", "return 1"]));
+    assert_eq!(status, 400, "{body}");
+    // A script user whose ACL lets it list keys and change database: its scripts are refused.
+    let (status, body) = d.call(LOOSE, json!(["EVAL", "return redis.call('DBSIZE')", 0]));
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.to_string().contains("SCAN"),
+        "the ACL's gap is named: {body}"
+    );
+    // The careful one runs scripts on its keys.
+    let (status, body) = d.call(
+        RW,
+        json!(["EVAL", "return redis.call('SET', KEYS[1], 'v')", 1, "k"]),
+    );
+    assert_eq!(status, 200, "{body}");
+    // A script that never ends: answered at the deadline, then ended (SCRIPT KILL), while the
+    // cache's Redis, on another server, serves Ferry's reads throughout.
+    let started = Instant::now();
+    let (status, body) = d.call(RW, json!(["EVAL", "while true do end", 0]));
+    let took = started.elapsed();
+    assert_eq!(status, 503, "{body}");
+    assert!(took < Duration::from_secs(5), "answered after {took:?}");
+    assert_eq!(d.cached_read(), (200, "hit".into()));
+    ferry_testkit::wait_until(
+        "the door's Redis to serve again",
+        Duration::from_secs(10),
+        || d.call(RW, json!(["GET", "k"])).1 == json!({"result": "v"}),
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "the script was ended, not left to run"
+    );
+}
