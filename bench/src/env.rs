@@ -108,6 +108,8 @@ pub fn start_sidecar(redis_url: &str, pg_url: &str, extra: &[(&str, &str)]) -> P
         .env("FERRY_SERVER_ADMIN_LISTEN", "")
         .env("FERRY_CONFIG", config_file())
         .env("FERRY_UPSTASH_ENABLED", "true")
+        // The bench compares the door with webdis on one Redis.
+        .env("FERRY_UPSTASH_SHARE_CACHE_REDIS", "true")
         .env("FERRY_UPSTASH_TOKEN", UPSTASH_TOKEN)
         .env("FERRY_NEON_ENABLED", "true")
         .env("FERRY_NEON_TOKEN", NEON_TOKEN)

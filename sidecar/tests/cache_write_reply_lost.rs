@@ -35,6 +35,7 @@ fn an_incr_whose_reply_is_lost_is_answered_as_possibly_run() {
             ("FERRY_AUTH_REPLAY", "local"),
             ("FERRY_SERVER_WORKERS", "1"),
             ("FERRY_UPSTASH_ENABLED", "true"),
+            ("FERRY_UPSTASH_SHARE_CACHE_REDIS", "true"),
             ("FERRY_UPSTASH_TOKEN", UPSTASH_TOKEN),
         ],
         Stdio::null(),

@@ -188,6 +188,7 @@ fn killed_under_every_request(pool: &str, label: &str, ending: Ending) {
             ("FERRY_REDIS_POOL_SIZE", pool),
             ("FERRY_SERVER_READINESS_INTERVAL_MS", "3600000"),
             ("FERRY_UPSTASH_ENABLED", "true"),
+            ("FERRY_UPSTASH_SHARE_CACHE_REDIS", "true"),
             ("FERRY_UPSTASH_TOKEN", UPSTASH_TOKEN),
         ],
         Stdio::null(),

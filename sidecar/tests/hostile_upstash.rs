@@ -27,6 +27,9 @@ fn start(own_redis: bool) -> Door {
     pg.setup_demo_schema();
     let own = own_redis.then(RedisServer::start);
     let mut toml = String::from("[upstash]\nenabled = true\n");
+    if !own_redis {
+        toml.push_str("share_cache_redis = true\n");
+    }
     if let Some(r) = &own {
         toml.push_str(&format!("redis_url = \"{}\"\n", r.url()));
         // A careful script user and a careless one (the ACL many guides give).

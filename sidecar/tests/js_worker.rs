@@ -23,6 +23,7 @@ fn a_js_worker_uses_both_clients_unchanged() {
             ("FERRY_NEON_ENABLED", "true"),
             ("FERRY_NEON_TOKEN", NEON_TOKEN),
             ("FERRY_UPSTASH_ENABLED", "true"),
+            ("FERRY_UPSTASH_SHARE_CACHE_REDIS", "true"),
             ("FERRY_UPSTASH_TOKEN", UPSTASH_TOKEN),
         ],
         Stdio::null(),

@@ -19,7 +19,7 @@ const NEW_NEON: &str = "new-neon-token-0123456789abcdefghijklm";
 fn config(upstash: &str, neon: &str, redis_pool: u32) -> String {
     format!(
         "[redis]\npool_size = {redis_pool}\n\
-         [upstash]\nenabled = true\n[[upstash.tokens]]\ntoken = \"{upstash}\"\nprefix = \"app:\"\n\
+         [upstash]\nenabled = true\nshare_cache_redis = true\n[[upstash.tokens]]\ntoken = \"{upstash}\"\nprefix = \"app:\"\n\
          [neon]\nenabled = true\n[[neon.tokens]]\ntoken = \"{neon}\"\n"
     )
 }

@@ -17,7 +17,7 @@ fn the_real_upstash_client_works_on_a_cluster() {
     std::fs::write(
         &config,
         format!(
-            "[upstash]\nenabled = true\n[[upstash.tokens]]\ntoken = \"{TOKEN}\"\nprefix = \"app:\"\n\
+            "[upstash]\nenabled = true\nshare_cache_redis = true\n[[upstash.tokens]]\ntoken = \"{TOKEN}\"\nprefix = \"app:\"\n\
              script_user = \"app-scripts\"\nscript_password = \"script-password\"\n"
         ),
     )

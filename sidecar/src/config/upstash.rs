@@ -16,6 +16,10 @@ pub struct UpstashConfig {
     /// Connections the door keeps to its Redis, all tokens together (on top of
     /// `redis.pool_size` when it is the cache's Redis).
     pub pool_size: usize,
+    /// No `redis_url`: the door runs on the cache's Redis. Unsafe, and so opt-in: a token's
+    /// commands can then slow that Redis (LCS-like work, big replies), fill it (and, with an
+    /// eviction policy, evict Ferry's entries and replay records) and stop Ferry's cache.
+    pub share_cache_redis: bool,
     /// The tokens callers send as `Authorization: Bearer <token>`: `[[upstash.tokens]]`.
     pub tokens: Vec<UpstashToken>,
 }
@@ -26,6 +30,7 @@ impl Default for UpstashConfig {
             enabled: false,
             redis_url: RedactedUrl::default(),
             pool_size: 4,
+            share_cache_redis: false,
             tokens: Vec::new(),
         }
     }
@@ -87,6 +92,20 @@ impl Config {
         }
         if u.pool_size == 0 {
             return invalid("upstash.pool_size".into(), "must be at least 1");
+        }
+        if u.enabled && !u.own_redis() && !u.share_cache_redis {
+            return invalid(
+                "upstash.redis_url".into(),
+                "give the door a Redis of its own, or set upstash.share_cache_redis = true \
+                 (unsafe: a token's commands can then slow, fill and evict the Redis that holds \
+                 Ferry's cache and replay records)",
+            );
+        }
+        if u.own_redis() && u.share_cache_redis {
+            return invalid(
+                "upstash.share_cache_redis".into(),
+                "the door has a Redis of its own (upstash.redis_url): not both",
+            );
         }
         for (i, t) in u.tokens.iter().enumerate() {
             if t.token.len() < 32 {

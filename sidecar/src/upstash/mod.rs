@@ -81,6 +81,8 @@ pub struct Prepared {
     pub write: bool,
     /// Where its first key is among `args` (what routes it on a Redis Cluster); None: no key.
     pub first_key: Option<usize>,
+    /// What it may make Redis allocate beyond what it carries (`bounds`), in bytes.
+    pub allocates: usize,
 }
 
 impl Prepared {
@@ -161,12 +163,13 @@ impl Commands {
                 script: false,
                 write: false,
                 first_key: None,
+                allocates: 0,
             });
         }
         if SCRIPTS.contains(&name.as_str()) || name == "script" {
             return script(name, args, door);
         }
-        bounds::check(&name, &args, door.bounds)?;
+        let allocates = bounds::check(&name, &args, door.bounds)?;
         let Some(spec) = self.specs.get(&name) else {
             return Err(Refused(format!("ERR Command is not available: '{name}'")));
         };
@@ -200,6 +203,7 @@ impl Commands {
             script: false,
             write: spec.write,
             first_key: usize::try_from(spec.first).ok(),
+            allocates,
         })
     }
 }
@@ -242,6 +246,7 @@ fn script(name: String, mut args: Vec<Vec<u8>>, door: &Door<'_>) -> Result<Prepa
                 script: true,
                 write: true,
                 first_key: None,
+                allocates: 0,
             }),
             _ => Err(Refused(
                 "ERR Command is not allowed: script (only LOAD and EXISTS)".into(),
@@ -268,6 +273,7 @@ fn script(name: String, mut args: Vec<Vec<u8>>, door: &Door<'_>) -> Result<Prepa
         script: true,
         write: true,
         first_key: (numkeys > 0).then_some(3),
+        allocates: 0,
     })
 }
 
