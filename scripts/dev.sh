@@ -18,6 +18,7 @@ source "$(dirname "$0")/common.sh"
 cd "$FERRY_ROOT"
 
 REDIS_PORT=${FERRY_DEV_REDIS_PORT:-6390}
+DOOR_REDIS_PORT=${FERRY_DEV_DOOR_REDIS_PORT:-6389}
 PG_PORT=${FERRY_DEV_PG_PORT:-5440}
 REPLICA_PORT=${FERRY_DEV_REPLICA_PORT:-5441}
 POOLER_PORT=${FERRY_DEV_POOLER_PORT:-5442}
@@ -98,6 +99,13 @@ redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
   --dir "$RUN" --logfile "$RUN/redis.log" &
 PIDS+=($!)
 wait_for "redis" redis-cli -p "$REDIS_PORT" ping
+# The Upstash door's own Redis: what its tokens do there never reaches the cache's.
+port_free "$DOOR_REDIS_PORT" || die "port $DOOR_REDIS_PORT is taken (set FERRY_DEV_DOOR_REDIS_PORT)"
+redis-server --port "$DOOR_REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+  --client-output-buffer-limit "normal 64mb 32mb 10" --maxmemory 256mb \
+  --dir "$RUN" --logfile "$RUN/redis-door.log" &
+PIDS+=($!)
+wait_for "the Upstash door's redis" redis-cli -p "$DOOR_REDIS_PORT" ping
 # A Redis Cluster (3 masters with a replica each), made afresh each run (nothing is persisted).
 CLUSTER_NODES=()
 for i in 0 1 2 3 4 5; do
@@ -177,6 +185,7 @@ for i in $(seq 0 $((SIDECARS - 1))); do
   FERRY_AUTH_ALLOW_RAW_SQL=true \
   FERRY_CHANGES_ENABLED=true \
   FERRY_UPSTASH_ENABLED=true \
+  FERRY_UPSTASH_REDIS_URL=redis://127.0.0.1:$DOOR_REDIS_PORT \
   FERRY_UPSTASH_TOKEN=$(cat "$RUN/upstash-token") \
   FERRY_NEON_ENABLED=true \
   FERRY_NEON_TOKEN=$(cat "$RUN/neon-token") \
@@ -211,6 +220,7 @@ FERRY_SERVER_ADMIN_LISTEN=127.0.0.1:9195 \
 FERRY_REDIS_URL=$(printf 'redis://%s,' "${CLUSTER_NODES[@]}" | sed 's/,$//') \
 FERRY_REDIS_CLUSTER=true \
 FERRY_UPSTASH_ENABLED=true \
+FERRY_UPSTASH_SHARE_CACHE_REDIS=true \
 FERRY_UPSTASH_TOKEN=$(cat "$RUN/upstash-token") \
 FERRY_DATABASE_URL=postgres://ferry_app@127.0.0.1:$PG_PORT/postgres \
 FERRY_POSTGRES_OWNER_URL=postgres://ferry_owner@127.0.0.1:$PG_PORT/postgres \

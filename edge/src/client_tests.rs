@@ -84,7 +84,7 @@ fn answers_are_mapped() {
         Some("1".into()),
         br#"{"error": {"code": "overloaded", "message": "retry"}}"#,
     );
-    assert_eq!(busy.expect_err("503").retry_after(), Some("1"));
+    assert_eq!(busy.expect_err("503").retry_after().as_deref(), Some("1"));
 
     let proxy: Result<QueryResponse, _> = interpret(502, None, b"Bad Gateway");
     assert_eq!(proxy, Err(EdgeError::BadResponse { status: 502 }));

@@ -25,6 +25,10 @@ pub const VAR_JWT_AUDIENCE: &str = "FERRY_JWT_AUDIENCE";
 /// Var: the `iss` every end-user token must carry.
 pub const VAR_JWT_ISSUER: &str = "FERRY_JWT_ISSUER";
 
+/// Optional binding: a Workers rate limiter (`[[ratelimits]]` in wrangler.toml) that anonymous
+/// reads are counted against per client address, before any sidecar call.
+pub const ANON_LIMIT: &str = "ANON_LIMIT";
+
 /// Per-call timeout when `FERRY_TIMEOUT_MS` is not set, in milliseconds.
 pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;
 

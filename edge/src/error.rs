@@ -47,6 +47,13 @@ pub enum EdgeError {
     Misconfigured(String),
     /// The route needs the API key (writes and the cache routes), and it was not given.
     Unauthorized(String),
+    /// The path exists, not under this method; the methods it takes (the `Allow` header).
+    MethodNotAllowed(&'static str),
+    /// Past the anonymous budget (or a user's rate): retry after this many seconds.
+    RateLimited {
+        /// Seconds to wait (Retry-After).
+        retry_after_s: u64,
+    },
     /// The auth provider's keys (`FERRY_JWKS_URL`) could not be fetched: not the caller's
     /// fault, and worth a retry.
     KeysUnavailable,
@@ -121,30 +128,46 @@ impl EdgeError {
             EdgeError::AuthFailed => ErrorCode::SidecarAuthFailed,
             EdgeError::Misconfigured(_) => ErrorCode::EdgeMisconfigured,
             EdgeError::Unauthorized(_) => ErrorCode::Unauthorized,
+            EdgeError::MethodNotAllowed(_) => ErrorCode::MethodNotAllowed,
+            EdgeError::RateLimited { .. } => ErrorCode::RateLimited,
             EdgeError::KeysUnavailable => ErrorCode::UpstreamError,
             EdgeError::CommittedWithoutResults { .. } => ErrorCode::CommittedResultsLost,
         }
     }
 
     /// The Retry-After to send, in seconds, when a retry may help.
-    pub fn retry_after(&self) -> Option<&str> {
+    pub fn retry_after(&self) -> Option<String> {
         match self {
-            EdgeError::Sidecar { retry_after, .. } => retry_after.as_deref(),
+            EdgeError::Sidecar { retry_after, .. } => retry_after.clone(),
             EdgeError::Unreachable | EdgeError::Timeout { .. } | EdgeError::KeysUnavailable => {
-                Some("1")
+                Some("1".into())
             }
+            EdgeError::RateLimited { retry_after_s } => Some(retry_after_s.to_string()),
             _ => None,
         }
     }
 
-    /// The JSON error body to send.
+    /// The JSON error body to send. A sidecar's error passes through, except Postgres's own
+    /// words: the caller gets Ferry's code and the SQLSTATE, never the database's message
+    /// (it may quote the caller's input, or name tables and columns). [`EdgeError::detail`]
+    /// keeps the message, for the Worker's own log.
     pub fn body(&self) -> ErrorBody {
         if let EdgeError::Sidecar { body, .. } = self {
-            return body.clone();
+            let mut body = body.clone();
+            if let Some(sqlstate) = &body.error.pg_code {
+                body.error.message =
+                    format!("the database refused the request (SQLSTATE {sqlstate})");
+            }
+            return body;
         }
         let (message, field) = match self {
             EdgeError::Invalid { message, field, .. } => (message.clone(), field.clone()),
             EdgeError::NotFound(m) | EdgeError::Unauthorized(m) => (m.clone(), None),
+            EdgeError::MethodNotAllowed(allow) => (format!("this path takes {allow} only"), None),
+            EdgeError::RateLimited { retry_after_s } => (
+                format!("too many requests from this client: retry in {retry_after_s} s"),
+                None,
+            ),
             EdgeError::Unreachable => ("the sidecar could not be reached".into(), None),
             EdgeError::KeysUnavailable => (
                 "the auth provider's signing keys could not be fetched; retry".into(),
@@ -187,9 +210,53 @@ impl EdgeError {
     }
 }
 
+impl EdgeError {
+    /// The sidecar's own message, Postgres's words included (for the Worker's log, never for
+    /// the caller: [`EdgeError::body`] leaves them out).
+    pub fn detail(&self) -> String {
+        match self {
+            EdgeError::Sidecar { body, .. } => body.error.message.clone(),
+            other => other.body().error.message,
+        }
+    }
+}
+
+impl std::fmt::Display for EdgeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({}): {}",
+            self.code().as_str(),
+            self.status(),
+            self.detail()
+        )
+    }
+}
+
+impl std::error::Error for EdgeError {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn postgres_words_never_reach_the_caller() {
+        let mut body = ErrorBody::new(
+            ErrorCode::BadParams,
+            "invalid byte sequence for encoding \"UTF8\": 0x00",
+        );
+        body.error.pg_code = Some("22021".into());
+        let e = EdgeError::Sidecar {
+            status: 400,
+            body,
+            retry_after: None,
+        };
+        let sent = e.body().error;
+        assert!(!sent.message.contains("UTF8"), "{}", sent.message);
+        assert!(sent.message.contains("22021"), "{}", sent.message);
+        assert_eq!(sent.pg_code.as_deref(), Some("22021"));
+        assert!(e.to_string().contains("UTF8"), "the log keeps it: {e}");
+    }
 
     #[test]
     fn statuses_follow_the_shared_table() {
@@ -230,6 +297,6 @@ mod tests {
         };
         assert_eq!(e.status(), 503);
         assert_eq!(e.body(), body);
-        assert_eq!(e.retry_after(), Some("2"));
+        assert_eq!(e.retry_after().as_deref(), Some("2"));
     }
 }

@@ -25,6 +25,7 @@ pub use error::EdgeError;
 pub use ferry::end_user;
 pub use ferry::Ferry;
 pub mod requests;
+pub mod routing;
 
 #[cfg(target_arch = "wasm32")]
 mod routes;
@@ -32,44 +33,50 @@ mod routes;
 #[cfg(target_arch = "wasm32")]
 mod entry {
     use crate::error::EdgeError;
-    use crate::routes;
-    use worker::{event, Context, Env, Request, Response, Result, Router};
+    use crate::routes::{self, Ctx};
+    use crate::routing::{route, Route, Unmatched};
+    use worker::{event, Context, Env, Request, Response, Result};
 
     #[event(fetch)]
     async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
-        let result = Router::new()
-            .get_async("/items", routes::get_items)
-            .put_async("/items", routes::put_items)
-            .get_async("/items/:id", routes::get_item)
-            .put_async("/items/:id", routes::put_item)
-            .post_async("/items/:id/reprice", routes::reprice_item)
-            .get_async("/cache/:key", routes::get_cache)
-            .put_async("/cache/:key", routes::put_cache)
-            .get_async("/page", routes::get_page)
-            .get_async("/me/notes", routes::get_my_notes)
-            .post_async("/me/notes", routes::post_my_note)
-            .get_async("/health", routes::health)
-            .or_else_any_method_async("/*path", |req, _| async move {
-                routes::error_response(
-                    &routes::request_id(&req),
+        let rid = routes::request_id(&req);
+        let path = match req.url() {
+            Ok(url) => url.path().to_string(),
+            Err(_) => String::new(),
+        };
+        // The runtime's own method (the `worker` crate maps unknown ones, PROPFIND say, to GET).
+        let method = req.inner().method().to_ascii_uppercase();
+        let matched = match route(&method, &path) {
+            Ok(r) => r,
+            Err(Unmatched::NotFound) => {
+                return routes::error_response(
+                    &rid,
                     &EdgeError::NotFound(
-                        "no such route: try /items/1, /items?ids=1,2, /cache/greeting, /page?ids=1,2, /me/notes, /health"
+                        "no such route: try /items/1, /items?ids=1,2, /cache/greeting, \
+                         /page?ids=1,2, /me/notes, /health"
                             .into(),
                     ),
                 )
-            })
-            .run(req, env)
-            .await;
-        // The router's own errors (e.g. a route matched with the wrong method) become JSON too.
-        match result {
-            Ok(resp) => Ok(resp),
-            Err(e) => {
-                worker::console_error!("edge error: {e}");
-                routes::error_response(
-                    &routes::request_id_fallback(),
-                    &EdgeError::bad_request("the request could not be handled"),
-                )
             }
+            Err(Unmatched::MethodNotAllowed(allow)) => {
+                let resp = routes::error_response(&rid, &EdgeError::MethodNotAllowed(allow))?;
+                resp.headers().set("allow", allow)?;
+                return Ok(resp);
+            }
+        };
+        let ctx = |param: String| Ctx::new(env, param, rid.clone());
+        match matched {
+            Route::GetItems => routes::get_items(req, ctx(String::new())).await,
+            Route::PutItems => routes::put_items(req, ctx(String::new())).await,
+            Route::GetItem(id) => routes::get_item(req, ctx(id)).await,
+            Route::PutItem(id) => routes::put_item(req, ctx(id)).await,
+            Route::RepriceItem(id) => routes::reprice_item(req, ctx(id)).await,
+            Route::GetCache(key) => routes::get_cache(req, ctx(key)).await,
+            Route::PutCache(key) => routes::put_cache(req, ctx(key)).await,
+            Route::GetPage => routes::get_page(req, ctx(String::new())).await,
+            Route::GetMyNotes => routes::get_my_notes(req, ctx(String::new())).await,
+            Route::PostMyNote => routes::post_my_note(req, ctx(String::new())).await,
+            Route::Health => routes::health(req, ctx(String::new())).await,
         }
     }
 }

@@ -41,12 +41,20 @@ pub fn repriced(price: &str, percent: i64) -> Result<String, EdgeError> {
     Ok(format!("{}.{:02}", new / 100, new % 100))
 }
 
-fn to_cents(price: &str) -> Option<i64> {
+/// The largest price `numeric(10, 2)` holds, in cents.
+pub const MAX_CENTS: i64 = 9_999_999_999;
+
+/// A plain non-negative decimal (`12`, `12.5`, `12.50`) in cents; None for anything else
+/// (signs, exponents, NaN, more than two decimals).
+pub fn to_cents(price: &str) -> Option<i64> {
     let (whole, frac) = price.split_once('.').unwrap_or((price, "0"));
     if whole.is_empty() || whole.len() > 12 || frac.is_empty() || frac.len() > 2 {
         return None;
     }
-    let whole: i64 = whole.parse().ok().filter(|w| *w >= 0)?;
+    if !whole.bytes().all(|b| b.is_ascii_digit()) || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let whole: i64 = whole.parse().ok()?;
     let frac: i64 = format!("{frac:0<2}").parse().ok()?;
     Some(whole * 100 + frac)
 }
@@ -67,7 +75,9 @@ mod tests {
         assert_eq!(repriced("0.05", 10).as_deref(), Ok("0.06"));
         assert_eq!(repriced("12", 100).as_deref(), Ok("24.00"));
         assert_eq!(repriced("1.5", 10).as_deref(), Ok("1.65"));
-        for bad in ["", "x", "1.234", "-1.00", ".5", "1."] {
+        for bad in [
+            "", "x", "1.234", "-1.00", ".5", "1.", "+1", "1e3", "NaN", "inf",
+        ] {
             assert!(repriced(bad, 10).is_err(), "{bad}");
         }
     }

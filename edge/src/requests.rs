@@ -59,20 +59,23 @@ pub fn parse_ids(query: Option<&str>) -> Result<Vec<i32>, EdgeError> {
         .find_map(|kv| kv.strip_prefix("ids="))
         .filter(|v| !v.is_empty())
         .ok_or_else(|| EdgeError::invalid("ids", "give ids=1,2,3"))?;
+    // The cap first, on what was sent (duplicates included), then one pass to parse and drop
+    // duplicates: a 60 KB list costs what 100 ids do.
+    if raw.split(',').nth(MAX_BATCH).is_some() {
+        return Err(EdgeError::invalid(
+            "ids",
+            format!("at most {MAX_BATCH} ids per request"),
+        ));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(MAX_BATCH);
     let mut ids = Vec::new();
     for part in raw.split(',') {
         let id = parse_id(part).map_err(|_| {
             EdgeError::invalid("ids", format!("{part:?} is not a positive integer id"))
         })?;
-        if !ids.contains(&id) {
+        if seen.insert(id) {
             ids.push(id);
         }
-    }
-    if ids.len() > MAX_BATCH {
-        return Err(EdgeError::invalid(
-            "ids",
-            format!("at most {MAX_BATCH} ids per request"),
-        ));
     }
     Ok(ids)
 }
@@ -93,16 +96,22 @@ fn checked_item(name: &str, price: &Value, at: &str) -> Result<(String, String),
             "1 to 200 characters",
         ));
     }
-    let price = match price {
-        Value::Number(n) => n.to_string(),
-        Value::String(s) if !s.trim().is_empty() => s.trim().to_string(),
-        _ => {
-            return Err(EdgeError::invalid(
-                &format!("{at}price"),
-                "a number or a decimal string such as \"12.50\"",
-            ))
-        }
+    let text = match price {
+        Value::Number(n) => Some(n.to_string()),
+        Value::String(s) => Some(s.trim().to_string()),
+        _ => None,
     };
+    // What `numeric(10, 2)` holds, as a plain decimal: no NaN, no infinity, no sign, no
+    // exponent, at most two decimals (an out-of-range price used to be stored, then fail the
+    // next reprice with a 500).
+    let price = text
+        .filter(|t| crate::pricing::to_cents(t).is_some_and(|c| c <= crate::pricing::MAX_CENTS))
+        .ok_or_else(|| {
+            EdgeError::invalid(
+                &format!("{at}price"),
+                "a price from 0 to 99999999.99, as a number or a decimal string such as \"12.50\"",
+            )
+        })?;
     Ok((name.to_string(), price))
 }
 

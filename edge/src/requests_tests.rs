@@ -18,6 +18,11 @@ fn ids() {
         .collect::<Vec<_>>()
         .join(",");
     assert!(parse_ids(Some(&format!("ids={many}"))).is_err());
+    // Duplicates count against the cap: 101 ids of one value are refused, unparsed.
+    let same = vec!["1"; 101].join(",");
+    assert!(parse_ids(Some(&format!("ids={same}"))).is_err());
+    let hundred = vec!["1"; 100].join(",");
+    assert_eq!(parse_ids(Some(&format!("ids={hundred}"))), Ok(vec![1]));
 }
 
 /// A handle whose calls are never made: these tests look at the requests only.
@@ -54,6 +59,12 @@ fn upserts() {
         &br#"{"name": "", "price": 1}"#[..],
         br#"{"name": "x"}"#,
         br#"{"name": "x", "price": true}"#,
+        br#"{"name": "x", "price": "NaN"}"#,
+        br#"{"name": "x", "price": -1}"#,
+        br#"{"name": "x", "price": "-0.50"}"#,
+        br#"{"name": "x", "price": 1e300}"#,
+        br#"{"name": "x", "price": "100000000.00"}"#,
+        br#"{"name": "x", "price": "1.005"}"#,
         br#"{"name": "x", "price": 1, "extra": 1}"#,
         b"not json",
     ] {

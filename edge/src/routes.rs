@@ -7,9 +7,25 @@ use crate::ferry::Ferry;
 use crate::{pricing, requests};
 use ferry_shared::api::{CacheCommand, CacheReply, KeyedStatus, REQUEST_ID_HEADER};
 use serde_json::{json, Value};
-use worker::{Headers, Request, Response, Result, RouteContext};
+use worker::{Env, Headers, Request, Response, Result};
 
-type Ctx = RouteContext<()>;
+/// What a handler gets beside the request: the Worker's bindings, the route's one path
+/// parameter (`:id`, `:key`; empty for routes without one), and the request id.
+pub struct Ctx {
+    pub env: Env,
+    param: String,
+    rid: String,
+}
+
+impl Ctx {
+    pub fn new(env: Env, param: String, rid: String) -> Ctx {
+        Ctx { env, param, rid }
+    }
+
+    fn secret(&self, name: &str) -> Result<worker::Secret> {
+        self.env.secret(name)
+    }
+}
 
 /// This request's id: the caller's `x-ferry-request-id` when it is well-formed (1-64 of
 /// `[A-Za-z0-9_-]`), else 16 fresh random hex characters.
@@ -28,6 +44,38 @@ pub fn request_id_fallback() -> String {
     let mut bytes = [0u8; 8];
     let _ = getrandom::getrandom(&mut bytes);
     hex::encode(bytes)
+}
+
+/// Who an anonymous request comes from: Cloudflare's `CF-Connecting-IP` (it sets it on every
+/// request, overwriting the client's), or `local` where nothing sets it (wrangler dev).
+fn caller(req: &Request) -> String {
+    req.headers()
+        .get("cf-connecting-ip")
+        .ok()
+        .flatten()
+        .filter(|ip| !ip.is_empty() && ip.len() <= 64)
+        .unwrap_or_else(|| "local".into())
+}
+
+/// The Worker's own first line for anonymous traffic, when it has a rate-limiting binding
+/// (`ANON_LIMIT` in wrangler.toml, production): refused here before any sidecar call. The
+/// sidecar's budget (`limits.anonymous_*`) holds behind it either way.
+async fn anonymous_budget(ctx: &Ctx, caller: &str) -> std::result::Result<(), EdgeError> {
+    let Ok(limiter) = ctx.env.rate_limiter(config::ANON_LIMIT) else {
+        return Ok(());
+    };
+    match limiter.limit(caller.to_string()).await {
+        Ok(outcome) if !outcome.success => Err(EdgeError::RateLimited { retry_after_s: 10 }),
+        _ => Ok(()),
+    }
+}
+
+/// A handle for an anonymous route: its caller counted, at the Worker's binding if it has one
+/// and at the sidecar.
+async fn anonymous_ferry(req: &Request, ctx: &Ctx) -> std::result::Result<Ferry, EdgeError> {
+    let caller = caller(req);
+    anonymous_budget(ctx, &caller).await?;
+    Ok(Ferry::from_env(&ctx.env, &ctx.rid)?.anonymous(&caller))
 }
 
 /// Writes and the cache routes need the API key (see `access.rs`).
@@ -61,15 +109,15 @@ pub fn error_response(request_id: &str, e: &EdgeError) -> Result<Response> {
     headers.set("content-type", "application/json")?;
     headers.set(REQUEST_ID_HEADER, request_id)?;
     if let Some(ra) = e.retry_after() {
-        headers.set("retry-after", ra)?;
+        headers.set("retry-after", &ra)?;
     }
     Ok(Response::from_json(&e.body())?
         .with_status(e.status())
         .with_headers(headers))
 }
 
-fn param<'a>(ctx: &'a Ctx, name: &str) -> &'a str {
-    ctx.param(name).map(String::as_str).unwrap_or_default()
+fn param(ctx: &Ctx) -> &str {
+    &ctx.param
 }
 
 /// The `ids=1,2,3` of the request's query string.
@@ -86,13 +134,15 @@ async fn body_bytes(req: &mut Request) -> std::result::Result<Vec<u8>, EdgeError
 
 /// `GET /items/:id`: one item through the cache.
 pub async fn get_item(req: Request, ctx: Ctx) -> Result<Response> {
-    let rid = request_id(&req);
+    let rid = ctx.rid.clone();
     respond(
         &rid,
         async {
-            let id = requests::parse_id(param(&ctx, "id"))?;
+            let id = requests::parse_id(param(&ctx))?;
             // After a PUT from this browser, its write is read back (read-your-writes).
-            let ferry = Ferry::from_env(&ctx.env, &rid)?.after(cookie_position(&req, &ctx));
+            let ferry = anonymous_ferry(&req, &ctx)
+                .await?
+                .after(cookie_position(&req, &ctx));
             let r = requests::item(&ferry, id).response().await?;
             let item = r
                 .rows
@@ -113,12 +163,12 @@ pub async fn get_item(req: Request, ctx: Ctx) -> Result<Response> {
 /// `GET /items?ids=1,2,3`: many items in one sidecar call (a keyed batch: partial hits from
 /// Redis, the rest from one Postgres query), in the order asked.
 pub async fn get_items(req: Request, ctx: Ctx) -> Result<Response> {
-    let rid = request_id(&req);
+    let rid = ctx.rid.clone();
     respond(
         &rid,
         async {
             let ids = ids_asked(&req)?;
-            let ferry = Ferry::from_env(&ctx.env, &rid)?;
+            let ferry = anonymous_ferry(&req, &ctx).await?;
             let r = ferry.keyed(requests::ITEMS_KEYSPACE, &ids).await?;
             let mut items = Vec::new();
             let mut missing = Vec::new();
@@ -143,13 +193,13 @@ pub async fn get_items(req: Request, ctx: Ctx) -> Result<Response> {
 
 /// `PUT /items/:id` (API key): write the item, then invalidate its cache entry (before answering).
 pub async fn put_item(mut req: Request, ctx: Ctx) -> Result<Response> {
-    let rid = request_id(&req);
+    let rid = ctx.rid.clone();
     let mut position = None;
     let resp = respond(
         &rid,
         async {
             require_api_key(&req, &ctx)?;
-            let id = requests::parse_id(param(&ctx, "id"))?;
+            let id = requests::parse_id(param(&ctx))?;
             let ferry = Ferry::from_env(&ctx.env, &rid)?;
             let r = requests::item_upsert(&ferry, id, &body_bytes(&mut req).await?)?
                 .run()
@@ -179,7 +229,7 @@ pub async fn put_item(mut req: Request, ctx: Ctx) -> Result<Response> {
 /// transaction whose answer was lost with its sidecar but which committed (its outcome says
 /// so) is answered as the success it is: this route needs no per-statement results.
 pub async fn put_items(mut req: Request, ctx: Ctx) -> Result<Response> {
-    let rid = request_id(&req);
+    let rid = ctx.rid.clone();
     respond(
         &rid,
         async {
@@ -216,12 +266,12 @@ pub async fn reprice_item(mut req: Request, ctx: Ctx) -> Result<Response> {
     struct Price {
         price: String,
     }
-    let rid = request_id(&req);
+    let rid = ctx.rid.clone();
     respond(
         &rid,
         async {
             require_api_key(&req, &ctx)?;
-            let id = requests::parse_id(param(&ctx, "id"))?;
+            let id = requests::parse_id(param(&ctx))?;
             let percent = pricing::parse_reprice(&body_bytes(&mut req).await?)?;
             let ferry = Ferry::from_env(&ctx.env, &rid)?;
             let ((old, new), end) = ferry
@@ -270,12 +320,12 @@ fn cookie_key(ctx: &Ctx) -> Vec<u8> {
 
 /// `GET /cache/:key` (API key): a value from the edge's cache namespace.
 pub async fn get_cache(req: Request, ctx: Ctx) -> Result<Response> {
-    let rid = request_id(&req);
+    let rid = ctx.rid.clone();
     respond(
         &rid,
         async {
             require_api_key(&req, &ctx)?;
-            let key = requests::parse_cache_key(param(&ctx, "key"))?;
+            let key = requests::parse_cache_key(param(&ctx))?;
             let cmd = CacheCommand::Get {
                 key: requests::edge_cache_key(&key),
             };
@@ -293,12 +343,12 @@ pub async fn get_cache(req: Request, ctx: Ctx) -> Result<Response> {
 
 /// `PUT /cache/:key` (API key) with `{"value": "...", "ttl_s": 60}`.
 pub async fn put_cache(mut req: Request, ctx: Ctx) -> Result<Response> {
-    let rid = request_id(&req);
+    let rid = ctx.rid.clone();
     respond(
         &rid,
         async {
             require_api_key(&req, &ctx)?;
-            let key = requests::parse_cache_key(param(&ctx, "key"))?;
+            let key = requests::parse_cache_key(param(&ctx))?;
             let cmd = requests::cache_set(&key, &body_bytes(&mut req).await?)?;
             match Ferry::from_env(&ctx.env, &rid)?.cache(cmd).await? {
                 CacheReply::Set {} => Ok((200, json!({"key": key, "stored": true}))),
@@ -312,7 +362,7 @@ pub async fn put_cache(mut req: Request, ctx: Ctx) -> Result<Response> {
 /// `GET /me/notes` (JWT): the signed-in user's notes, as Postgres's row-level security lets
 /// them see, cached for them alone.
 pub async fn get_my_notes(req: Request, ctx: Ctx) -> Result<Response> {
-    let rid = request_id(&req);
+    let rid = ctx.rid.clone();
     respond(
         &rid,
         async {
@@ -327,7 +377,7 @@ pub async fn get_my_notes(req: Request, ctx: Ctx) -> Result<Response> {
 
 /// `POST /me/notes` (JWT) with `{"body": "..."}`: a note of the signed-in user's own.
 pub async fn post_my_note(mut req: Request, ctx: Ctx) -> Result<Response> {
-    let rid = request_id(&req);
+    let rid = ctx.rid.clone();
     respond(
         &rid,
         async {
@@ -348,12 +398,12 @@ pub async fn post_my_note(mut req: Request, ctx: Ctx) -> Result<Response> {
 /// `GET /page?ids=1,2,3`: a page that reads each item on its own, all at once, as handler code
 /// naturally does: the library sends them to the sidecar as one call (`sidecar_calls`).
 pub async fn get_page(req: Request, ctx: Ctx) -> Result<Response> {
-    let rid = request_id(&req);
+    let rid = ctx.rid.clone();
     respond(
         &rid,
         async {
             let ids = ids_asked(&req)?;
-            let ferry = Ferry::from_env(&ctx.env, &rid)?;
+            let ferry = anonymous_ferry(&req, &ctx).await?;
             let reads = ids
                 .iter()
                 .map(|&id| requests::item(&ferry, id).fetch_optional::<Value>());
@@ -377,15 +427,22 @@ pub async fn get_page(req: Request, ctx: Ctx) -> Result<Response> {
 }
 
 /// `GET /health`: the edge is up; is the sidecar reachable and ready? The sidecar answers from
-/// its readiness snapshot, so Internet traffic here never reaches its pools.
+/// its readiness snapshot, so Internet traffic here never reaches its pools. Anyone learns
+/// up or down; the details (each store, the change stream's part and lag) need the API key.
 pub async fn health(req: Request, ctx: Ctx) -> Result<Response> {
-    let rid = request_id(&req);
+    let rid = ctx.rid.clone();
+    let detailed = require_api_key(&req, &ctx).is_ok();
     respond(
         &rid,
         async {
             let ready = Ferry::from_env(&ctx.env, &rid)?.readiness().await?;
             let status = if ready.ready { 200 } else { 503 };
-            Ok((status, json!({"edge": "up", "sidecar": ready})))
+            let sidecar = if detailed {
+                json!(ready)
+            } else {
+                json!(if ready.ready { "up" } else { "down" })
+            };
+            Ok((status, json!({"edge": "up", "sidecar": sidecar})))
         }
         .await,
     )

@@ -38,7 +38,13 @@ fn the_edge_reads_writes_and_caches_through_the_sidecar() {
 
     let h = get(&c, "/health");
     assert_eq!(h.status, 200, "{:?}\n{}", h.body, edge.log());
-    assert_eq!(h.body["sidecar"]["ready"], true);
+    assert_eq!(h.body["sidecar"], "up", "anyone learns up or down, no more");
+    let detailed = get_auth(&c, "/health");
+    assert_eq!(
+        detailed.body["sidecar"]["ready"], true,
+        "{:?}",
+        detailed.body
+    );
 
     // Every answer carries a request id; a caller's well-formed one is kept end to end.
     let id = h.headers["x-ferry-request-id"]
@@ -99,13 +105,19 @@ fn the_edge_reads_writes_and_caches_through_the_sidecar() {
     assert_eq!(w.body, json!({"written": 2, "invalidation": "done"}));
     assert_eq!(get(&c, "/items/8").body["item"]["name"], "desk");
     assert_eq!(get(&c, "/items/9").body["item"]["price"], "40.00");
+    // The second passes the edge's checks and fails in Postgres (text cannot hold a NUL).
     let half_bad = json!({"items": [{"id": 8, "name": "sofa", "price": 1},
-                                    {"id": 9, "name": "lamp", "price": "n/a"}]});
+                                    {"id": 9, "name": "lamp\u{0}", "price": "2.00"}]});
     let r = put_auth(&c, "/items", half_bad);
     assert_eq!(r.status, 400, "{:?}", r.body);
     assert_eq!(
         r.body["error"]["statement"], 1,
         "the failing statement is named"
+    );
+    let said = r.body.to_string();
+    assert!(
+        !said.contains("UTF8") && said.contains("22021"),
+        "Ferry's code and the SQLSTATE, not Postgres's words: {said}"
     );
     let names: Vec<String> = stack
         .pg
@@ -158,10 +170,15 @@ fn the_edge_reads_writes_and_caches_through_the_sidecar() {
         json!({"name": "x", "price": "not a number"}),
     );
     assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(r.body["error"]["field"], "price", "refused at the edge");
+    // One Postgres refuses: its SQLSTATE passes through, its words do not.
+    let r = put_auth(&c, "/items/7", json!({"name": "x\u{0}", "price": "1.00"}));
+    assert_eq!(r.status, 400, "{:?}", r.body);
     assert_eq!(
-        r.body["error"]["pg_code"], "22P02",
+        r.body["error"]["pg_code"], "22021",
         "the sidecar's 400 passes through"
     );
+    assert!(!r.body.to_string().contains("UTF8"), "{:?}", r.body);
 
     // Sidecar stopped: 502 JSON, and the edge stays up.
     stack.sidecar.stop();

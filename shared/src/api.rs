@@ -73,6 +73,11 @@ pub struct QueryRequest {
     /// past it, or by the primary (read-your-writes). Absent: see `replicas.reads`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<Position>,
+    /// Who sent an anonymous request, as the edge knows them (their address): the sidecar's
+    /// anonymous budget counts it (`limits.anonymous_*`). Ignored with an `identity`, whose
+    /// own rate applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
 }
 
 impl QueryRequest {
@@ -291,6 +296,9 @@ pub struct KeyedRequest {
     pub keyspace: String,
     /// Key column values (numbers or strings). Duplicates are answered twice, looked up once.
     pub ids: Vec<Value>,
+    /// Who sent it, when anonymous (see [`QueryRequest::caller`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

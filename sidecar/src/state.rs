@@ -58,6 +58,7 @@ impl AppState {
             config.cache.max_entry_bytes,
             config.limits.max_pending_invalidations,
         );
+        cache = cache.negative_ttl(config.cache.negative_ttl_s);
         if config.changes.enabled {
             cache = cache.watch_changes(config.changes.max_lag_ms);
         }
@@ -325,6 +326,14 @@ pub fn check(config: &Config) -> Result<(), ConfigError> {
                 &key,
                 format!("statement not allowed ({})", r.class()),
             ));
+        }
+    }
+    for (name, q) in &config.queries {
+        if let Some(b) = &q.batch_sql {
+            if statement::classify(b, statement::Route::Read).is_some() {
+                let key = format!("queries.{name}.batch_sql");
+                return Err(invalid(&key, "must be a read (SELECT)".into()));
+            }
         }
     }
     for (name, k) in &config.keyspaces {

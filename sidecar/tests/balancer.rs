@@ -34,6 +34,9 @@ fn deployment(prepare: impl FnOnce(&PgServer)) -> Deployment {
         ("FERRY_CONFIG", sample),
         ("FERRY_POSTGRES_POOL_SIZE", "20"),
         ("FERRY_LIMITS_MAX_OPEN_TRANSACTIONS", "5"),
+        // The load comes from one address: no anonymous budget for it (anonymous.rs tests it).
+        ("FERRY_LIMITS_ANONYMOUS_RATE_PER_S", "0"),
+        ("FERRY_LIMITS_ANONYMOUS_TOTAL_PER_S", "0"),
     ];
     let sidecars: Vec<SidecarProcess> = (0..2)
         .map(|_| SidecarProcess::start(BIN, &redis.url(), &pg.url(), &env, Stdio::null()))

@@ -130,9 +130,13 @@ impl Stack {
 
     /// Starts everything, letting the test adjust the sidecar config first.
     pub fn start_with(adjust: impl FnOnce(&mut ferry_sidecar::Config)) -> Stack {
-        let redis = RedisServer::start();
-        let pg = PgServer::start();
+        Stack::start_on(PgServer::start(), adjust)
+    }
+
+    /// The same, on a Postgres of the test's choosing (one that counts statements, say).
+    pub fn start_on(pg: PgServer, adjust: impl FnOnce(&mut ferry_sidecar::Config)) -> Stack {
         pg.setup_demo_schema();
+        let redis = RedisServer::start();
         let mut config = sidecar::test_config(&redis, &pg);
         adjust(&mut config);
         let sidecar = Sidecar::start(config);

@@ -125,6 +125,30 @@ impl PgServer {
         )
     }
 
+    /// A server that counts every statement it runs (`pg_stat_statements`, loaded at start and
+    /// created in the database): what a request cost Postgres, judged by Postgres
+    /// ([`PgServer::statements`]).
+    pub fn start_counting() -> PgServer {
+        let pg = PgServer::start_with("-c shared_preload_libraries=pg_stat_statements");
+        pg.client()
+            .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .expect("pg_stat_statements");
+        pg
+    }
+
+    /// How many times statements whose text contains `fragment` have run (see
+    /// [`PgServer::start_counting`]).
+    pub fn statements(&self, fragment: &str) -> i64 {
+        self.client()
+            .query_one(
+                "SELECT coalesce(sum(calls), 0)::int8 FROM pg_stat_statements \
+                 WHERE query LIKE '%' || $1 || '%' AND query NOT LIKE '%pg_stat_statements%'",
+                &[&fragment],
+            )
+            .expect("pg_stat_statements")
+            .get(0)
+    }
+
     /// A server with more options (`-c name=value ...`), kept across restarts.
     pub fn start_with(extra: &str) -> PgServer {
         let dir = tempfile::tempdir().expect("tempdir for postgres");

@@ -102,6 +102,9 @@ pub struct Ferry {
     reads: Rc<Batcher>,
     calls: Rc<dyn Calls>,
     identity: Option<Identity>,
+    /// Who sent an anonymous request (their address): the sidecar's anonymous budget counts
+    /// it ([`Ferry::anonymous`]).
+    caller: Option<String>,
     /// The latest position a write of this request returned (or [`Ferry::after`] gave): every
     /// read sent later carries it, so it sees those writes (read-your-writes).
     position: Rc<Cell<Option<Position>>>,
@@ -119,7 +122,19 @@ impl Ferry {
             reads: Rc::new(Batcher::new(reads, batching)),
             calls,
             identity: None,
+            caller: None,
             position: Rc::default(),
+        }
+    }
+
+    /// The same handle, for a request from an anonymous caller (`caller`: their address, e.g.
+    /// the `CF-Connecting-IP` header): the sidecar counts its reads against that caller's
+    /// budget and that of all anonymous callers (`limits.anonymous_*`), and answers 429 with
+    /// Retry-After past either. A handle [`Ferry::as_user`] has made counts against its user.
+    pub fn anonymous(self, caller: &str) -> Ferry {
+        Ferry {
+            caller: Some(caller.to_string()),
+            ..self
         }
     }
 
@@ -170,6 +185,7 @@ impl Ferry {
 
     fn read(&self, mut req: QueryRequest) -> Query {
         req.identity = self.identity.clone();
+        req.caller = self.caller.clone();
         Query {
             ferry: self.clone(),
             req,
@@ -217,6 +233,7 @@ impl Ferry {
             .keyed(KeyedRequest {
                 keyspace: keyspace.to_string(),
                 ids,
+                caller: self.caller.clone(),
             })
             .await
     }

@@ -84,6 +84,15 @@ pub struct NamedQuery {
     /// the same, and so is every session a raw or other statement used before this one.
     #[serde(default)]
     pub skip_reset: bool,
+    /// Its batch form: the same read for many values of its one parameter at once, taking
+    /// them as an array in `$1` (`... WHERE id = ANY($1)`), each parameter's rows in the
+    /// order the statement itself gives them. With `batch_key`, the column each row carries
+    /// its parameter in. A batch's misses of this query then cost one statement
+    /// (`read::grouped`).
+    #[serde(default)]
+    pub batch_sql: Option<String>,
+    #[serde(default)]
+    pub batch_key: Option<String>,
 }
 
 /// Rows addressed by one key column, read many at a time.
@@ -222,6 +231,9 @@ pub struct CacheConfig {
     pub max_entry_bytes: usize,
     /// Most reads in one /v1/batch call, or ids in one /v1/batch/keyed call.
     pub max_batch: usize,
+    /// An empty result (no rows: an id nobody wrote, say) is cached at most this long, in
+    /// seconds, whatever TTL its read asked for, and with no stale grace.
+    pub negative_ttl_s: u64,
 }
 
 /// Bounds on the work one request may cause. The defaults fit a sidecar of 64 MB.
@@ -249,6 +261,15 @@ pub struct LimitsConfig {
     /// Most keys and tags kept for a later invalidation while Redis is unreachable. Past it
     /// the whole cache is invalidated at once when Redis is back (nothing is dropped).
     pub max_pending_invalidations: usize,
+    /// Requests per second one anonymous caller (`caller`, the address the edge passes) may
+    /// send on average; 0 turns the per-caller budget off. Past it: 429 + Retry-After.
+    pub anonymous_rate_per_s: u32,
+    /// How many requests one anonymous caller may send at once above that rate.
+    pub anonymous_burst: u32,
+    /// Requests per second all anonymous callers together may send; 0 turns it off.
+    pub anonymous_total_per_s: u32,
+    /// How many anonymous requests may come at once above that total rate.
+    pub anonymous_total_burst: u32,
 }
 
 impl Default for LimitsConfig {
@@ -263,6 +284,10 @@ impl Default for LimitsConfig {
             transaction_idle_timeout_ms: 5_000,
             transaction_max_lifetime_ms: 30_000,
             max_pending_invalidations: 100_000,
+            anonymous_rate_per_s: 20,
+            anonymous_burst: 40,
+            anonymous_total_per_s: 500,
+            anonymous_total_burst: 1000,
         }
     }
 }
@@ -339,6 +364,7 @@ impl Default for CacheConfig {
             deferred_table: "ferry.deferred".into(),
             max_entry_bytes: 1024 * 1024,
             max_batch: 1000,
+            negative_ttl_s: 10,
         }
     }
 }

@@ -131,6 +131,7 @@ pub fn reload(old: &Config, new: Config, has_role: impl Fn(&str) -> bool) -> Rel
         deferred_table,
         max_entry_bytes,
         max_batch,
+        negative_ttl_s,
     } = cache;
     let o = &old.cache;
     keep("cache.key_prefix", key_prefix != o.key_prefix);
@@ -143,6 +144,7 @@ pub fn reload(old: &Config, new: Config, has_role: impl Fn(&str) -> bool) -> Rel
         "cache.max_entry_bytes",
         max_entry_bytes != o.max_entry_bytes,
     );
+    keep("cache.negative_ttl_s", negative_ttl_s != o.negative_ttl_s);
     let cache = CacheConfig {
         max_ttl_s,
         max_key_bytes,
@@ -160,6 +162,10 @@ pub fn reload(old: &Config, new: Config, has_role: impl Fn(&str) -> bool) -> Rel
         transaction_idle_timeout_ms,
         transaction_max_lifetime_ms,
         max_pending_invalidations,
+        anonymous_rate_per_s,
+        anonymous_burst,
+        anonymous_total_per_s,
+        anonymous_total_burst,
     } = limits;
     let o = &old.limits;
     // The open transactions' bounds and the pending invalidations' were built in at startup.
@@ -185,6 +191,10 @@ pub fn reload(old: &Config, new: Config, has_role: impl Fn(&str) -> bool) -> Rel
         max_batch_bytes,
         max_invalidate_keys,
         max_transaction_statements,
+        anonymous_rate_per_s,
+        anonymous_burst,
+        anonymous_total_per_s,
+        anonymous_total_burst,
         ..old.limits.clone()
     };
 
@@ -193,11 +203,16 @@ pub fn reload(old: &Config, new: Config, has_role: impl Fn(&str) -> bool) -> Rel
         enabled,
         redis_url,
         pool_size,
+        share_cache_redis,
         tokens,
     } = upstash;
     // The door's connections were opened for its Redis at startup.
     keep("upstash.redis_url", redis_url != old.upstash.redis_url);
     keep("upstash.pool_size", pool_size != old.upstash.pool_size);
+    keep(
+        "upstash.share_cache_redis",
+        share_cache_redis != old.upstash.share_cache_redis,
+    );
     let upstash = UpstashConfig {
         enabled,
         tokens,

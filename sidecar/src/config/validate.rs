@@ -141,6 +141,24 @@ impl Config {
             if q.ttl_s == Some(0) {
                 return invalid(&format!("queries.{name}.ttl_s"), "must be at least 1");
             }
+            match (&q.batch_sql, &q.batch_key) {
+                (None, None) => {}
+                (Some(b), Some(k)) if b.contains("$1") && !b.contains("$2") && !k.is_empty() => {
+                    if !q.sql.contains("$1") || q.sql.contains("$2") {
+                        return invalid(
+                            &format!("queries.{name}.batch_sql"),
+                            "a batch form is for a query of one parameter ($1)",
+                        );
+                    }
+                }
+                _ => {
+                    return invalid(
+                        &format!("queries.{name}.batch_sql"),
+                        "give batch_sql (taking every value as an array in $1, and nothing else) \
+                         and batch_key (the column carrying it) together",
+                    )
+                }
+            }
         }
         for (name, k) in &self.keyspaces {
             if !k.sql.contains("$1") {

@@ -235,7 +235,7 @@ impl ApiError {
                     .into()
             }
             ApiError::RateLimited { retry_after_s } => {
-                format!("too many requests for this user; retry in {retry_after_s} s")
+                format!("too many requests from this caller; retry in {retry_after_s} s")
             }
             ApiError::MethodNotAllowed => "method not allowed on this route".into(),
             ApiError::Overloaded { what } => format!("overloaded ({what}); retry later"),

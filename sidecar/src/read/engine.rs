@@ -128,7 +128,18 @@ pub async fn answer(
     plan: ReadPlan,
     lookup: Option<Lookup>,
 ) -> Result<QueryResponse, ApiError> {
-    let r = answer_inner(state, plan, lookup).await;
+    answer_prefetched(state, plan, lookup, None).await
+}
+
+/// [`answer`], with the rows Postgres already gave for this read (`grouped`): where it would
+/// go to Postgres, it takes them instead (its write-back as usual).
+pub async fn answer_prefetched(
+    state: &State,
+    plan: ReadPlan,
+    lookup: Option<Lookup>,
+    prefetched: Option<Vec<Row>>,
+) -> Result<QueryResponse, ApiError> {
+    let r = answer_inner(state, plan, lookup, prefetched).await;
     if let Ok(resp) = &r {
         crate::http::metrics::global().cache_outcome(match resp.cache {
             CacheStatus::Hit => "hit",
@@ -144,9 +155,13 @@ async fn answer_inner(
     state: &State,
     plan: ReadPlan,
     lookup: Option<Lookup>,
+    prefetched: Option<Vec<Row>>,
 ) -> Result<QueryResponse, ApiError> {
     let (Some(cache), Some(lookup)) = (plan.cache.clone(), lookup) else {
-        let rows = run_query(state, plan).await?;
+        let rows = match prefetched {
+            Some(rows) => rows,
+            None => run_query(state, plan).await?,
+        };
         return Ok(response(rows, CacheStatus::Bypass, 0, None));
     };
     let lookup = lookup.within(&cache.entry);
@@ -173,7 +188,7 @@ async fn answer_inner(
         } if mode != CacheMode::NoCache => {
             // One refresh across sidecars too: another sidecar's lease means it is refreshing.
             let identity = cache.flight_identity();
-            let work = fill(state, &plan, &cache, observed);
+            let work = fill(state, &plan, &cache, observed, None);
             let work = shared_flight::leased(state, &plan, identity.clone(), work);
             state
                 .flights
@@ -187,28 +202,33 @@ async fn answer_inner(
         }),
         _ if mode == CacheMode::OnlyIfCached => Err(ApiError::NotCached),
         Lookup::Bypass => {
-            let rows = run_query(state, plan).await?;
+            let rows = match prefetched {
+                Some(rows) => rows,
+                None => run_query(state, plan).await?,
+            };
             Ok(with_key(response(rows, CacheStatus::Bypass, 0, None)))
         }
         Lookup::Hit { observed, .. } | Lookup::Revalidate { observed, .. } => {
             // no-cache: skip what was found, refresh the entry.
-            let out = fetch(state, &plan, &cache, observed).await?;
+            let out = fetch(state, &plan, &cache, observed, None).await?;
             Ok(with_key(filled(&out)))
         }
-        Lookup::Miss { observed, stale } => match fetch(state, &plan, &cache, observed).await {
-            Ok(out) => Ok(with_key(filled(&out))),
-            Err(e) if is_upstream_failure(&e) => match stale {
-                Some((rows, age_ms)) => {
-                    let mut r = response(rows, CacheStatus::Stale, age_ms, None);
-                    r.stale_reason = Some(StaleReason::Error);
-                    r.upstream_error = Some(e.code());
-                    tracing::warn!(error = %e, key = %cache.key, "serving stale rows: postgres failed");
-                    Ok(with_key(r))
-                }
-                None => Err(e),
-            },
-            Err(e) => Err(e),
-        },
+        Lookup::Miss { observed, stale } => {
+            match fetch(state, &plan, &cache, observed, prefetched).await {
+                Ok(out) => Ok(with_key(filled(&out))),
+                Err(e) if is_upstream_failure(&e) => match stale {
+                    Some((rows, age_ms)) => {
+                        let mut r = response(rows, CacheStatus::Stale, age_ms, None);
+                        r.stale_reason = Some(StaleReason::Error);
+                        r.upstream_error = Some(e.code());
+                        tracing::warn!(error = %e, key = %cache.key, "serving stale rows: postgres failed");
+                        Ok(with_key(r))
+                    }
+                    None => Err(e),
+                },
+                Err(e) => Err(e),
+            }
+        }
     }
 }
 
@@ -267,6 +287,7 @@ fn fill(
     plan: &ReadPlan,
     cache: &CachePlan,
     observed: Observed,
+    prefetched: Option<Vec<Row>>,
 ) -> impl FnOnce() -> Fill {
     let s = state.clone();
     let (limits, format, who, reset) = (
@@ -284,6 +305,8 @@ fn fill(
     move || {
         Box::pin(async move {
             let on_loop = match &format {
+                // Postgres already answered this read (`grouped`): only the write-back is left.
+                _ if prefetched.is_some() => prefetched.map(Ok),
                 ReadFormat::Text { array_mode, role } => {
                     let role = role.clone();
                     Some(text_query(&s, sql.clone(), &params, *array_mode, role, limits).await)
@@ -331,9 +354,15 @@ fn fill(
 
 /// A miss: joins or starts the single flight for the key, whose leader shares the fill with
 /// other sidecars (no-cache reads fill on their own: they asked to skip what others found).
-async fn fetch(state: &State, plan: &ReadPlan, cache: &CachePlan, observed: Observed) -> Outcome {
+async fn fetch(
+    state: &State,
+    plan: &ReadPlan,
+    cache: &CachePlan,
+    observed: Observed,
+    prefetched: Option<Vec<Row>>,
+) -> Outcome {
     let identity = cache.flight_identity();
-    let work = fill(state, plan, cache, observed);
+    let work = fill(state, plan, cache, observed, prefetched);
     let work: Box<dyn FnOnce() -> Fill> = if cache.mode == CacheMode::NoCache {
         Box::new(work)
     } else {

@@ -2,11 +2,13 @@
 //! I/O; `identity` the end user it runs as; `invalidation` what a write will drop); `engine` looks reads up in one pipeline and answers each: hit, stale-while-revalidate,
 //! a fill from Postgres through `flight` (single-flight; across sidecars with
 //! `shared_flight`), or stale-if-error; `keyed` serves
-//! rows of a keyspace by id; `postgres` runs what Postgres answers; `replica_read` sends a read that skips the cache to a streaming
-//! replica that may serve it.
+//! rows of a keyspace by id; `grouped` answers a batch's misses of one named query with one
+//! statement; `postgres` runs what Postgres answers; `replica_read` sends a read that skips the
+//! cache to a streaming replica that may serve it.
 
 pub mod engine;
 pub mod flight;
+pub mod grouped;
 pub mod identity;
 pub mod invalidation;
 pub mod keyed;
@@ -14,5 +16,8 @@ pub mod plan;
 mod postgres;
 pub mod replica_read;
 pub mod shared_flight;
+pub mod text_plan;
 
-pub use engine::{answer, approx_bytes, lookup_many, lookup_many_checked, read, Reads};
+pub use engine::{
+    answer, answer_prefetched, approx_bytes, lookup_many, lookup_many_checked, read, Reads,
+};

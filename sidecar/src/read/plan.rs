@@ -26,6 +26,8 @@ pub struct ReadPlan {
     pub after: Option<Position>,
     /// Whether its session is reset after it (`skip_reset` on its named query).
     pub reset: Reset,
+    /// Its named query's batch form, when misses of it in one batch may share a statement.
+    pub batch: Option<Arc<super::grouped::BatchForm>>,
 }
 
 /// How a read's rows come back.
@@ -98,6 +100,7 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
     let who = super::identity::identity(config, req.identity, named.is_none(), field)?;
     let defaults = named.cloned().unwrap_or_default();
     let reset = Reset::for_read(defaults.skip_reset, who.is_some());
+    let batch = named.and_then(|q| super::grouped::BatchForm::of(q, &req.params, who.is_some()));
     let asked = req.cache;
     if asked.is_none() && defaults.ttl_s.is_none() {
         return Ok(ReadPlan {
@@ -109,6 +112,7 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
             identity: who,
             after: req.after,
             reset,
+            batch,
         });
     }
     let asked = asked.unwrap_or_default();
@@ -179,64 +183,14 @@ pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan,
         identity: who,
         after: req.after,
         reset,
-    })
-}
-
-/// A `/sql` read cached for `ttl_s` seconds, dropped when one of `tables` changes (checked as
-/// `cache.tables` is). Its entry is told apart from a `/v1` read of the same statement, and
-/// from the other row shape, by the fingerprint.
-/// `role`: the Neon token's `postgres_url` (None: `postgres.url`'s role). Entries are the
-/// role's own: a token whose role may read less never gets what another role's read filled.
-pub fn text_read(
-    config: &Config,
-    sql: String,
-    params: Vec<Option<String>>,
-    array_mode: bool,
-    ttl_s: u64,
-    tables: &[String],
-    role: Option<&str>,
-) -> Result<ReadPlan, ApiError> {
-    let limits = config.limits();
-    limits.ttl("Ferry-Cache-TTL", ttl_s)?;
-    let tables = self::tables(config, &[], tables, "Ferry-Cache-Tables")?;
-    let params: Vec<Value> = params
-        .into_iter()
-        .map(|p| p.map_or(Value::Null, Value::String))
-        .collect();
-    let shape = if array_mode { "text:array" } else { "text" };
-    let who = role
-        .and_then(crate::store::postgres::login_role)
-        .unwrap_or_default();
-    let fingerprint = Cache::fingerprint_in(&[shape, &who], &sql, &params);
-    Ok(ReadPlan {
-        sql,
-        params,
-        limits: limits.read,
-        cache: Some(CachePlan {
-            key: Cache::logical_key(&fingerprint, None),
-            fingerprint,
-            entry: EntryPolicy {
-                ttl_s,
-                swr_s: 0,
-                stale_if_error_s: 0,
-            },
-            tags: tables.iter().map(|t| table_tag(t)).collect(),
-            mode: CacheMode::Default,
-        }),
-        format: ReadFormat::Text {
-            array_mode,
-            role: role.map(Arc::from),
-        },
-        reset: Reset::Always,
-        identity: None,
-        after: None,
+        batch,
     })
 }
 
 /// The tables a read depends on, normalized: the named query's (checked at load) and the
 /// request's. With the change stream on, a request may only name tables it watches: an entry
 /// depending on an unwatched table would never be invalidated by its writes.
-fn tables(
+pub(super) fn tables(
     config: &Config,
     named: &[String],
     asked: &[String],

@@ -15,10 +15,23 @@ pub async fn batch(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let b: BatchRequest = super::signed_json(&state, &req, payload).await?;
+    let mut b: BatchRequest = super::signed_json(&state, &req, payload).await?;
     // One config snapshot for the whole batch.
     let config = state.config();
     config.limits().batch("reads", b.reads.len(), "reads")?;
+    // Each anonymous caller in the batch counts once for the whole batch (reads with an
+    // identity count against their user instead).
+    let mut callers: Vec<String> = b
+        .reads
+        .iter_mut()
+        .filter(|r| r.identity.is_none())
+        .filter_map(|r| r.caller.take())
+        .collect();
+    callers.sort();
+    callers.dedup();
+    for c in &callers {
+        super::admit_anonymous(&state, &config, c).await?;
+    }
     let plans: Vec<Result<plan::ReadPlan, ApiError>> = b
         .reads
         .into_iter()
@@ -34,26 +47,34 @@ pub async fn batch(
     for who in users {
         super::admit_user(&state, &config, Some(who)).await?;
     }
-    let mut lookups = read::lookup_many(&state.reads, &valid).await?.into_iter();
+    let lookups = read::lookup_many(&state.reads, &valid).await?;
+    let max_bytes = config.limits.max_batch_bytes;
+    // Misses of one named query with a batch form: one statement for all of them.
+    let prefetched = tokio::time::timeout(
+        config.request_timeout(),
+        read::grouped::prefetch(&state.reads, &valid, &lookups, max_bytes),
+    )
+    .await
+    .map_err(|_| ApiError::Timeout { what: "the batch" })?;
+    let mut found = lookups.into_iter().zip(prefetched);
     let jobs: Vec<_> = plans
         .into_iter()
         .map(|p| {
-            let lookup = if p.is_ok() {
-                lookups.next().flatten()
+            let (lookup, rows) = if p.is_ok() {
+                found.next().unwrap_or((None, None))
             } else {
-                None
+                (None, None)
             };
             let state = state.clone();
             async move {
                 match p {
-                    Ok(plan) => read::answer(&state.reads, plan, lookup).await,
+                    Ok(plan) => read::answer_prefetched(&state.reads, plan, lookup, rows).await,
                     Err(e) => Err(e),
                 }
             }
         })
         .collect();
     let concurrency = config.postgres.pool_size.max(1) as usize;
-    let max_bytes = config.limits.max_batch_bytes;
     // Results are counted as each read completes; past the batch's budget the remaining
     // reads are answered result_too_large and their rows dropped, never accumulated.
     let mut used = 0usize;
@@ -84,8 +105,12 @@ pub async fn keyed(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let k: KeyedRequest = super::signed_json(&state, &req, payload).await?;
-    let plan = keyed::plan(&state.config(), k)?;
+    let mut k: KeyedRequest = super::signed_json(&state, &req, payload).await?;
+    let config = state.config();
+    if let Some(c) = k.caller.take() {
+        super::admit_anonymous(&state, &config, &c).await?;
+    }
+    let plan = keyed::plan(&config, k)?;
     let s = state.clone();
     let resp = state
         .blocking

@@ -27,7 +27,7 @@ pub(crate) async fn admit_user(
     config: &crate::config::Config,
     who: Option<&crate::store::identity::SessionIdentity>,
 ) -> Result<(), ApiError> {
-    use crate::store::rate_limit::{self, Rate};
+    use crate::store::rate_limit::Rate;
     let c = &config.identity;
     let (Some(who), true) = (who, c.rate_per_s > 0) else {
         return Ok(());
@@ -36,14 +36,53 @@ pub(crate) async fn admit_user(
         per_s: c.rate_per_s,
         burst: c.burst,
     };
+    admit(state, config, &who.user, rate).await
+}
+
+/// Counts an anonymous request (no identity; `caller` as the edge passed it) against its
+/// caller's budget and the budget of all anonymous callers together (`limits.anonymous_*`):
+/// 429 `rate_limited` past either. What one anonymous request may cost is bounded per request
+/// by the batch limits; this bounds how many of them come.
+pub(crate) async fn admit_anonymous(
+    state: &State,
+    config: &crate::config::Config,
+    caller: &str,
+) -> Result<(), ApiError> {
+    use crate::store::rate_limit::Rate;
+    let l = &config.limits;
+    if l.anonymous_rate_per_s > 0 {
+        let rate = Rate {
+            per_s: l.anonymous_rate_per_s,
+            burst: l.anonymous_burst,
+        };
+        admit(state, config, &format!("anonymous\ncaller:{caller}"), rate).await?;
+    }
+    if l.anonymous_total_per_s > 0 {
+        let rate = Rate {
+            per_s: l.anonymous_total_per_s,
+            burst: l.anonymous_total_burst,
+        };
+        admit(state, config, "anonymous\nall", rate).await?;
+    }
+    Ok(())
+}
+
+/// One request against `who`'s bucket (`store::rate_limit`), on the event loop when it can.
+async fn admit(
+    state: &State,
+    config: &crate::config::Config,
+    who: &str,
+    rate: crate::store::rate_limit::Rate,
+) -> Result<(), ApiError> {
+    use crate::store::rate_limit;
     let prefix = config.cache.key_prefix.clone();
-    if let Some(v) = rate_limit::check_async(&state.pools, &prefix, &who.user, rate).await {
+    if let Some(v) = rate_limit::check_async(&state.pools, &prefix, who, rate).await {
         return v;
     }
-    let (s, user) = (state.clone(), who.user.clone());
+    let (s, who) = (state.clone(), who.to_string());
     state
         .blocking
-        .run(move || rate_limit::check(&s.pools, &prefix, &user, rate))
+        .run(move || rate_limit::check(&s.pools, &prefix, &who, rate))
         .await
 }
 

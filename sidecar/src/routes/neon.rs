@@ -9,7 +9,7 @@
 use super::State;
 use crate::http::error::ApiError;
 use crate::neon;
-use crate::read::{engine, plan};
+use crate::read::{engine, text_plan};
 use crate::store::pg_text;
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::CacheStatus;
@@ -67,7 +67,8 @@ async fn serve(
             return Err(ApiError::internal("a cached read without its query"));
         };
         let role = request.plan.role.as_deref();
-        let read = plan::text_read(&config, q.sql, q.params, q.array_mode, ttl_s, &tables, role)?;
+        let read =
+            text_plan::text_read(&config, q.sql, q.params, q.array_mode, ttl_s, &tables, role)?;
         let mut answer = engine::read(&state.reads, read).await?;
         let result = answer.rows.pop().map_or(Value::Null, Value::Object);
         return Ok((result, Some((answer.cache, answer.age_ms))));

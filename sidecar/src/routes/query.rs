@@ -12,14 +12,20 @@ pub async fn query(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let (q, unshared): (QueryRequest, _) =
+    let (mut q, unshared): (QueryRequest, _) =
         super::signed_json_unshared(&state, &req, payload).await?;
     let config = state.config();
+    let caller = q.caller.take();
     let plan = plan::read(&config, q, "")?;
-    let lookup = if plan.identity.is_some() {
-        // A user's rate is spent only by requests no sidecar has seen.
+    let lookup = if plan.identity.is_some() || caller.is_some() {
+        // A user's (or an anonymous caller's) budget is spent only by requests no sidecar
+        // has seen.
         unshared.check(&state).await?;
-        super::admit_user(&state, &config, plan.identity.as_deref()).await?;
+        match (&plan.identity, &caller) {
+            (Some(who), _) => super::admit_user(&state, &config, Some(who)).await?,
+            (None, Some(c)) => super::admit_anonymous(&state, &config, c).await?,
+            (None, None) => {}
+        }
         read::lookup_many(&state.reads, &[&plan]).await
     } else {
         // The replay check rides in front of the lookup: one message to Redis for both, and a

@@ -157,7 +157,7 @@ impl Cache {
                 .arg("NX")
                 .arg("GET")
                 .arg("EX")
-                .arg(self.version_ttl_s);
+                .arg(self.flight_ttl_s);
             fresh.push(t);
             tag_names.extend(p.tags.iter().map(String::as_str));
         }

@@ -16,7 +16,9 @@
 //! An entry records the versions it was read under and is valid only while all are current.
 //! Versions are random and never reused, and a missing one (evicted, expired) matches no entry,
 //! so no eviction can make an invalidated entry valid again. A key's version lives at least as
-//! long as the entries written under it.
+//! long as the entries written under it; one a lookup made lives only as long as a read can be
+//! in flight, so lookups of keys nobody writes (made-up ids) leave nothing lasting in Redis.
+//! Empty results live at most `cache.negative_ttl_s`.
 //!
 //! The race this prevents: a read misses, reads the old row from Postgres, a write commits and
 //! invalidates, then the read writes the old row back. So a read notes the versions *before*
@@ -117,6 +119,12 @@ pub struct Cache {
     /// How long a key version outlives its last replacement, in seconds. It must outlast the
     /// longest read in flight (bounded by the request timeout), or that read could write back.
     version_ttl_s: u64,
+    /// How long a version a lookup made lives, in seconds: the longest read in flight. A
+    /// write-back keeps it as long as its entry; nobody else needs it. So a lookup of a key
+    /// nobody wrote (a flood of made-up ids) leaves nothing behind for long.
+    flight_ttl_s: u64,
+    /// An empty result is kept at most this long, in seconds (`cache.negative_ttl_s`).
+    negative_ttl_s: u64,
     /// Entries larger than this are not written.
     max_entry_bytes: usize,
     /// Keys and tags whose invalidation could not reach Redis yet.
@@ -175,12 +183,20 @@ impl Cache {
         Cache {
             prefix: prefix.to_string(),
             version_ttl_s: (request_timeout_s * 10).max(3600),
+            flight_ttl_s: request_timeout_s + 5,
+            negative_ttl_s: 10,
             max_entry_bytes,
             pending: Mutex::new(Pending::new(max_pending)),
             freshness: Freshness::default(),
             deferred_table: None,
             cluster: None,
         }
+    }
+
+    /// Empty results are kept at most `s` seconds (`cache.negative_ttl_s`).
+    pub fn negative_ttl(mut self, s: u64) -> Cache {
+        self.negative_ttl_s = s;
+        self
     }
 
     /// Keys for a Redis Cluster (see `slot_tag`), and invalidations that wait for replicas.

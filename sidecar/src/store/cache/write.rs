@@ -102,13 +102,24 @@ impl Cache {
         if items.is_empty() || !self.usable(pools) {
             return w;
         }
-        let redis_ttl = policy.ttl_s + policy.swr_s.max(policy.stale_if_error_s);
         for (i, (key, observed, rows)) in items.iter().enumerate() {
+            // An empty result (an id nobody wrote, say) is kept briefly, with no grace: a
+            // flood of made-up ids cannot fill Redis for the entries' full lifetime.
+            let p = if rows.is_empty() {
+                EntryPolicy {
+                    ttl_s: policy.ttl_s.min(self.negative_ttl_s).max(1),
+                    swr_s: 0,
+                    stale_if_error_s: 0,
+                }
+            } else {
+                policy.clone()
+            };
+            let redis_ttl = p.ttl_s + p.swr_s.max(p.stale_if_error_s);
             let entry = Entry {
                 at_ms: now_ms(),
-                ttl_ms: policy.ttl_s * 1000,
-                swr_ms: policy.swr_s * 1000,
-                sie_ms: policy.stale_if_error_s * 1000,
+                ttl_ms: p.ttl_s * 1000,
+                swr_ms: p.swr_s * 1000,
+                sie_ms: p.stale_if_error_s * 1000,
                 ver: observed.version.clone(),
                 tags: observed.tags.clone(),
                 rows: rows.to_vec(),
