@@ -53,6 +53,50 @@ fn check_config_names_the_bad_key() {
 }
 
 #[test]
+fn check_config_refuses_an_upstash_door_on_the_caches_redis() {
+    let check = |door: Option<&str>| {
+        let mut toml = String::from(
+            "[postgres]\nsingle_role = true\n[redis]\nurl = \"redis://127.0.0.1:6390\"\n[upstash]\nenabled = true\n\
+             [[upstash.tokens]]\ntoken = \"check-config-upstash-0123456789abcdef\"\n\
+             prefix = \"app:\"\n",
+        );
+        if let Some(url) = door {
+            toml = toml.replace(
+                "enabled = true",
+                &format!("enabled = true\nredis_url = \"{url}\""),
+            );
+        }
+        let file = ferry_testkit::doors::config_file(&toml);
+        let out = Command::new(BIN)
+            .arg("--check-config")
+            .arg("--config")
+            .arg(file.path())
+            .env_clear()
+            .env("FERRY_SECRET", common::SECRET)
+            .output()
+            .expect("run binary");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    // No Redis of its own, and no opt-in to sharing the cache's.
+    let (code, err) = check(None);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("upstash.redis_url") && err.contains("share_cache_redis"),
+        "{err}"
+    );
+    // The cache's Redis under another name and database is still the cache's Redis.
+    let (code, err) = check(Some("redis://localhost:6390/3"));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("is the cache's Redis server"), "{err}");
+    // Another server is the door's own.
+    let (code, err) = check(Some("redis://127.0.0.1:6391"));
+    assert_ne!(code, Some(2), "{err}");
+}
+
+#[test]
 fn runs_from_env_alone_and_drains_on_sigterm() {
     let redis = common::RedisServer::start();
     let pg = common::PgServer::start();

@@ -12,6 +12,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
 const RW: &str = "hostile-upstash-rw-0123456789abcdefghijkl";
 const RO: &str = "hostile-upstash-ro-0123456789abcdefghijkl";
 const LOOSE: &str = "hostile-upstash-loose-0123456789abcdefghi";
+const WIDE: &str = "hostile-upstash-wide-0123456789abcdefghij";
 
 struct Door {
     cache: RedisServer,
@@ -33,12 +34,12 @@ fn start(own_redis: bool) -> Door {
     if let Some(r) = &own {
         toml.push_str(&format!("redis_url = \"{}\"\n", r.url()));
         // A careful script user and a careless one (the ACL many guides give).
-        for (user, acl) in [
-            (
-                "app-scripts",
-                "+@all -@dangerous -@keyspace -select +del +exists",
-            ),
-            ("loose-scripts", "+@all -@dangerous"),
+        // And a careful one with a second key pattern, which no command probe can see.
+        let careful = "+@all -@dangerous -@keyspace -select -memory +del +exists";
+        for (user, keys, acl) in [
+            ("app-scripts", "~app:*", careful),
+            ("loose-scripts", "~loose:*", "+@all -@dangerous"),
+            ("wide-scripts", "~wide:* ~app:*", careful),
         ] {
             let mut cmd = redis::cmd("ACL");
             cmd.arg("SETUSER")
@@ -46,12 +47,7 @@ fn start(own_redis: bool) -> Door {
                 .arg("on")
                 .arg(">pw")
                 .arg("resetkeys");
-            cmd.arg(if user == "app-scripts" {
-                "~app:*"
-            } else {
-                "~loose:*"
-            });
-            for part in acl.split(' ') {
+            for part in keys.split(' ').chain(acl.split(' ')) {
                 cmd.arg(part);
             }
             let _: () = cmd.query(&mut r.conn()).expect("acl user");
@@ -67,10 +63,12 @@ fn start(own_redis: bool) -> Door {
     toml.push_str(&format!(
         "[[upstash.tokens]]\ntoken = \"{RW}\"\nprefix = \"app:\"\n{}\
          [[upstash.tokens]]\ntoken = \"{RO}\"\nprefix = \"app:\"\nread_only = true\n{}\
-         [[upstash.tokens]]\ntoken = \"{LOOSE}\"\nprefix = \"loose:\"\n{}",
+         [[upstash.tokens]]\ntoken = \"{LOOSE}\"\nprefix = \"loose:\"\n{}\
+         [[upstash.tokens]]\ntoken = \"{WIDE}\"\nprefix = \"wide:\"\n{}",
         scripts("app-scripts"),
         scripts("app-scripts"),
-        scripts("loose-scripts")
+        scripts("loose-scripts"),
+        scripts("wide-scripts")
     ));
     let file = config_file(&toml);
     let s = SidecarProcess::start(
@@ -211,6 +209,16 @@ fn scripts_run_only_where_they_cannot_stop_ferry_and_end_at_their_deadline() {
     assert!(
         body.to_string().contains("SCAN"),
         "the ACL's gap is named: {body}"
+    );
+    // One whose ACL also reaches another namespace's keys: refused before its first script.
+    let (status, body) = d.call(
+        WIDE,
+        json!(["EVAL", "return redis.call('GET', 'app:k')", 0]),
+    );
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.to_string().contains("key patterns"),
+        "the extra pattern is named: {body}"
     );
     // The careful one runs scripts on its keys.
     let (status, body) = d.call(

@@ -39,6 +39,7 @@ fn start() -> Setup {
             "-@dangerous",
             "-@keyspace",
             "-select",
+            "-memory",
             "+del",
             "+exists",
             "+expire",

@@ -101,6 +101,13 @@ impl Config {
                  Ferry's cache and replay records)",
             );
         }
+        if u.own_redis() && !u.share_cache_redis && same_server(&u.redis_url, &self.redis.url) {
+            return invalid(
+                "upstash.redis_url".into(),
+                "is the cache's Redis server (redis.url) under another name or database: give \
+                 the door a Redis of its own, or set upstash.share_cache_redis = true",
+            );
+        }
         if u.own_redis() && u.share_cache_redis {
             return invalid(
                 "upstash.share_cache_redis".into(),
@@ -148,5 +155,48 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// Whether two Redis URLs reach one server: the same host and port once resolved
+/// (`localhost` and `127.0.0.1` are one server; so are two databases of it).
+fn same_server(a: &str, b: &str) -> bool {
+    use std::net::ToSocketAddrs;
+    let addrs = |url: &str| -> Vec<std::net::SocketAddr> {
+        let Ok(info) = redis::IntoConnectionInfo::into_connection_info(url) else {
+            return Vec::new();
+        };
+        let (host, port) = match info.addr() {
+            redis::ConnectionAddr::Tcp(h, p) => (h.clone(), *p),
+            redis::ConnectionAddr::TcpTls { host, port, .. } => (host.clone(), *port),
+            _ => return Vec::new(),
+        };
+        (host.as_str(), port)
+            .to_socket_addrs()
+            .map(|i| i.collect())
+            .unwrap_or_default()
+    };
+    let theirs = addrs(b);
+    addrs(a).iter().any(|x| theirs.contains(x))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn one_server_under_two_names_is_one_server() {
+        use super::same_server;
+        assert!(same_server(
+            "redis://localhost:6390/1",
+            "redis://127.0.0.1:6390"
+        ));
+        assert!(same_server(
+            "redis://u:p@127.0.0.1:6390",
+            "redis://127.0.0.1:6390/0"
+        ));
+        assert!(!same_server(
+            "redis://127.0.0.1:6391",
+            "redis://127.0.0.1:6390"
+        ));
+        assert!(!same_server("not a url", "redis://127.0.0.1:6390"));
     }
 }

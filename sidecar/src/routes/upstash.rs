@@ -119,6 +119,21 @@ async fn serve(
         .iter()
         .map(|c| arguments(c).and_then(|a| commands.prepare(a, &door)))
         .collect();
+    // What the commands would make Redis allocate, together (each was checked alone).
+    let allocates: usize = prepared
+        .iter()
+        .flatten()
+        .fold(0, |sum, p| sum.saturating_add(p.allocates));
+    if allocates > limits.max_bytes {
+        return error(
+            400,
+            &format!(
+                "ERR these commands would allocate {allocates} bytes, more than \
+                 limits.max_read_bytes ({} bytes)",
+                limits.max_bytes
+            ),
+        );
+    }
     let on_cluster = state.pools.redis_cluster() && !door.own_redis;
     if on_cluster {
         let atomic = matches!(shape, Shape::MultiExec);
@@ -255,7 +270,10 @@ async fn run(
             Err(Fault::Lost(e)) => {
                 tracing::warn!(error = %e, "upstash: no complete answer from redis");
                 if scripted {
-                    end_script(state);
+                    end_scripts(
+                        state,
+                        prepared.iter().flatten().filter(|p| p.script).count(),
+                    );
                 }
                 return Err(if repeatable {
                     unavailable()
@@ -288,25 +306,35 @@ async fn run(
         .collect())
 }
 
-/// A script still running past the request's deadline is ended (`SCRIPT KILL`), so the door's
-/// Redis serves its other callers again. Redis refuses to end one that has written (UNKILLABLE):
-/// then only its operator can (RELIABILITY.md says what a script holder can still do).
-fn end_script(state: &State) {
+/// Scripts still running past the request's deadline are ended (`SCRIPT KILL`, once per script
+/// the request sent, until Redis says none is running), so the door's Redis serves its other
+/// callers again. Redis refuses to end one that has written (UNKILLABLE): then only its
+/// operator can (RELIABILITY.md says what a script holder can still do).
+fn end_scripts(state: &State, scripts: usize) {
     let s = state.clone();
     actix_web::rt::spawn(async move {
         let kill = [b"SCRIPT".to_vec(), b"KILL".to_vec()];
-        let answer = s
-            .upstash_conns
-            // Redis takes other clients' commands only once the script has run for its
-            // busy-reply-threshold (5 s by default): wait that long for the answer.
-            .exchange(
-                None,
-                &[&kill],
-                4096,
-                std::time::Duration::from_secs(10),
-                false,
-            )
-            .await;
-        tracing::warn!(answer = ?answer.map(|r| r.into_iter().next()), "upstash: a script ran past its deadline; SCRIPT KILL sent");
+        for _ in 0..scripts {
+            let answer = s
+                .upstash_conns
+                // Redis takes other clients' commands only once the script has run for its
+                // busy-reply-threshold (5 s by default): wait that long for the answer.
+                .exchange(
+                    None,
+                    &[&kill],
+                    4096,
+                    std::time::Duration::from_secs(10),
+                    false,
+                )
+                .await;
+            tracing::warn!(answer = ?answer.as_ref().map(|r| r.first()), "upstash: a script ran past its deadline; SCRIPT KILL sent");
+            let done = match &answer {
+                Ok(r) => matches!(r.first(), Some(Reply::Error(e)) if e.starts_with("NOTBUSY")),
+                Err(_) => true,
+            };
+            if done {
+                break;
+            }
+        }
     });
 }

@@ -16,6 +16,10 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Semaphore;
 
+/// Commands sent before their replies are read: enough to hide the round trip on a pipeline,
+/// few enough that Redis never buffers many oversized replies for a reader that will stop.
+const WINDOW: usize = 16;
+
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
@@ -116,15 +120,20 @@ impl Conns {
             Some(c) => c,
             None => connect(target, user).await.map_err(fresh)?,
         };
-        let mut out = Vec::new();
-        wire::encode(commands, &mut out);
         let exchanged = tokio::time::timeout(deadline, async {
-            conn.io.get_mut().write_all(&out).await?;
-            conn.io.get_mut().flush().await?;
             let mut left = budget;
             let mut replies = Vec::with_capacity(commands.len());
-            for _ in commands {
-                replies.push(wire::read(&mut conn.io, &mut left, budget).await?);
+            // Sent a window at a time: Redis holds at most one window's replies for us, and a
+            // pipeline past the budget stops being sent where the budget ran out.
+            let mut out = Vec::new();
+            for window in commands.chunks(WINDOW) {
+                out.clear();
+                wire::encode(window, &mut out);
+                conn.io.get_mut().write_all(&out).await?;
+                conn.io.get_mut().flush().await?;
+                for _ in window {
+                    replies.push(wire::read(&mut conn.io, &mut left, budget).await?);
+                }
             }
             Ok::<_, WireError>(replies)
         })
