@@ -49,6 +49,16 @@ EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 GRANT USAGE ON SCHEMA public TO ferry_changes;
 GRANT SELECT ON items TO ferry_changes;
+-- The stream's freshness marks are WAL messages (pg_logical_emit_message). Everyone may write
+-- those by default, even in a read-only transaction: a request's SQL could then forge a mark
+-- (stale cache entries served as fresh) or fill the disk with WAL. Only ferry_changes may now
+-- (Ferry refuses to start while a request or token role still can).
+DO $$ DECLARE f regprocedure; BEGIN
+  FOR f IN SELECT oid::regprocedure FROM pg_proc WHERE proname = 'pg_logical_emit_message' LOOP
+    EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO ferry_changes', f);
+  END LOOP;
+END $$;
 DROP PUBLICATION IF EXISTS ferry;
 CREATE PUBLICATION ferry FOR TABLE items;
 

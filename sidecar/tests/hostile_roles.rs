@@ -187,7 +187,8 @@ fn refused_with(pg: &PgServer, change: &[(&str, String)], toml: &str, says: &str
 
 #[test]
 fn roles_that_could_reach_ferrys_books_are_refused_at_startup() {
-    let pg = PgServer::start();
+    // Logical: the change stream's case needs it.
+    let pg = PgServer::start_logical();
     pg.setup_demo_schema();
     let token = |role: &str, read_only: bool| {
         format!(
@@ -205,9 +206,14 @@ fn roles_that_could_reach_ferrys_books_are_refused_at_startup() {
         &pg,
         &[],
         &token("ferry_app", false),
-        "another token or postgres.url",
+        "its role is also postgres.url's",
     );
-    refused_with(&pg, &[], &token("ferry_owner", false), "Ferry's own role");
+    refused_with(
+        &pg,
+        &[],
+        &token("ferry_owner", false),
+        "its role is also postgres.owner_url's",
+    );
     // The requests' role as Ferry's own, or a superuser.
     refused_with(
         &pg,
@@ -232,6 +238,43 @@ fn roles_that_could_reach_ferrys_books_are_refused_at_startup() {
     c.batch_execute("GRANT EXECUTE ON FUNCTION lo_from_bytea(oid, bytea) TO ferry_neon_ro")
         .expect("grant");
     refused_with(&pg, &[], &token("ferry_neon_ro", true), "lo_from_bytea");
+    c.batch_execute("REVOKE EXECUTE ON FUNCTION lo_from_bytea(oid, bytea) FROM ferry_neon_ro")
+        .expect("revoke");
+    // A read-only token whose role may write WAL messages (everyone's, until demo.sql).
+    let emit = "FUNCTION pg_logical_emit_message(boolean, text, text)";
+    c.batch_execute(&format!("GRANT EXECUTE ON {emit} TO ferry_neon_ro"))
+        .expect("grant");
+    refused_with(
+        &pg,
+        &[],
+        &token("ferry_neon_ro", true),
+        "pg_logical_emit_message",
+    );
+    c.batch_execute(&format!("REVOKE EXECUTE ON {emit} FROM ferry_neon_ro"))
+        .expect("revoke");
+    // With the change stream on, a request role that could forge its freshness marks.
+    let changes = format!(
+        "[changes]\nenabled = true\ntables = [\"items\"]\nurl = \"{}\"\n",
+        pg.url_as("ferry_changes")
+    );
+    let changes = changes.as_str();
+    refused_with(&pg, &[], changes, "");
+    c.batch_execute(&format!("GRANT EXECUTE ON {emit} TO ferry_app"))
+        .expect("grant");
+    refused_with(
+        &pg,
+        &[],
+        changes,
+        "forge the change stream's freshness marks",
+    );
+    c.batch_execute(&format!("REVOKE EXECUTE ON {emit} FROM ferry_app"))
+        .expect("revoke");
+    // A request role that reads every session's statements, Ferry's proofs included.
+    c.batch_execute("GRANT pg_read_all_stats TO ferry_app")
+        .expect("grant");
+    refused_with(&pg, &[], "", "pg_read_all_stats");
+    c.batch_execute("REVOKE pg_read_all_stats FROM ferry_app")
+        .expect("revoke");
     // The requests' role given a way into the books.
     c.batch_execute(
         "CREATE TABLE IF NOT EXISTS ferry.nonces (nonce bytea PRIMARY KEY, \

@@ -80,6 +80,34 @@ impl Config {
                      and ferry_neon_ro), or set postgres.single_role = true (unsafe)",
                 );
             }
+            // A role's sessions can cancel and end each other (pg_cancel_backend,
+            // pg_terminate_backend) and read each other's statements (pg_stat_activity): a
+            // token's role is its own, shared with no other token and none of Ferry's.
+            if !self.postgres.single_role && !t.postgres_url.is_empty() {
+                let role = role_of(t.postgres_url.as_str());
+                let taken = [
+                    ("postgres.url", self.postgres.url.as_str()),
+                    ("postgres.owner_url", self.postgres.owner_url.as_str()),
+                ]
+                .into_iter()
+                .map(|(k, u)| (k.to_string(), role_of(u)))
+                .chain(n.tokens[..i].iter().enumerate().map(|(j, o)| {
+                    (
+                        format!("neon.tokens[{j}].postgres_url"),
+                        role_of(o.postgres_url.as_str()),
+                    )
+                }))
+                .find(|(_, r)| r.is_some() && *r == role);
+                if let Some((other, _)) = taken {
+                    return invalid(
+                        format!("neon.tokens[{i}].postgres_url"),
+                        &format!(
+                            "its role is also {other}'s: give each token a login role of its \
+                             own (one role's sessions can cancel and read each other's)"
+                        ),
+                    );
+                }
+            }
             if t.sessions_per_worker == 0 {
                 return invalid(
                     format!("neon.tokens[{i}].sessions_per_worker"),
@@ -95,5 +123,48 @@ impl Config {
             );
         }
         Ok(())
+    }
+}
+
+/// The role a Postgres URL logs in as (None when it names none or does not parse).
+fn role_of(url: &str) -> Option<String> {
+    url.parse::<postgres::Config>()
+        .ok()
+        .and_then(|c| c.get_user().map(str::to_string))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, NeonToken};
+
+    fn with_tokens(urls: &[&str]) -> Config {
+        let mut c = Config::default();
+        c.postgres.url = "postgres://ferry_app@h/db".to_string().into();
+        c.neon.tokens = urls
+            .iter()
+            .enumerate()
+            .map(|(i, u)| NeonToken {
+                token: format!("{i}").repeat(32).into(),
+                postgres_url: u.to_string().into(),
+                sessions_per_worker: 1,
+                ..Default::default()
+            })
+            .collect();
+        c
+    }
+
+    #[test]
+    fn a_tokens_role_is_its_own() {
+        let ok = with_tokens(&[
+            "postgres://ferry_neon@h/db",
+            "postgres://ferry_neon_ro@h/db",
+        ]);
+        assert_eq!(ok.validate_neon().map_err(|e| e.to_string()), Ok(()));
+        let shared = with_tokens(&["postgres://ferry_neon@h/db", "postgres://ferry_neon@h2/db"]);
+        let err = shared.validate_neon().unwrap_err().to_string();
+        assert!(err.contains("neon.tokens[0]"), "{err}");
+        let requests = with_tokens(&["postgres://ferry_app:pw@h/db"]);
+        let err = requests.validate_neon().unwrap_err().to_string();
+        assert!(err.contains("postgres.url"), "{err}");
     }
 }

@@ -193,14 +193,18 @@ pub fn role_warnings(config: &Config) -> Result<Vec<String>, String> {
 ///   a value a caller chose (`1ms` failed every write that met a lock);
 /// - isolation and deferrable defaults, `row_security`: what the code assumes when it asks for
 ///   nothing;
-/// - `DateStyle`, `IntervalStyle`, `bytea_output`: the text `/sql` answers (node-postgres
-///   parses it) and the JSON values `/v1` decodes.
+/// - `DateStyle`, `IntervalStyle`, `bytea_output`, `extra_float_digits`: the text `/sql`
+///   answers (node-postgres parses it) and the JSON values `/v1` decodes (`-15` rounded every
+///   float, in the cache too);
+/// - `standard_conforming_strings=on`: a backslash in a literal is a backslash, as the SQL the
+///   clients send assumes.
 ///
 /// The readiness probe reports role and database settings that appear all the same
 /// (`store::readiness`).
 pub const PINNED: &str = "-c role=none -c synchronous_commit=on -c lock_timeout=0 \
     -c default_transaction_isolation=read\\ committed -c default_transaction_deferrable=off \
-    -c row_security=on -c DateStyle=ISO,\\ MDY -c IntervalStyle=postgres -c bytea_output=hex";
+    -c row_security=on -c DateStyle=ISO,\\ MDY -c IntervalStyle=postgres -c bytea_output=hex \
+    -c extra_float_digits=1 -c standard_conforming_strings=on";
 
 /// The Postgres connection settings, from the URL plus the sidecar's own settings.
 pub fn pg_config(config: &Config) -> Result<postgres::Config, ApiError> {

@@ -10,10 +10,13 @@
 //!
 //! The audit refuses, naming the role and the fix, any request or token role that could touch
 //! Ferry's books (write them, own their schema, create in it, be Ferry's role or a member of
-//! it, be a superuser), a Neon token role that holds an end user's role (it could act as any
+//! it, be a superuser, read every session's statements), a Neon token role that holds an end user's role (it could act as any
 //! user), and a read-only token whose role may write large objects (`lo_from_bytea` and
-//! friends write even in a read-only transaction). `postgres.single_role` skips it: then one
-//! role does everything, as the operator chose.
+//! friends write even in a read-only transaction), or that may write WAL messages
+//! (`pg_logical_emit_message`, executable by everyone by default): a read-only token could
+//! fill the database's disk with them, and with the change stream on, any request role could
+//! forge its freshness marks and keep stale cache entries served. `postgres.single_role`
+//! skips it: then one role does everything, as the operator chose.
 
 use tokio_postgres::Client;
 
@@ -30,6 +33,8 @@ pub struct Audit {
     pub requests: Vec<RequestRole>,
     /// `identity.roles`.
     pub identity: Vec<String>,
+    /// The change stream is on: its marks must be the stream's alone.
+    pub changes: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -80,6 +85,7 @@ impl Audit {
             tables,
             requests,
             identity: config.identity.roles.clone(),
+            changes: config.changes.enabled,
         })
     }
 }
@@ -96,6 +102,14 @@ const LO_WRITERS: [&str; 10] = [
     "lo_truncate(integer,integer)",
     "lo_truncate64(integer,bigint)",
     "lowrite(integer,bytea)",
+];
+
+/// The functions that write WAL messages, even in a read-only transaction (the last one is
+/// Postgres 17's).
+const EMITTERS: [&str; 3] = [
+    "pg_logical_emit_message(boolean,text,bytea)",
+    "pg_logical_emit_message(boolean,text,text)",
+    "pg_logical_emit_message(boolean,text,text,boolean)",
 ];
 
 /// Runs the audit on any session: it reads only the catalogs (by oid: a schema the session's
@@ -144,7 +158,11 @@ pub async fn audit(client: &Client, a: &Audit) -> Result<(), String> {
                                        AND pg_has_role(r.oid, x.oid, 'MEMBER'))), \
                    ARRAY(SELECT f FROM unnest($6::text[]) f \
                          WHERE to_regprocedure(f) IS NOT NULL \
-                           AND has_function_privilege(r.oid, f, 'EXECUTE')) \
+                           AND has_function_privilege(r.oid, f, 'EXECUTE')), \
+                   ARRAY(SELECT f FROM unnest($7::text[]) f \
+                         WHERE to_regprocedure(f) IS NOT NULL \
+                           AND has_function_privilege(r.oid, f, 'EXECUTE')), \
+                   pg_has_role(r.oid, 'pg_read_all_stats', 'MEMBER') \
                  FROM pg_roles r WHERE r.rolname = $1",
                 &[
                     &r.role,
@@ -153,6 +171,7 @@ pub async fn audit(client: &Client, a: &Audit) -> Result<(), String> {
                     &a.tables,
                     &a.identity,
                     &&LO_WRITERS[..],
+                    &&EMITTERS[..],
                 ],
             )
             .await
@@ -169,6 +188,8 @@ pub async fn audit(client: &Client, a: &Audit) -> Result<(), String> {
             (row.get(0), row.get(1), row.get(2), row.get(3));
         let identity: Vec<String> = row.get(4);
         let lo: Vec<String> = row.get(5);
+        let emit: Vec<String> = row.get(6);
+        let all_stats: bool = row.get(7);
         let problem = if superuser {
             Some("is a superuser: it can do anything, Ferry's books included".to_string())
         } else if member_of_owner {
@@ -184,6 +205,13 @@ pub async fn audit(client: &Client, a: &Audit) -> Result<(), String> {
                 "may write Ferry's books ({}); REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON them",
                 a.tables.join(", ")
             ))
+        } else if all_stats {
+            Some(
+                "is a member of pg_read_all_stats (or pg_monitor): it reads every session's \
+                 statements in pg_stat_activity, Ferry's own calls and their proofs included; \
+                 REVOKE it"
+                    .to_string(),
+            )
         } else if r.token && !identity.is_empty() {
             Some(format!(
                 "holds the end users' role(s) {identity:?}: a token's SQL could SET ROLE and act \
@@ -195,6 +223,17 @@ pub async fn audit(client: &Client, a: &Audit) -> Result<(), String> {
                  a read-only transaction); REVOKE EXECUTE ON FUNCTION ... FROM PUBLIC (and from \
                  it), as scripts/demo.sql does",
                 lo.join(", ")
+            ))
+        } else if !emit.is_empty() && (r.read_only || a.changes) {
+            Some(format!(
+                "may run pg_logical_emit_message ({}): {}; REVOKE EXECUTE ON FUNCTION ... FROM \
+                 PUBLIC and GRANT it to the change stream's role, as scripts/demo.sql does",
+                if r.read_only {
+                    "it writes WAL even in a read-only transaction"
+                } else {
+                    "it could forge the change stream's freshness marks"
+                },
+                emit.join(", ")
             ))
         } else {
             None
