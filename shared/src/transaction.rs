@@ -115,6 +115,8 @@ impl TransactionStatement {
 pub enum Isolation {
     #[default]
     ReadCommitted,
+    /// Postgres runs it as read committed, and reports it as asked (`transaction_isolation`).
+    ReadUncommitted,
     RepeatableRead,
     Serializable,
 }

@@ -47,6 +47,17 @@ fn start() -> (RedisServer, PgServer, SidecarProcess, tempfile::TempDir) {
 
 /// POST /sql with the driver's headers (and `extra`), over plain HTTP.
 fn post(s: &SidecarProcess, token: &str, body: Value, extra: &[(&str, &str)]) -> (u16, Value) {
+    let (status, _, body) = post_full(s, token, body, extra);
+    (status, body)
+}
+
+/// The same, with the answer's headers.
+fn post_full(
+    s: &SidecarProcess,
+    token: &str,
+    body: Value,
+    extra: &[(&str, &str)],
+) -> (u16, reqwest::header::HeaderMap, Value) {
     let url = format!("http://127.0.0.1:{}/sql", s.port);
     let conn = format!("postgresql://app:{token}@db.ferry.invalid/app");
     let extra: Vec<(String, String)> = extra
@@ -65,9 +76,11 @@ fn post(s: &SidecarProcess, token: &str, body: Value, extra: &[(&str, &str)]) ->
         }
         let resp = r.send().await.expect("send");
         let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
         let text = resp.text().await.expect("body");
         (
             status,
+            headers,
             serde_json::from_str(&text).unwrap_or(Value::String(text)),
         )
     })
@@ -252,8 +265,8 @@ fn a_hostile_caller_cannot_escape_its_statement_or_its_session() {
         &[("Neon-Batch-Isolation-Level", "Chaos")],
     );
     assert_eq!(
-        (status, body["code"].clone()),
-        (400, json!("invalid_value")),
+        (status, body["message"].clone()),
+        (400, json!("invalid isolation level")),
         "{body}"
     );
     let (status, body) = post(
@@ -399,4 +412,64 @@ fn a_frozen_postgres_gets_fast_answers_and_recovery() {
     );
     let backends = pg.sidecar_backends();
     assert!(backends <= 4, "{backends} Ferry sessions for a pool of 4");
+}
+
+/// What Neon's proxy answers, field for field: the command as the first word of Postgres's tag
+/// (`CREATE`, not `CREATE TABLE`; `SELECT` with its count for `CREATE TABLE ... AS`), every
+/// isolation level run as asked and echoed in the answer's headers, and its words for a bad
+/// isolation header.
+#[test]
+fn answers_are_shaped_as_neons() {
+    let (_redis, _pg, s, _dir) = start();
+    let one = |sql: &str| post(&s, TOKEN, json!({ "query": sql }), &[]);
+    let (status, body) = one("CREATE TABLE tagged (a int)");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["command"], "CREATE", "{body}");
+    assert_eq!(body["rowCount"], Value::Null, "{body}");
+    let (_, body) = one("CREATE TABLE tagged_as AS SELECT g FROM generate_series(1, 3) g");
+    assert_eq!(
+        (&body["command"], &body["rowCount"]),
+        (&json!("SELECT"), &json!(3)),
+        "{body}"
+    );
+    let (_, body) = one("TRUNCATE tagged");
+    assert_eq!(body["command"], "TRUNCATE", "{body}");
+    for (header, shown) in [
+        ("ReadUncommitted", "read uncommitted"),
+        ("ReadCommitted", "read committed"),
+        ("RepeatableRead", "repeatable read"),
+        ("Serializable", "serializable"),
+    ] {
+        let (status, headers, body) = post_full(
+            &s,
+            TOKEN,
+            json!({ "queries": [{ "query": "SHOW transaction_isolation" }] }),
+            &[
+                ("Neon-Batch-Isolation-Level", header),
+                ("Neon-Batch-Read-Only", "true"),
+            ],
+        );
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["results"][0]["rows"][0][0], shown, "{body}");
+        assert_eq!(
+            headers
+                .get("neon-batch-isolation-level")
+                .map(|v| v.to_str().unwrap()),
+            Some(header)
+        );
+        assert_eq!(
+            headers
+                .get("neon-batch-read-only")
+                .map(|v| v.to_str().unwrap()),
+            Some("true")
+        );
+    }
+    let (status, body) = post(
+        &s,
+        TOKEN,
+        json!({ "queries": [{ "query": "SELECT 1" }] }),
+        &[("Neon-Batch-Isolation-Level", "Sideways")],
+    );
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["message"], "invalid isolation level", "{body}");
 }

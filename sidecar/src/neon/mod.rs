@@ -130,12 +130,14 @@ pub fn plan(
         None => None,
         Some("Serializable") => Some(Isolation::Serializable),
         Some("RepeatableRead") => Some(Isolation::RepeatableRead),
-        Some("ReadCommitted" | "ReadUncommitted") => Some(Isolation::ReadCommitted),
+        Some("ReadCommitted") => Some(Isolation::ReadCommitted),
+        Some("ReadUncommitted") => Some(Isolation::ReadUncommitted),
+        // Neon's words and status for any other value.
         Some(_) => {
-            return Err(ApiError::invalid(
-                "Neon-Batch-Isolation-Level",
-                "one of Serializable, RepeatableRead, ReadCommitted, ReadUncommitted",
-            ))
+            return Err(ApiError::BadRequest {
+                message: "invalid isolation level".into(),
+                field: Some("Neon-Batch-Isolation-Level".into()),
+            })
         }
     };
     let cache = cache(headers, config, &queries, batch)?;

@@ -20,7 +20,24 @@ pub async fn sql(state: State, req: HttpRequest, payload: web::Payload) -> HttpR
         return crate::routes::not_found_response();
     }
     match serve(&state, &req, payload).await {
-        Ok((v, None)) => HttpResponse::Ok().json(v),
+        Ok((v, None)) => {
+            let mut resp = HttpResponse::Ok();
+            if v.get("results").is_some() {
+                // A batch's transaction options come back as the answer's headers (Neon's).
+                for name in [
+                    "neon-batch-isolation-level",
+                    "neon-batch-read-only",
+                    "neon-batch-deferrable",
+                ] {
+                    if let Some(value) = req.headers().get(name) {
+                        if name.ends_with("level") || value == "true" {
+                            resp.insert_header((name, value.clone()));
+                        }
+                    }
+                }
+            }
+            resp.json(v)
+        }
         Ok((v, Some((status, age_ms)))) => {
             let status = match status {
                 CacheStatus::Hit => "hit",

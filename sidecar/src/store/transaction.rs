@@ -33,6 +33,7 @@ impl TxPlan {
     pub(super) fn begin(&self) -> String {
         let isolation = match self.isolation {
             Isolation::ReadCommitted => "READ COMMITTED",
+            Isolation::ReadUncommitted => "READ UNCOMMITTED",
             Isolation::RepeatableRead => "REPEATABLE READ",
             Isolation::Serializable => "SERIALIZABLE",
         };

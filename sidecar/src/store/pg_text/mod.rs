@@ -145,6 +145,7 @@ fn begin(plan: &SqlPlan) -> String {
     if let Some(i) = plan.isolation {
         s.push_str(match i {
             Isolation::ReadCommitted => " ISOLATION LEVEL READ COMMITTED,",
+            Isolation::ReadUncommitted => " ISOLATION LEVEL READ UNCOMMITTED,",
             Isolation::RepeatableRead => " ISOLATION LEVEL REPEATABLE READ,",
             Isolation::Serializable => " ISOLATION LEVEL SERIALIZABLE,",
         });

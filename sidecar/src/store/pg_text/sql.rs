@@ -2,8 +2,6 @@
 //! session can reinterpret, the command tag node-postgres reports, and the type sizes of
 //! `fields`.
 
-use crate::store::statement::Words;
-
 /// One parameter as an SQL literal: `NULL`, or an `E'...'` string that is plain ASCII whatever
 /// the value holds. Backslashes and quotes are escaped, and every other byte outside printable
 /// ASCII is written as a `\u`/`\U` escape, so the literal reads the same under any
@@ -32,52 +30,52 @@ pub fn literal(value: Option<&str>) -> Option<String> {
     Some(out)
 }
 
-/// The command tag name node-postgres reports as `command` (`SELECT`, `INSERT`, `CREATE
-/// TABLE`...). The driver under Ferry reports only the row count of a command, so the name is
-/// read from the statement's leading keywords as Postgres names it: exact for queries and
-/// DML (WITH included), the verb and object for DDL.
+/// The command tag name Neon reports as `command`: the first word of Postgres's tag (`SELECT`,
+/// `INSERT`, `CREATE`, `TRUNCATE`...; Neon's proxy splits the tag at its first space). The
+/// driver under Ferry reports only the row count of a command, so the name is read from the
+/// statement's keywords outside parentheses, quotes and comments as Postgres would tag it:
+/// `WITH ...` takes the verb its CTEs belong to, and `CREATE TABLE ... AS` / `CREATE
+/// MATERIALIZED VIEW ... AS` are tagged `SELECT n` unless `WITH NO DATA`.
 pub fn command(sql: &str) -> String {
-    let mut words = Words::new(sql);
-    let first = words.next_upper().unwrap_or_default();
-    match first.as_str() {
+    let words = top_level_words(sql);
+    let first = words.first().map(String::as_str).unwrap_or_default();
+    if sql.trim_start().starts_with('(') {
+        return "SELECT".into(); // (SELECT ...) UNION (SELECT ...)
+    }
+    match first {
         "SELECT" | "VALUES" | "TABLE" => "SELECT".into(),
-        "WITH" => main_verb(sql).unwrap_or_else(|| "SELECT".into()),
-        "CREATE" | "ALTER" | "DROP" => {
-            let mut tag = first;
-            while let Some(w) = words.next_upper() {
-                match w.as_str() {
-                    "OR" | "REPLACE" | "GLOBAL" | "LOCAL" | "TEMP" | "TEMPORARY" | "UNLOGGED"
-                    | "UNIQUE" | "TRUSTED" | "PROCEDURAL" | "DEFAULT" => continue,
-                    "MATERIALIZED" | "FOREIGN" | "EVENT" | "TEXT" | "ACCESS" | "USER" => {
-                        tag.push(' ');
-                        tag.push_str(&w);
-                        if let Some(next) = words.next_upper() {
-                            tag.push(' ');
-                            tag.push_str(&next);
-                        }
-                        break;
-                    }
-                    _ => {
-                        tag.push(' ');
-                        tag.push_str(&w);
-                        break;
-                    }
-                }
-            }
-            tag
-        }
-        "TRUNCATE" => "TRUNCATE TABLE".into(),
-        "REFRESH" => "REFRESH MATERIALIZED VIEW".into(),
-        "" => String::new(),
-        _ => first,
+        "WITH" => words
+            .iter()
+            .find_map(|w| match w.as_str() {
+                "SELECT" | "VALUES" | "TABLE" => Some("SELECT".to_string()),
+                "INSERT" | "UPDATE" | "DELETE" | "MERGE" => Some(w.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| "SELECT".into()),
+        "CREATE" if creates_from_query(&words) => "SELECT".into(),
+        _ => first.to_string(),
     }
 }
 
-/// After `WITH`, the verb of the statement the CTEs belong to: the first of SELECT, INSERT,
-/// UPDATE, DELETE, MERGE, VALUES or TABLE outside parentheses, quotes and comments.
-fn main_verb(sql: &str) -> Option<String> {
+/// `CREATE [modifiers] TABLE|MATERIALIZED VIEW ... AS query`, filled with the query's rows.
+fn creates_from_query(words: &[String]) -> bool {
+    let object = words[1..].iter().find(|w| {
+        !matches!(
+            w.as_str(),
+            "OR" | "REPLACE" | "GLOBAL" | "LOCAL" | "TEMP" | "TEMPORARY" | "UNLOGGED"
+        )
+    });
+    let no_data = words.ends_with(&["WITH".into(), "NO".into(), "DATA".into()]);
+    matches!(object.map(String::as_str), Some("TABLE" | "MATERIALIZED"))
+        && words.iter().any(|w| w == "AS")
+        && !no_data
+}
+
+/// The statement's words outside parentheses, quotes and comments, in upper case.
+fn top_level_words(sql: &str) -> Vec<String> {
     let b = sql.as_bytes();
     let (mut i, mut depth) = (0usize, 0i32);
+    let mut words = Vec::new();
     while i < b.len() {
         match b[i] {
             b'(' => depth += 1,
@@ -116,12 +114,7 @@ fn main_verb(sql: &str) -> Option<String> {
                 let end = sql[i..]
                     .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
                     .map_or(b.len(), |n| i + n);
-                let w = sql[i..end].to_ascii_uppercase();
-                match w.as_str() {
-                    "SELECT" | "VALUES" | "TABLE" => return Some("SELECT".into()),
-                    "INSERT" | "UPDATE" | "DELETE" | "MERGE" => return Some(w),
-                    _ => {}
-                }
+                words.push(sql[i..end].to_ascii_uppercase());
                 i = end;
                 continue;
             }
@@ -136,7 +129,7 @@ fn main_verb(sql: &str) -> Option<String> {
         }
         i += 1;
     }
-    None
+    words
 }
 
 /// Whether a command tag carries a row count (node-postgres gives `rowCount: null` otherwise).
@@ -183,6 +176,7 @@ mod tests {
         for (sql, tag) in [
             ("select 1", "SELECT"),
             ("  (SELECT 1)", "SELECT"),
+            ("(select 1) union (select 2)", "SELECT"),
             ("values (1)", "SELECT"),
             ("insert into t values (1)", "INSERT"),
             ("WITH a AS (SELECT 1) DELETE FROM t", "DELETE"),
@@ -194,18 +188,24 @@ mod tests {
                 "WITH RECURSIVE r(n) AS (VALUES (1)) SELECT * FROM r",
                 "SELECT",
             ),
-            ("create table t (id int)", "CREATE TABLE"),
-            ("CREATE UNIQUE INDEX i ON t (id)", "CREATE INDEX"),
+            ("create table t (id int)", "CREATE"),
             (
-                "create or replace function f() returns int as $$ select 1 $$ language sql",
-                "CREATE FUNCTION",
+                "create table t (a int generated always as (1) stored)",
+                "CREATE",
             ),
+            ("CREATE UNIQUE INDEX i ON t (id)", "CREATE"),
             (
-                "create materialized view v as select 1",
-                "CREATE MATERIALIZED VIEW",
+                "create or replace function f() returns table (a int) as $$ select 1 $$ \
+                 language sql",
+                "CREATE",
             ),
-            ("drop table t", "DROP TABLE"),
-            ("truncate t", "TRUNCATE TABLE"),
+            ("create materialized view v as select 1", "SELECT"),
+            ("create temp table t as select 1", "SELECT"),
+            ("create table t as select 1 with no data", "CREATE"),
+            ("drop table t", "DROP"),
+            ("truncate t", "TRUNCATE"),
+            ("refresh materialized view v", "REFRESH"),
+            ("begin", "BEGIN"),
             ("-- note\nupdate t set a = 1", "UPDATE"),
         ] {
             assert_eq!(command(sql), tag, "{sql}");
