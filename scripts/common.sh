@@ -157,6 +157,8 @@ edge_build_env() {
 UPSTASH_REDIS_JS_VERSION=1.39.0   # npm @upstash/redis
 NEON_SERVERLESS_VERSION=1.2.0     # npm @neondatabase/serverless
 DRIZZLE_ORM_VERSION=0.45.4        # npm drizzle-orm (its neon-http driver)
+UPSTASH_RATELIMIT_VERSION=2.2.0   # npm @upstash/ratelimit (built on @upstash/redis)
+UPSTASH_LOCK_VERSION=0.2.1        # npm @upstash/lock (built on @upstash/redis)
 UPSTASH_REDIS_PY_VERSION=1.8.0    # PyPI upstash-redis
 CLIENTS_DIR=$FERRY_TOOLS/clients-js
 PY_CLIENTS_DIR=$FERRY_TOOLS/clients-py-upstash-$UPSTASH_REDIS_PY_VERSION
@@ -164,15 +166,18 @@ PY_CLIENTS_DIR=$FERRY_TOOLS/clients-py-upstash-$UPSTASH_REDIS_PY_VERSION
 ensure_clients() {
   local stamp="$CLIENTS_DIR/.versions"
   local want="$UPSTASH_REDIS_JS_VERSION $NEON_SERVERLESS_VERSION $DRIZZLE_ORM_VERSION"
+  want="$want $UPSTASH_RATELIMIT_VERSION $UPSTASH_LOCK_VERSION"
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     command -v npm >/dev/null || apt_install nodejs npm
-    echo "installing the protocol clients (@upstash/redis, @neondatabase/serverless, drizzle-orm) into $CLIENTS_DIR"
+    echo "installing the protocol clients and libraries built on them (@upstash/redis, @upstash/ratelimit, @upstash/lock, @neondatabase/serverless, drizzle-orm) into $CLIENTS_DIR"
     mkdir -p "$CLIENTS_DIR"
     echo '{"name":"ferry-protocol-clients","private":true}' > "$CLIENTS_DIR/package.json"
     (cd "$CLIENTS_DIR" && npm install --no-audit --no-fund --loglevel=error \
       "@upstash/redis@$UPSTASH_REDIS_JS_VERSION" \
       "@neondatabase/serverless@$NEON_SERVERLESS_VERSION" \
-      "drizzle-orm@$DRIZZLE_ORM_VERSION")
+      "drizzle-orm@$DRIZZLE_ORM_VERSION" \
+      "@upstash/ratelimit@$UPSTASH_RATELIMIT_VERSION" \
+      "@upstash/lock@$UPSTASH_LOCK_VERSION")
     echo "$want" > "$stamp"
   fi
   if [ ! -d "$PY_CLIENTS_DIR/upstash_redis" ]; then

@@ -166,7 +166,15 @@ pub fn not_found_response() -> HttpResponse {
     ApiError::NotFound.error_response()
 }
 
-async fn not_found() -> HttpResponse {
+/// What no route takes: a command in the path for the Upstash door when it is on (`/get/k`),
+/// else 404. Ferry's own prefixes stay Ferry's 404s.
+async fn not_found(state: State, req: actix_web::HttpRequest, body: web::Payload) -> HttpResponse {
+    let ferrys = ["/v1", "/sql"]
+        .iter()
+        .any(|p| req.path() == *p || req.path().starts_with(&format!("{p}/")));
+    if state.config().upstash.enabled && !ferrys {
+        return upstash::path(state, req, body).await;
+    }
     ApiError::NotFound.error_response()
 }
 

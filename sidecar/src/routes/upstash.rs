@@ -1,7 +1,8 @@
 //! Upstash-compatible Redis REST (`[upstash]`): `POST /` runs one command, `POST /pipeline`
 //! several in order (not atomic), `POST /multi-exec` several in one MULTI/EXEC. Answers and
 //! statuses as Upstash shapes them: `{"result": ...}` / `{"error": "..."}`, an array of those
-//! for pipelines, 401 for a bad token, 400 for a refused or failed single command.
+//! for pipelines, 401 for a bad token, 400 for a refused or failed single command. A command
+//! may also come in the path (`/set/k/v`), as Upstash's docs send them.
 
 use super::State;
 use crate::config::UpstashToken;
@@ -22,6 +23,9 @@ enum Shape {
     Single,
     Pipeline,
     MultiExec,
+    /// A command in the path (`GET /set/k/v`, `POST /set/k` with the value as the body), as
+    /// Upstash's docs and curl examples send them.
+    Path,
 }
 
 pub async fn single(s: State, r: HttpRequest, p: web::Payload) -> HttpResponse {
@@ -34,6 +38,39 @@ pub async fn pipeline(s: State, r: HttpRequest, p: web::Payload) -> HttpResponse
 
 pub async fn multi_exec(s: State, r: HttpRequest, p: web::Payload) -> HttpResponse {
     serve(s, r, p, Shape::MultiExec).await
+}
+
+/// Any other path, when the door is on (`routes` sends here what no route of Ferry's takes).
+pub async fn path(s: State, r: HttpRequest, p: web::Payload) -> HttpResponse {
+    serve(s, r, p, Shape::Path).await
+}
+
+/// A path command's arguments: the path's segments, then the query's pairs, then the body.
+fn path_arguments(req: &HttpRequest, body: &[u8]) -> Result<Vec<Vec<u8>>, Refused> {
+    let decode = |s: &str| percent_encoding::percent_decode_str(s).collect::<Vec<u8>>();
+    let mut args: Vec<Vec<u8>> = req
+        .path()
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(decode)
+        .collect();
+    for pair in req.query_string().split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if k == "_token" {
+            continue;
+        }
+        args.push(decode(&k.replace('+', " ")));
+        if !v.is_empty() {
+            args.push(decode(&v.replace('+', " ")));
+        }
+    }
+    if !body.is_empty() {
+        args.push(body.to_vec());
+    }
+    if args.is_empty() {
+        return Err(Refused("ERR empty command".into()));
+    }
+    Ok(args)
 }
 
 fn error(status: u16, message: &str) -> HttpResponse {
@@ -83,8 +120,12 @@ async fn serve(
         Ok(b) => b,
         Err(e) => return error(e.code().http_status(), &e.body().error.message),
     };
-    let Ok(json): Result<Value, _> = serde_json::from_slice(&body) else {
-        return error(400, "ERR the body is not JSON");
+    let json: Value = match shape {
+        Shape::Path => Value::Null,
+        _ => match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(_) => return error(400, "ERR the body is not JSON"),
+        },
     };
     let base64 = req
         .headers()
@@ -106,9 +147,10 @@ async fn serve(
             max_items: limits.max_rows,
         },
     };
-    let list: Vec<&Value> = match (&shape, &json) {
-        (Shape::Single, v) => vec![v],
-        (_, Value::Array(items)) if !items.is_empty() => items.iter().collect(),
+    let list: Vec<Result<Vec<Vec<u8>>, Refused>> = match (&shape, &json) {
+        (Shape::Path, _) => vec![path_arguments(&req, &body)],
+        (Shape::Single, v) => vec![arguments(v)],
+        (_, Value::Array(items)) if !items.is_empty() => items.iter().map(arguments).collect(),
         _ => return error(400, "ERR give an array of commands"),
     };
     if list.len() > config.cache.max_batch {
@@ -116,8 +158,8 @@ async fn serve(
     }
     // Each command checked and put in its namespace; a refused one answers for itself.
     let mut prepared: Vec<Result<Prepared, Refused>> = list
-        .iter()
-        .map(|c| arguments(c).and_then(|a| commands.prepare(a, &door)))
+        .into_iter()
+        .map(|a| a.and_then(|a| commands.prepare(a, &door)))
         .collect();
     // What the commands would make Redis allocate, together (each was checked alone).
     let allocates: usize = prepared
@@ -158,14 +200,19 @@ async fn serve(
     };
     let shaped: Vec<(bool, Value)> = answers
         .into_iter()
-        .map(|a| match a {
-            Ok(Reply::Error(e)) => (false, json!({ "error": e })),
-            Ok(v) => (true, json!({ "result": to_json(&v, base64) })),
-            Err(Refused(why)) => (false, json!({ "error": why })),
+        .zip(&prepared)
+        .map(|(a, p)| match (a, p) {
+            (Ok(Reply::Error(e)), _) => (false, json!({ "error": e })),
+            (Ok(v), Ok(p)) => (
+                true,
+                json!({ "result": to_json(&p.finish(v, &namespace), base64) }),
+            ),
+            (Ok(v), Err(_)) => (true, json!({ "result": to_json(&v, base64) })),
+            (Err(Refused(why)), _) => (false, json!({ "error": why })),
         })
         .collect();
     let mut resp = match shape {
-        Shape::Single => match shaped.into_iter().next() {
+        Shape::Single | Shape::Path => match shaped.into_iter().next() {
             Some((true, v)) => HttpResponse::Ok().json(v),
             Some((false, v)) => HttpResponse::BadRequest().json(v),
             None => return error(500, "ERR no answer"),
@@ -218,7 +265,7 @@ async fn run(
         }
     } else {
         let scripted = prepared.iter().flatten().any(|p| p.script);
-        let user = if scripted && !token.script_user.is_empty() {
+        let script_user = if scripted && !token.script_user.is_empty() {
             if let Err(why) = state
                 .upstash_acl
                 .verdict(&state.upstash_conns, &token.script_user, namespace)
@@ -233,68 +280,35 @@ async fn run(
         } else {
             None
         };
-        let multi = [b"MULTI".to_vec()];
-        let exec = [b"EXEC".to_vec()];
-        let mut list: Vec<&[Vec<u8>]> = Vec::with_capacity(sent.len() + 2);
-        if atomic {
-            list.push(&multi);
-        }
-        list.extend(&sent);
-        if atomic {
-            list.push(&exec);
-        }
-        // A script may run as long as the request; anything else gets Redis's I/O timeout.
-        let deadline = if scripted {
-            config.request_timeout()
+        // Scripts run as the script user, the rest (Ferry's own scans included) as the door's:
+        // a pipeline goes in runs of one or the other, in order; a transaction whole.
+        let segments: Vec<(bool, Vec<&[Vec<u8>]>)> = if atomic {
+            vec![(scripted, sent)]
         } else {
-            std::time::Duration::from_millis(config.redis.io_timeout_ms)
+            let mut out: Vec<(bool, Vec<&[Vec<u8>]>)> = Vec::new();
+            for p in prepared.iter().flatten() {
+                match out.last_mut() {
+                    Some((s, list)) if *s == p.script => list.push(p.args.as_slice()),
+                    _ => out.push((p.script, vec![p.args.as_slice()])),
+                }
+            }
+            out
         };
         let repeatable = prepared.iter().flatten().all(|p| !p.write);
-        let budget = config.limits().read.max_bytes;
-        let exchanged = state
-            .upstash_conns
-            .exchange(user, &list, budget, deadline, repeatable)
-            .await;
-        let mut replies = match exchanged {
-            Ok(r) => r,
-            Err(Fault::TooLarge(n)) => {
-                return Err((
-                    400,
-                    format!("ERR the reply is larger than limits.max_read_bytes ({n} bytes)"),
-                ))
-            }
-            Err(Fault::Unavailable(e)) => {
-                tracing::warn!(error = %e, "upstash: redis is unavailable");
-                return Err(unavailable());
-            }
-            Err(Fault::Lost(e)) => {
-                tracing::warn!(error = %e, "upstash: no complete answer from redis");
-                if scripted {
-                    end_scripts(
-                        state,
-                        prepared.iter().flatten().filter(|p| p.script).count(),
-                    );
-                }
-                return Err(if repeatable {
-                    unavailable()
-                } else {
-                    (
-                        503,
-                        "ERR the connection to redis was lost: the command may have run".into(),
-                    )
-                });
-            }
-        };
-        if atomic {
-            // MULTI's OK and each QUEUED go; EXEC's array answers the commands.
-            match replies.pop() {
-                Some(Reply::Array(answers)) => answers,
-                Some(Reply::Error(e)) => return Err((400, e)),
-                _ => return Err((400, "EXECABORT Transaction discarded".into())),
-            }
-        } else {
-            std::mem::take(&mut replies)
+        let mut replies = Vec::with_capacity(prepared.len());
+        for (scripts, commands) in segments {
+            let user = if scripts { script_user } else { None };
+            let answers = exchange(state, config, user, &commands, atomic, scripts, repeatable)
+                .await
+                .inspect_err(|(status, _)| {
+                    // Lost mid-way: a script may still be running.
+                    if scripts && *status == 503 {
+                        end_scripts(state, commands.len());
+                    }
+                })?;
+            replies.extend(answers);
         }
+        replies
     };
     let mut replies = replies.into_iter();
     Ok(prepared
@@ -304,6 +318,74 @@ async fn run(
             Err(r) => Err(r.clone()),
         })
         .collect())
+}
+
+/// One exchange on the door's own connections, inside MULTI/EXEC when `atomic`: the
+/// commands' replies. A script may run as long as the request; anything else gets Redis's I/O
+/// timeout.
+async fn exchange(
+    state: &State,
+    config: &crate::config::Config,
+    user: Option<(&str, &str)>,
+    commands: &[&[Vec<u8>]],
+    atomic: bool,
+    scripts: bool,
+    repeatable: bool,
+) -> Result<Vec<Reply>, Failed> {
+    let unavailable = || (503, "ERR redis is unavailable".to_string());
+    let multi = [b"MULTI".to_vec()];
+    let exec = [b"EXEC".to_vec()];
+    let mut list: Vec<&[Vec<u8>]> = Vec::with_capacity(commands.len() + 2);
+    if atomic {
+        list.push(&multi);
+    }
+    list.extend(commands);
+    if atomic {
+        list.push(&exec);
+    }
+    let deadline = if scripts {
+        config.request_timeout()
+    } else {
+        std::time::Duration::from_millis(config.redis.io_timeout_ms)
+    };
+    let budget = config.limits().read.max_bytes;
+    let exchanged = state
+        .upstash_conns
+        .exchange(user, &list, budget, deadline, repeatable)
+        .await;
+    let mut replies = match exchanged {
+        Ok(r) => r,
+        Err(Fault::TooLarge(n)) => {
+            return Err((
+                400,
+                format!("ERR the reply is larger than limits.max_read_bytes ({n} bytes)"),
+            ))
+        }
+        Err(Fault::Unavailable(e)) => {
+            tracing::warn!(error = %e, "upstash: redis is unavailable");
+            return Err(unavailable());
+        }
+        Err(Fault::Lost(e)) => {
+            tracing::warn!(error = %e, "upstash: no complete answer from redis");
+            return Err(if repeatable {
+                unavailable()
+            } else {
+                (
+                    503,
+                    "ERR the connection to redis was lost: the command may have run".into(),
+                )
+            });
+        }
+    };
+    if !atomic {
+        return Ok(replies);
+    }
+    // MULTI's OK and each QUEUED go; EXEC's array answers the commands.
+    match replies.pop() {
+        Some(Reply::Array(answers)) => Ok(answers),
+        Some(Reply::Error(e)) => Err((400, e)),
+        _ => Err((400, "EXECABORT Transaction discarded".into())),
+    }
 }
 
 /// Scripts still running past the request's deadline are ended (`SCRIPT KILL`, once per script

@@ -153,7 +153,7 @@ fn keys_exactly(getuser: Option<&Reply>, namespace: &str) -> Result<(), String> 
             .find(|kv| matches!(&kv[0], Reply::Bulk(k) if k == name.as_bytes()))
             .and_then(|kv| kv.get(1))
     };
-    let want = format!("~{}*", glob_escape(namespace));
+    let want = format!("~{}*", super::glob_escape(namespace));
     let keys = match field("keys") {
         Some(Reply::Bulk(k)) => String::from_utf8_lossy(k).into_owned(),
         _ => String::new(),
@@ -171,18 +171,6 @@ fn keys_exactly(getuser: Option<&Reply>, namespace: &str) -> Result<(), String> 
         }
     }
     Ok(())
-}
-
-/// `namespace` as a Redis glob matching only itself.
-fn glob_escape(namespace: &str) -> String {
-    let mut out = String::with_capacity(namespace.len());
-    for c in namespace.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 #[cfg(test)]

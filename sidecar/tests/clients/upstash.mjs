@@ -57,8 +57,15 @@ await check("multi", async () => {
 }, ["OK", 2, "ab"]);
 // errors come back as errors
 await throws("wrong type", () => redis.incr("greeting"), /ERR value is not an integer/);
-await throws("flushall refused", () => redis.flushall(), /not allowed/i);
-await throws("keys refused", () => redis.keys("*"), /not allowed/i);
+await throws("blocking refused", () => redis.exec(["BLPOP", "l", "1"]), /not allowed/i);
+// keyspace commands see the token's own keys, named without its namespace
+await check("keys: its own", () => redis.keys("gree*"), ["greeting"]);
+await check("scan: its own, whole", async () => {
+  let [cursor, found] = ["0", []];
+  do { const [next, keys] = await redis.scan(cursor, { count: 1000 }); cursor = next; found.push(...keys); } while (cursor !== "0");
+  return [found.includes("greeting"), found.length === (await redis.dbsize())];
+}, [true, true]);
+await check("randomkey: its own", async () => (await redis.keys("*")).includes(await redis.randomkey()), true);
 // scripts run as the token's Redis ACL user: its own keys only, whatever the script builds
 await check("eval on its keys", () => redis.eval("return redis.call('GET', KEYS[1])", ["greeting"], []), "héllo wörld ✓");
 await throws("eval escaping its namespace (Redis's ACL refuses it)", () => redis.eval("return redis.call('GET', 'other:greeting')", [], []), /can't access|NOPERM/);
@@ -75,5 +82,8 @@ await throws("read-only cannot write", () => ro.set("greeting", "x"), /NOPERM/);
 await check("another namespace", () => other.get("greeting"), null);
 await check("another namespace writes its own", async () => { await other.set("greeting", "mine"); return [await other.get("greeting"), await redis.get("greeting")]; }, ["mine", "héllo wörld ✓"]);
 await throws("bad token", () => bad.get("greeting"), /Unauthorized/);
+// FLUSHDB empties the token's own namespace, nothing else
+await throws("read-only token cannot flush", () => ro.flushdb(), /NOPERM/);
+await check("flushdb: its own keys only", async () => { await other.flushdb(); return [await other.dbsize(), await redis.get("greeting")]; }, [0, "héllo wörld ✓"]);
 
 done();

@@ -70,7 +70,12 @@ def multi():
 check("pipeline", pipeline, [True, "v"])
 check("multi", multi, [True, 2])
 raises("wrong type", lambda: redis.incr("py:greeting"), "not an integer")
-raises("flushall refused", lambda: redis.execute(["FLUSHALL"]), "not allowed")
+raises("blocking refused", lambda: redis.execute(["BLPOP", "py:l", "1"]), "not allowed")
+# keyspace commands see the token's own keys, named without its namespace
+check("keys: its own", lambda: redis.keys("py:gree*"), ["py:greeting"])
+check("scan: its own", lambda: "py:greeting" in redis.scan(0, match="py:*", count=1000)[1], True)
+check("dbsize: its own", lambda: redis.dbsize() == len(redis.keys("*")), True)
 check("read-only reads", lambda: ro.get("py:greeting"), "héllo ✓")
 raises("read-only cannot write", lambda: ro.set("py:greeting", "x"), "NOPERM")
+raises("read-only cannot flush", lambda: ro.flushdb(), "NOPERM")
 sys.exit(1 if failed else 0)
