@@ -187,6 +187,7 @@ for i in $(seq 0 $((SIDECARS - 1))); do
   FERRY_UPSTASH_ENABLED=true \
   FERRY_UPSTASH_REDIS_URL=redis://127.0.0.1:$DOOR_REDIS_PORT \
   FERRY_UPSTASH_TOKEN=$(cat "$RUN/upstash-token") \
+  FERRY_UPSTASH_TOKEN_PREFIX= \
   FERRY_NEON_ENABLED=true \
   FERRY_NEON_TOKEN=$(cat "$RUN/neon-token") \
   FERRY_NEON_POSTGRES_URL=postgres://ferry_neon@127.0.0.1:$PG_PORT/postgres \
@@ -362,7 +363,10 @@ Existing @upstash/redis (or upstash-redis) code, unchanged, pointed at the sidec
   export UPSTASH_REDIS_REST_URL=http://127.0.0.1:$SIDECAR_PORT UPSTASH_REDIS_REST_TOKEN=\$(cat .run/upstash-token)
   curl -s \$UPSTASH_REDIS_REST_URL -H "authorization: Bearer \$UPSTASH_REDIS_REST_TOKEN" -d '["SET","hello","world"]'
   curl -s \$UPSTASH_REDIS_REST_URL/pipeline -H "authorization: Bearer \$UPSTASH_REDIS_REST_TOKEN" -d '[["GET","hello"],["INCR","visits"]]'
-  curl -s \$UPSTASH_REDIS_REST_URL -H "authorization: Bearer \$UPSTASH_REDIS_REST_TOKEN" -d '["FLUSHALL"]'   # refused
+  curl -s \$UPSTASH_REDIS_REST_URL/get/hello -H "authorization: Bearer \$UPSTASH_REDIS_REST_TOKEN"   # a command in the path
+  curl -s \$UPSTASH_REDIS_REST_URL -H "authorization: Bearer \$UPSTASH_REDIS_REST_TOKEN" -d '["CONFIG","GET","*"]'   # refused
+                                       # the token owns the door's own Redis (port $DOOR_REDIS_PORT): scripts,
+                                       # SCAN, FLUSHDB and @upstash/ratelimit work unchanged
 
 Existing @neondatabase/serverless (or Drizzle neon-http) code, pointed at the sidecar: the
 connection string's password is the token, its host is never contacted, and one line of code

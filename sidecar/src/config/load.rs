@@ -61,7 +61,12 @@ impl Config {
                 message: e.to_string(),
             })?;
         config.resolve_files()?;
-        // One token each without a file (containers, the dev command): namespace "default:".
+        // One token each without a file (containers, the dev command): namespace "default:", or
+        // FERRY_UPSTASH_TOKEN_PREFIX ("": the token owns the door's whole database).
+        let prefix = env
+            .get("FERRY_UPSTASH_TOKEN_PREFIX")
+            .cloned()
+            .unwrap_or_else(|| "default:".into());
         for (var, read_only) in [
             ("FERRY_UPSTASH_TOKEN", false),
             ("FERRY_UPSTASH_READ_ONLY_TOKEN", true),
@@ -69,7 +74,7 @@ impl Config {
             if let Some(token) = env.get(var) {
                 config.upstash.tokens.push(super::UpstashToken {
                     token: Redacted(token.clone()),
-                    prefix: "default:".into(),
+                    prefix: prefix.clone(),
                     read_only,
                     ..Default::default()
                 });

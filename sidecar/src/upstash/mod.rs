@@ -73,6 +73,10 @@ pub enum Then {
     FirstIsKey,
     /// `[[key, entries], ...]` (XREAD, XREADGROUP).
     EachFirstIsKey,
+    /// A script's reply: any string in it equal to one of these keys it was given (namespaced)
+    /// is a key, and loses the namespace; other key names a script builds cannot be told from
+    /// values (API.md says so).
+    DeclaredKeys(Vec<Vec<u8>>),
     /// This answer instead (SCRIPT LOAD of a rewritten script: the SHA the caller computed).
     Answer(Reply),
 }
@@ -154,8 +158,23 @@ impl Prepared {
                 }
                 other => other,
             },
+            Then::DeclaredKeys(keys) => unprefix_declared(reply, keys, namespace),
             Then::Answer(a) => a.clone(),
         }
+    }
+}
+
+/// `reply` with every string equal to one of `keys` stripped of `namespace`, at any depth.
+fn unprefix_declared(reply: Reply, keys: &[Vec<u8>], namespace: &str) -> Reply {
+    match reply {
+        Reply::Bulk(b) if keys.contains(&b) => Reply::Bulk(b[namespace.len()..].to_vec()),
+        Reply::Array(items) => Reply::Array(
+            items
+                .into_iter()
+                .map(|r| unprefix_declared(r, keys, namespace))
+                .collect(),
+        ),
+        other => other,
     }
 }
 

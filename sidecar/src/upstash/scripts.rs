@@ -149,9 +149,15 @@ pub fn prepare(name: String, mut args: Vec<Vec<u8>>, door: &Door<'_>) -> Result<
     } else {
         rewrite(&mut args[1]);
     }
+    let declared = args[3..3 + numkeys].to_vec();
+    let then = if namespace.is_empty() || declared.is_empty() {
+        Then::AsIs
+    } else {
+        Then::DeclaredKeys(declared)
+    };
     Ok(Prepared {
         first_key: (numkeys > 0).then_some(3),
-        ..script(args, Then::AsIs)
+        ..script(args, then)
     })
 }
 
