@@ -15,8 +15,7 @@ pub mod client;
 pub mod config;
 pub mod error;
 pub mod ferry;
-pub mod jwks;
-pub mod jwt;
+pub use ferry_shared::{jwks, jwt};
 pub mod outcome;
 pub mod pricing;
 

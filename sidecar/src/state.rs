@@ -31,6 +31,8 @@ pub struct AppState {
     pub upstash_conns: crate::upstash::conns::Conns,
     /// The script users' ACLs, as checked (`upstash::acl`).
     pub upstash_acl: crate::upstash::acl::Checked,
+    /// End users' signing keys (`identity.jwks_url`), for the Neon driver's `authToken`.
+    pub end_users: crate::http::end_user::EndUsers,
     /// Streaming replicas for plain reads (`[replicas]`), and the positions writes return.
     pub replicas: Arc<crate::store::replicas::Replicas>,
     /// The read engine's handles (the same pools, cache, flights and blocking rule).
@@ -144,6 +146,7 @@ impl AppState {
             upstash: std::sync::OnceLock::new(),
             upstash_conns,
             upstash_acl: Default::default(),
+            end_users: Default::default(),
             reads,
         }))
     }

@@ -1,7 +1,7 @@
 //! `[identity]`: the end-user roles a signed request may run its statements as, so Postgres
 //! row-level security applies per user.
 
-use super::{Config, ConfigError};
+use super::{Config, ConfigError, Redacted};
 use serde::{Deserialize, Serialize};
 
 /// Claims larger than this (as JSON, in bytes) are refused: they travel in every request and
@@ -32,6 +32,20 @@ pub struct IdentityConfig {
     pub rate_per_s: u32,
     /// How many requests one end user may send at once above the rate (the bucket's size).
     pub burst: u32,
+    /// End users' JWTs verified by the sidecar itself (the Neon driver's `authToken`, sent to
+    /// `/sql` as `Authorization: Bearer`): the HS256 secret, at least 32 bytes (prefer
+    /// `jwt_secret_file` or FERRY_IDENTITY_JWT_SECRET). Empty with an empty `jwks_url`: such
+    /// requests are refused.
+    pub jwt_secret: Redacted<String>,
+    pub jwt_secret_file: String,
+    /// The auth provider's JWKS (RS256 and ES256 tokens), fetched over HTTPS (plain HTTP only on
+    /// loopback) and kept `jwks_ttl_s` seconds (refetched sooner, at most every 30 s, for a key
+    /// it does not hold yet).
+    pub jwks_url: String,
+    pub jwks_ttl_s: u64,
+    /// When set, a token's `aud` must be (or contain) it, and its `iss` must equal this.
+    pub jwt_audience: String,
+    pub jwt_issuer: String,
 }
 
 impl Default for IdentityConfig {
@@ -42,6 +56,12 @@ impl Default for IdentityConfig {
             allow_raw_sql: false,
             rate_per_s: 0,
             burst: 20,
+            jwt_secret: Redacted(String::new()),
+            jwt_secret_file: String::new(),
+            jwks_url: String::new(),
+            jwks_ttl_s: 600,
+            jwt_audience: String::new(),
+            jwt_issuer: String::new(),
         }
     }
 }
@@ -88,6 +108,34 @@ impl Config {
                 "identity.rate_per_s",
                 "at most 1000000 (0 turns it off)".into(),
             );
+        }
+        if !c.jwt_secret.is_empty() && c.jwt_secret.len() < ferry_shared::jwt::MIN_SECRET_LEN {
+            return invalid(
+                "identity.jwt_secret",
+                format!(
+                    "at least {} bytes (HS256 needs a 256-bit key)",
+                    ferry_shared::jwt::MIN_SECRET_LEN
+                ),
+            );
+        }
+        if !c.jwks_url.is_empty() {
+            let ok = match c.jwks_url.split_once("://") {
+                Some(("https", _)) => true,
+                Some(("http", rest)) => {
+                    let host = rest.split(['/', ':']).next().unwrap_or_default();
+                    matches!(host, "127.0.0.1" | "localhost" | "[") || rest.starts_with("[::1]")
+                }
+                _ => false,
+            };
+            if !ok {
+                return invalid(
+                    "identity.jwks_url",
+                    "an https:// URL (plain http only on loopback)".into(),
+                );
+            }
+            if c.jwks_ttl_s == 0 {
+                return invalid("identity.jwks_ttl_s", "at least 1".into());
+            }
         }
         if !valid_setting(&c.claims_setting) {
             return invalid(

@@ -110,6 +110,12 @@ impl Config {
         if !self.auth.secret_file.is_empty() {
             self.auth.secret = Redacted(read("auth.secret_file", &self.auth.secret_file)?);
         }
+        if !self.identity.jwt_secret_file.is_empty() {
+            self.identity.jwt_secret = Redacted(read(
+                "identity.jwt_secret_file",
+                &self.identity.jwt_secret_file,
+            )?);
+        }
         if !self.postgres.password_file.is_empty() {
             self.postgres.password = Some(Redacted(read(
                 "postgres.password_file",

@@ -29,6 +29,10 @@ pub enum ApiError {
     /// A bearer-style credential (a token of `[upstash]` or `[neon]`) is not one Ferry knows.
     #[error("unauthorized: unknown {what}")]
     Unauthorized { what: &'static str },
+    /// An end user's token (`Authorization: Bearer <JWT>` at the Neon door) did not check out;
+    /// the message says what is wrong with it, never what was expected.
+    #[error("unauthorized: {message}")]
+    EndUser { message: String },
     /// Parameters do not fit the statement, or Postgres refused a parameter value.
     #[error("bad params: {message}")]
     BadParams {
@@ -146,7 +150,7 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
             ApiError::Auth(e) => e.code(),
             ApiError::Replayed => ErrorCode::AuthReplayed,
-            ApiError::Unauthorized { .. } => ErrorCode::Unauthorized,
+            ApiError::Unauthorized { .. } | ApiError::EndUser { .. } => ErrorCode::Unauthorized,
             ApiError::BadParams { .. } => ErrorCode::BadParams,
             ApiError::Sql { .. } | ApiError::Postgres(_) => ErrorCode::SqlError,
             ApiError::StatementNotAllowed { .. } => ErrorCode::StatementNotAllowed,
@@ -219,6 +223,10 @@ impl ApiError {
             ApiError::Auth(e) => e.message(),
             ApiError::Replayed => "nonce already used".into(),
             ApiError::Unauthorized { what } => format!("unknown {what}"),
+            ApiError::EndUser { message } => {
+                detail.field = Some("Authorization".into());
+                message.clone()
+            }
             ApiError::PayloadTooLarge { .. }
             | ApiError::StatementNotAllowed { .. }
             | ApiError::ResultTooLarge { .. }

@@ -2,6 +2,7 @@
 //! JSON bodies, request ids, TLS, metrics, and `error`, the one place failures become HTTP.
 
 pub mod auth;
+pub mod end_user;
 pub mod error;
 pub mod json;
 pub mod json_out;

@@ -67,12 +67,16 @@ pub fn authenticate(headers: &HeaderMap, config: &Config) -> Result<NeonToken, A
 }
 
 /// Checks the body and headers; every refusal names what is wrong, before anything runs.
+/// `user`: the end user the driver's `authToken` named (`http::end_user`, already verified).
 pub fn plan(
     headers: &HeaderMap,
     body: &[u8],
     config: &Config,
     token: &NeonToken,
+    user: Option<ferry_shared::api::Identity>,
 ) -> Result<Request, ApiError> {
+    // Every statement here is raw SQL: an end user's identity needs identity.allow_raw_sql.
+    let identity = crate::read::identity::identity(config, user, true, "")?;
     let body: Body = serde_json::from_slice(body).map_err(|_| {
         ApiError::bad_request(
             "the body must be {\"query\": SQL, \"params\": [...]} or {\"queries\": [...]}",
@@ -149,6 +153,7 @@ pub fn plan(
             read_only: token.read_only || flag(headers, "neon-batch-read-only") || cache.is_some(),
             deferrable: flag(headers, "neon-batch-deferrable"),
             role: (!token.postgres_url.is_empty()).then(|| token.postgres_url.as_str().into()),
+            identity,
         },
         cache,
     })

@@ -309,7 +309,8 @@ fn fill(
                 _ if prefetched.is_some() => prefetched.map(Ok),
                 ReadFormat::Text { array_mode, role } => {
                     let role = role.clone();
-                    Some(text_query(&s, sql.clone(), &params, *array_mode, role, limits).await)
+                    let who = who.clone();
+                    Some(text_query(&s, sql.clone(), &params, *array_mode, role, who, limits).await)
                 }
                 ReadFormat::Json => {
                     on_event_loop(&s, &sql, &params, limits, who.clone(), reset).await

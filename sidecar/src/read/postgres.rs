@@ -57,7 +57,7 @@ pub(super) async fn run_query(state: &State, plan: ReadPlan) -> Result<Vec<Row>,
         ..
     } = plan;
     if let ReadFormat::Text { array_mode, role } = format {
-        return text_query(state, sql, &params, array_mode, role, limits).await;
+        return text_query(state, sql, &params, array_mode, role, who, limits).await;
     }
     if state.replicas.pick(after).is_some() {
         let s = state.clone();
@@ -97,6 +97,7 @@ pub(super) async fn text_query(
     params: &[Value],
     array_mode: bool,
     role: Option<Arc<str>>,
+    identity: Option<Arc<SessionIdentity>>,
     limits: ReadLimits,
 ) -> Result<Vec<Row>, ApiError> {
     let _slot = state.blocking.admit()?;
@@ -114,6 +115,7 @@ pub(super) async fn text_query(
         read_only: true,
         deferrable: false,
         role,
+        identity,
     };
     let ran = tokio::time::timeout(
         state.blocking.timeout(),

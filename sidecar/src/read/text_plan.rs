@@ -6,6 +6,8 @@ use crate::config::Config;
 use crate::http::error::ApiError;
 use crate::store::cache::{table_tag, Cache, EntryPolicy};
 use crate::store::db::Reset;
+use crate::store::identity::SessionIdentity;
+use crate::store::pg_text::Query;
 use ferry_shared::api::CacheMode;
 use serde_json::Value;
 use std::sync::Arc;
@@ -15,15 +17,20 @@ use std::sync::Arc;
 /// from the other row shape, by the fingerprint.
 /// `role`: the Neon token's `postgres_url` (None: `postgres.url`'s role). Entries are the
 /// role's own: a token whose role may read less never gets what another role's read filled.
+/// `identity`: the end user it runs as (the driver's `authToken`): entries are theirs alone.
 pub fn text_read(
     config: &Config,
-    sql: String,
-    params: Vec<Option<String>>,
-    array_mode: bool,
+    query: Query,
     ttl_s: u64,
     tables: &[String],
     role: Option<&str>,
+    identity: Option<Arc<SessionIdentity>>,
 ) -> Result<ReadPlan, ApiError> {
+    let Query {
+        sql,
+        params,
+        array_mode,
+    } = query;
     let limits = config.limits();
     limits.ttl("Ferry-Cache-TTL", ttl_s)?;
     let tables = super::plan::tables(config, &[], tables, "Ferry-Cache-Tables")?;
@@ -35,7 +42,14 @@ pub fn text_read(
     let who = role
         .and_then(crate::store::postgres::login_role)
         .unwrap_or_default();
-    let fingerprint = Cache::fingerprint_in(&[shape, &who], &sql, &params);
+    // An end user's read is theirs alone: their role and claims are in the fingerprint.
+    let fingerprint = match &identity {
+        Some(user) => {
+            let [a, r, c] = user.scope();
+            Cache::fingerprint_in(&[shape, &who, a, r, c], &sql, &params)
+        }
+        None => Cache::fingerprint_in(&[shape, &who], &sql, &params),
+    };
     Ok(ReadPlan {
         sql,
         params,
@@ -56,7 +70,7 @@ pub fn text_read(
             role: role.map(Arc::from),
         },
         reset: Reset::Always,
-        identity: None,
+        identity,
         after: None,
         batch: None,
     })

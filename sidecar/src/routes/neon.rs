@@ -76,16 +76,22 @@ async fn serve(
     // One config snapshot; the credential before anything of the body is parsed.
     let config = state.config();
     let token = neon::authenticate(req.headers(), &config)?;
+    // The driver's `authToken`: the end user the statements run as (RLS), checked here.
+    let authorization = req
+        .headers()
+        .get(actix_web::http::header::AUTHORIZATION)
+        .map(|v| v.to_str().unwrap_or("\u{0}"));
+    let user = state.end_users.identity(authorization, &config).await?;
     let body = state.verifier.read_body(req, payload).await?;
-    let request = neon::plan(req.headers(), &body, &config, &token)?;
+    let request = neon::plan(req.headers(), &body, &config, &token, user)?;
     let limits = config.limits().read;
     if let Some((ttl_s, tables)) = request.cache {
         let Some(q) = request.plan.queries.into_iter().next() else {
             return Err(ApiError::internal("a cached read without its query"));
         };
         let role = request.plan.role.as_deref();
-        let read =
-            text_plan::text_read(&config, q.sql, q.params, q.array_mode, ttl_s, &tables, role)?;
+        let who = request.plan.identity.clone();
+        let read = text_plan::text_read(&config, q, ttl_s, &tables, role, who)?;
         let mut answer = engine::read(&state.reads, read).await?;
         let result = answer.rows.pop().map_or(Value::Null, Value::Object);
         return Ok((result, Some((answer.cache, answer.age_ms))));

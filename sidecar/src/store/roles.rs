@@ -35,6 +35,9 @@ pub struct Audit {
     pub identity: Vec<String>,
     /// The change stream is on: its marks must be the stream's alone.
     pub changes: bool,
+    /// `identity.allow_raw_sql`: the operator trusts raw SQL's authors with end users' roles,
+    /// so a token's role may hold them (the Neon driver's `authToken` needs it to).
+    pub raw_sql_as_users: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -86,6 +89,7 @@ impl Audit {
             requests,
             identity: config.identity.roles.clone(),
             changes: config.changes.enabled,
+            raw_sql_as_users: config.identity.allow_raw_sql,
         })
     }
 }
@@ -212,10 +216,11 @@ pub async fn audit(client: &Client, a: &Audit) -> Result<(), String> {
                  REVOKE it"
                     .to_string(),
             )
-        } else if r.token && !identity.is_empty() {
+        } else if r.token && !identity.is_empty() && !a.raw_sql_as_users {
             Some(format!(
                 "holds the end users' role(s) {identity:?}: a token's SQL could SET ROLE and act \
-                 as any user; REVOKE them from it"
+                 as any user; REVOKE them from it (or, to run the Neon driver's authToken as \
+                 end users, trust raw SQL's authors with identity.allow_raw_sql = true)"
             ))
         } else if r.read_only && !lo.is_empty() {
             Some(format!(

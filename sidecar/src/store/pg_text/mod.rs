@@ -47,6 +47,9 @@ pub struct SqlPlan {
     pub deferrable: bool,
     /// The Neon token's `postgres_url`, whose role's sessions run it (None: `postgres.url`).
     pub role: Option<std::sync::Arc<str>>,
+    /// The end user it runs as (the driver's `authToken`), taken on before the first statement
+    /// and dropped by the session's reset.
+    pub identity: Option<std::sync::Arc<crate::store::identity::SessionIdentity>>,
 }
 
 /// The simple query's prefix before the caller's SQL, when it has parameters.
@@ -59,7 +62,13 @@ pub async fn run(pools: &Pools, plan: &SqlPlan, limits: ReadLimits) -> Result<Va
     let Some(client) = session.client.as_ref() else {
         return Err(ApiError::internal("session without a client"));
     };
-    let out = on_session(client, plan, limits).await;
+    let out = match &plan.identity {
+        Some(who) => match who.assume_async(client).await {
+            Ok(()) => on_session(client, plan, limits).await,
+            Err(f) => Err(f.into_api()),
+        },
+        None => on_session(client, plan, limits).await,
+    };
     let cut_short = matches!(out, Err(ApiError::ResultTooLarge { .. }));
     if !cut_short && !client.is_closed() && client.batch_execute(RESET).await.is_ok() {
         // DISCARD ALL dropped the driver's cached type-lookup statements too.

@@ -1,15 +1,17 @@
-//! The end user's JWT, verified at the edge (RFC 7519), turned into the identity the sidecar
-//! runs their statements as. HS256 here, with the Worker's secret; RS256 and ES256 against the
-//! provider's JWKS in `jwks.rs`.
+//! The end user's JWT (RFC 7519), turned into the identity the sidecar runs their statements
+//! as: verified at the edge for its routes, and at the sidecar for the Neon driver's
+//! `authToken`. HS256 here, with a shared secret; RS256 and ES256 against the provider's JWKS
+//! (`jwks` chooses the key; the signature is checked by WebCrypto at the edge and by the
+//! sidecar's own crypto).
 //!
 //! Strict by design: an algorithm only with its own kind of key (no `none`; an HS256 token is
 //! never checked with a public key, nor RS256 with the secret), no `crit` extensions, an `exp` required, `nbf`, `aud` and `iss` checked when
 //! present or configured. The MAC is compared in constant time. Nothing here trusts the token
 //! before its signature has checked out, except its length and header.
 
+use crate::api::Identity;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use ferry_shared::api::Identity;
 use hmac::{Hmac, Mac};
 use serde_json::{Map, Value};
 use sha2::Sha256;
@@ -23,7 +25,7 @@ pub const LEEWAY_S: u64 = 30;
 /// The role a token without a `role` claim runs as (Supabase's and PostgREST's convention).
 pub const DEFAULT_ROLE: &str = "authenticated";
 
-/// What a token must also satisfy, from the Worker's bindings.
+/// What a token must also satisfy (the Worker's bindings, the sidecar's `[identity]`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Rules {
     /// `FERRY_JWT_AUDIENCE`: when set, `aud` must be (or contain) it.
@@ -63,13 +65,13 @@ impl JwtError {
         match self {
             JwtError::Missing => "this route needs Authorization: Bearer <JWT>".into(),
             JwtError::Malformed(what) => format!("malformed token: {what}"),
-            JwtError::Algorithm => "token algorithm not accepted (HS256 only)".into(),
+            JwtError::Algorithm => "token algorithm not accepted".into(),
             JwtError::BadSignature => "token signature does not match".into(),
             JwtError::Expired => "token expired".into(),
             JwtError::NotYetValid => "token not valid yet (nbf)".into(),
             JwtError::Audience => "token audience not accepted".into(),
             JwtError::Issuer => "token issuer not accepted".into(),
-            JwtError::UnknownKey => "token signed with a key this Worker does not know".into(),
+            JwtError::UnknownKey => "token signed with a key that is not known here".into(),
             JwtError::KeysUnavailable => "the signing keys could not be fetched; retry".into(),
         }
     }
@@ -155,7 +157,7 @@ impl Parsed<'_> {
 /// Verifies `token` with `secret` at `now_s` (Unix seconds) and returns its claims.
 ///
 /// ```
-/// use ferry_edge::jwt::{sign_hs256, verify_hs256, JwtError, Rules};
+/// use ferry_shared::jwt::{sign_hs256, verify_hs256, JwtError, Rules};
 /// let key = b"0123456789abcdef0123456789abcdef";
 /// let token = sign_hs256(&serde_json::json!({"sub": "alice", "exp": 2_000_000_000}), key);
 /// let claims = verify_hs256(&token, key, &Rules::default(), 1_900_000_000).unwrap();

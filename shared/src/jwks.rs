@@ -2,9 +2,9 @@
 //!
 //! A key is chosen by the token's `kid` and must be of the kind its `alg` needs: RS256 only
 //! with an RSA key, ES256 only with a P-256 key, never the other way, and HS256 never here (it
-//! is checked with the Worker's own secret). The chosen key is reduced to its public
-//! parameters, which is all WebCrypto needs to verify. Verification itself runs in the Worker
-//! (`ferry::user`), with WebCrypto.
+//! is checked with a shared secret). The chosen key is reduced to its public parameters, which
+//! is all a verifier needs: WebCrypto in the Worker (`ferry::user`), the sidecar's own crypto
+//! for the Neon door (`http::end_user`).
 
 use crate::jwt::JwtError;
 use serde_json::{Map, Value};
