@@ -220,3 +220,65 @@ fn redis_down_never_fails_a_cached_sql_read_and_protocols_never_share_entries() 
     wait_caught_up(&s);
     until_hit(&s, "item 1");
 }
+
+/// A cached `/sql` read with the driver's `authToken` is the end user's alone: alice's cached
+/// notes never answer bob, and each hits their own entry afterwards. Postgres's row-level
+/// security decides what each sees; the cache must not undo it.
+#[test]
+fn cached_reads_with_an_auth_token_are_each_users_own() {
+    let (redis, pg) = (RedisServer::start(), logical_pg());
+    pg.client()
+        .batch_execute(
+            "GRANT SELECT ON notes TO ferry_changes; ALTER PUBLICATION ferry ADD TABLE notes;",
+        )
+        .expect("watch notes");
+    let secret = "neon-cache-jwt-secret-0123456789abcdef";
+    let s = spawn_with(
+        &redis,
+        &pg,
+        &[
+            ("FERRY_NEON_ENABLED", "true"),
+            ("FERRY_NEON_TOKEN", TOKEN),
+            ("FERRY_CHANGES_TABLES", "orders,notes"),
+            ("FERRY_IDENTITY_ALLOW_RAW_SQL", "true"),
+            ("FERRY_IDENTITY_JWT_SECRET", secret),
+        ],
+    );
+    wait_caught_up(&s);
+    let exp = 4_000_000_000u64;
+    let notes = |sub: &str| {
+        let jwt =
+            ferry_shared::jwt::sign_hs256(&json!({"sub": sub, "exp": exp}), secret.as_bytes());
+        let auth = format!("Bearer {jwt}");
+        let (status, cache, body) = post(
+            &s,
+            json!({"query": "SELECT owner FROM notes ORDER BY id"}),
+            "",
+            &[
+                ("Ferry-Cache-TTL", "600"),
+                ("Ferry-Cache-Tables", "notes"),
+                ("Authorization", auth.as_str()),
+            ],
+        );
+        assert_eq!(status, 200, "{body}");
+        let owners: Vec<String> = body["rows"]
+            .as_array()
+            .map(|r| {
+                r.iter()
+                    .filter_map(|o| o["owner"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        (owners, cache)
+    };
+    let alice = vec!["alice".to_string(), "alice".to_string()];
+    let bob = vec!["bob".to_string()];
+    assert_eq!(notes("alice"), (alice.clone(), "miss".into()));
+    assert_eq!(
+        notes("bob"),
+        (bob.clone(), "miss".into()),
+        "bob never gets alice's entry"
+    );
+    assert_eq!(notes("alice"), (alice, "hit".into()));
+    assert_eq!(notes("bob"), (bob, "hit".into()));
+}
