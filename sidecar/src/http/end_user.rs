@@ -120,13 +120,29 @@ impl EndUsers {
     }
 }
 
+/// The client that fetches key sets: the system's trust roots, read once (reqwest is built
+/// with manual roots, so no other client of the process pays for reading them).
+fn client() -> Result<&'static reqwest::Client, String> {
+    static CLIENT: std::sync::OnceLock<Result<reqwest::Client, String>> =
+        std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            let mut b = reqwest::Client::builder()
+                .timeout(FETCH_TIMEOUT)
+                .redirect(reqwest::redirect::Policy::none());
+            for cert in rustls_native_certs::load_native_certs().certs {
+                if let Ok(c) = reqwest::Certificate::from_der(&cert) {
+                    b = b.add_root_certificate(c);
+                }
+            }
+            b.build().map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
 async fn fetch(url: &str) -> Result<KeySet, String> {
-    let client = reqwest::Client::builder()
-        .timeout(FETCH_TIMEOUT)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| e.to_string())?;
-    let mut resp = client.get(url).send().await.map_err(|e| e.to_string())?;
+    let mut resp = client()?.get(url).send().await.map_err(|e| e.to_string())?;
     if !resp.status().is_success() {
         return Err(format!("status {}", resp.status()));
     }
