@@ -6,7 +6,6 @@
 use crate::error::EdgeError;
 use crate::jwt::{self, Rules};
 use ferry_shared::api::Identity;
-use ferry_shared::sign::body_digest;
 
 /// Shortest API key accepted; a shorter configured key counts as none.
 pub const MIN_API_KEY_LEN: usize = 16;
@@ -23,14 +22,8 @@ pub fn require_api_key(
             crate::config::API_KEY
         )));
     };
-    let given = authorization
-        .and_then(|h| {
-            h.strip_prefix("Bearer ")
-                .or_else(|| h.strip_prefix("bearer "))
-        })
-        .map(str::trim)
-        .unwrap_or_default();
-    if equal_in_constant_time(given, key) {
+    let given = ferry_shared::token::bearer(authorization).unwrap_or_default();
+    if ferry_shared::token::same(given, key) {
         Ok(())
     } else {
         Err(EdgeError::Unauthorized(
@@ -59,16 +52,6 @@ pub fn end_user(
     jwt::verify_hs256(token, secret.as_bytes(), rules, now_s)
         .map(jwt::identity)
         .map_err(|e| EdgeError::Unauthorized(e.message()))
-}
-
-/// Compares the SHA-256 digests of both strings byte by byte without an early exit, so the
-/// time taken reveals neither the key's length nor how much of it matched.
-fn equal_in_constant_time(a: &str, b: &str) -> bool {
-    let (x, y) = (body_digest(a.as_bytes()), body_digest(b.as_bytes()));
-    x.bytes()
-        .zip(y.bytes())
-        .fold(0u8, |acc, (p, q)| acc | (p ^ q))
-        == 0
 }
 
 #[cfg(test)]

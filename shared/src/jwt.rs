@@ -79,14 +79,7 @@ impl JwtError {
 
 /// The bearer token of an `Authorization` header.
 pub fn bearer(authorization: Option<&str>) -> Result<&str, JwtError> {
-    authorization
-        .and_then(|h| {
-            h.strip_prefix("Bearer ")
-                .or_else(|| h.strip_prefix("bearer "))
-        })
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .ok_or(JwtError::Missing)
+    crate::token::bearer(authorization).ok_or(JwtError::Missing)
 }
 
 /// A token split, its header read and its signature decoded: nothing in it is trusted yet.

@@ -21,6 +21,7 @@ pub mod jwks;
 pub mod jwt;
 pub mod position;
 pub mod sign;
+pub mod token;
 pub mod transaction;
 
 pub use error::{ErrorBody, ErrorCode};

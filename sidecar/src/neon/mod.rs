@@ -49,21 +49,11 @@ pub fn authenticate(headers: &HeaderMap, config: &Config) -> Result<NeonToken, A
     let password = password(conn).ok_or_else(|| {
         ApiError::bad_request("Neon-Connection-String is not a postgres:// URL with a password")
     })?;
-    let mut found = None;
-    for t in &config.neon.tokens {
-        let same = t.token.len() == password.len()
-            && t.token
-                .bytes()
-                .zip(password.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0;
-        if same && found.is_none() {
-            found = Some(t.clone());
-        }
-    }
-    found.ok_or(ApiError::Unauthorized {
-        what: "token (the connection string's password)",
-    })
+    ferry_shared::token::find(&password, &config.neon.tokens, |t| t.token.as_str())
+        .cloned()
+        .ok_or(ApiError::Unauthorized {
+            what: "token (the connection string's password)",
+        })
 }
 
 /// Checks the body and headers; every refusal names what is wrong, before anything runs.

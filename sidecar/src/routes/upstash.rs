@@ -83,24 +83,9 @@ fn error(status: u16, message: &str) -> HttpResponse {
 
 /// The configured token the request's bearer matches (compared in constant time).
 fn token(headers: &HeaderMap, tokens: &[UpstashToken]) -> Option<UpstashToken> {
-    let bearer = headers
-        .get(actix_web::http::header::AUTHORIZATION)?
-        .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")?;
-    let mut found = None;
-    for t in tokens {
-        let same = t.token.len() == bearer.len()
-            && t.token
-                .bytes()
-                .zip(bearer.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0;
-        if same && found.is_none() {
-            found = Some(t.clone());
-        }
-    }
-    found
+    let header = headers.get(actix_web::http::header::AUTHORIZATION)?;
+    let given = ferry_shared::token::bearer(header.to_str().ok())?;
+    ferry_shared::token::find(given, tokens, |t| t.token.as_str()).cloned()
 }
 
 async fn serve(
