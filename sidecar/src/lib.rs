@@ -29,6 +29,7 @@ pub mod routes;
 pub mod state;
 pub mod store;
 pub mod upstash;
+pub mod write;
 
 pub use config::Config;
 pub use routes::configure;

@@ -28,14 +28,11 @@ pub async fn execute(
         .run(move || {
             let rows_affected =
                 db::execute(&s.pools, &sql, &params, who.as_deref(), nonce.as_ref())?;
-            // Only after the commit: invalidating first would let a read refill the old value.
-            // Flights first, so no later read joins a query that began before the write.
-            s.flights.forget(&keys, &tags);
-            let invalidation = s.cache.invalidate(&s.pools, &keys, &tags);
+            let done = crate::write::committed(&s, &keys, &tags);
             Ok(ExecuteResponse {
                 rows_affected,
-                invalidation,
-                position: s.replicas.position_after_write(&s.pools),
+                invalidation: done.invalidation,
+                position: done.position,
             })
         })
         .await?;

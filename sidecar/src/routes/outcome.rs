@@ -7,7 +7,7 @@ use super::State;
 use crate::http::error::ApiError;
 use crate::read::invalidation;
 use actix_web::{web, HttpRequest, HttpResponse};
-use ferry_shared::api::{InvalidationStatus, OutcomeRequest, OutcomeResponse};
+use ferry_shared::api::{OutcomeRequest, OutcomeResponse};
 
 pub async fn outcome(
     state: State,
@@ -34,17 +34,15 @@ pub async fn outcome(
         .blocking
         .run(move || {
             let rows = crate::store::write_outcome::outcome(&s.pools, &nonce)?;
-            let invalidation = if rows.is_some() {
-                s.flights.forget(&keys, &tags);
-                s.cache.invalidate(&s.pools, &keys, &tags)
-            } else {
-                InvalidationStatus::None
+            let done = match rows {
+                Some(_) => crate::write::committed(&s, &keys, &tags),
+                None => crate::write::not_committed(),
             };
             Ok(OutcomeResponse {
                 committed: rows.is_some(),
                 rows_affected: rows,
-                invalidation,
-                position: rows.and_then(|_| s.replicas.position_after_write(&s.pools)),
+                invalidation: done.invalidation,
+                position: done.position,
             })
         })
         .await?;

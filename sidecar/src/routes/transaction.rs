@@ -60,13 +60,11 @@ pub async fn transaction(
         .blocking
         .run(move || {
             let results = transaction::run(&s.pools, &tx)?;
-            // Only after the commit, as for /v1/execute (see there).
-            s.flights.forget(&keys, &tags);
-            let invalidation = s.cache.invalidate(&s.pools, &keys, &tags);
+            let done = crate::write::committed(&s, &keys, &tags);
             Ok(TransactionResponse {
                 results,
-                invalidation,
-                position: s.replicas.position_after_write(&s.pools),
+                invalidation: done.invalidation,
+                position: done.position,
             })
         })
         .await?;
@@ -193,20 +191,15 @@ async fn end(
         .blocking
         .run(move || {
             s.transactions.end(&s.pools, &e.id, &owner, commit_with)?;
-            let invalidation = if commit {
-                s.flights.forget(&keys, &tags);
-                s.cache.invalidate(&s.pools, &keys, &tags)
+            let done = if commit {
+                crate::write::committed(&s, &keys, &tags)
             } else {
-                ferry_shared::api::InvalidationStatus::None
+                crate::write::not_committed()
             };
             Ok(EndResponse {
                 committed: commit,
-                invalidation,
-                position: if commit {
-                    s.replicas.position_after_write(&s.pools)
-                } else {
-                    None
-                },
+                invalidation: done.invalidation,
+                position: done.position,
             })
         })
         .await?;
