@@ -20,6 +20,7 @@
 // A panic is an outage here (a dead request, or on the edge a dead isolate).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod background;
 pub mod changes;
 pub mod config;
 pub mod http;

@@ -181,10 +181,13 @@ async fn serve(config: Config, path: Option<PathBuf>, log: LogHandle) -> std::io
     let main = ferry_sidecar::run(listener, state.clone())?;
     let admin_listen = state.config().server.admin_listen.clone();
     if admin_listen.is_empty() {
-        return main.await;
+        let result = main.await;
+        state.background.shutdown(std::time::Duration::from_secs(5));
+        return result;
     }
     let admin = bind(&admin_listen, "server.admin_listen")?;
     tracing::info!(admin = %admin.local_addr()?, "metrics on GET /metrics");
+    let background = state.clone();
     let admin = ferry_sidecar::admin(admin, state)?;
     let admin_handle = admin.handle();
     // The admin server stops with the main one (both handle SIGTERM themselves).
@@ -192,5 +195,8 @@ async fn serve(config: Config, path: Option<PathBuf>, log: LogHandle) -> std::io
     let result = main.await;
     admin_handle.stop(true).await;
     let _ = admin_task.await;
+    background
+        .background
+        .shutdown(std::time::Duration::from_secs(5));
     result
 }

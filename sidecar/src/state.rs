@@ -33,6 +33,8 @@ pub struct AppState {
     pub upstash_acl: crate::upstash::acl::Checked,
     /// End users' signing keys (`identity.jwks_url`), for the Neon driver's `authToken`.
     pub end_users: crate::http::end_user::EndUsers,
+    /// Every background task, stopped together at shutdown (`background`).
+    pub background: crate::background::Background,
     /// Streaming replicas for plain reads (`[replicas]`), and the positions writes return.
     pub replicas: Arc<crate::store::replicas::Replicas>,
     /// The read engine's handles (the same pools, cache, flights and blocking rule).
@@ -74,7 +76,8 @@ impl AppState {
             cache = cache.keep_deferred_in(table);
         }
         let cache = Arc::new(cache);
-        let changes = crate::changes::start(&config, &cache, &pools);
+        let background = crate::background::Background::default();
+        let changes = crate::changes::start(&config, &cache, &pools, &background);
         let verifier = Verifier::new(
             secrets(&config),
             config.auth.max_skew_s,
@@ -93,15 +96,17 @@ impl AppState {
                 .then(|| crate::store::postgres::login_role(&config.postgres.url))
                 .flatten(),
         );
-        nonces.spawn_sweeper(Arc::downgrade(&pools));
+        nonces.spawn_sweeper(&background, Arc::downgrade(&pools));
         let blocking = Blocking::new(config.server.max_in_flight, timeout);
         spawn_invalidation_retry(
+            &background,
             Arc::downgrade(&cache),
             Arc::downgrade(&pools),
             Duration::from_millis(config.cache.invalidation_retry_ms.max(10)),
         );
         let readiness = Arc::new(crate::store::readiness::Readiness::default());
         crate::store::readiness::spawn_probe(
+            &background,
             Arc::downgrade(&readiness),
             Arc::downgrade(&pools),
             Duration::from_millis(config.server.readiness_interval_ms.max(10)),
@@ -111,17 +116,18 @@ impl AppState {
             config.transaction_idle_timeout(),
             Duration::from_millis(config.limits.transaction_max_lifetime_ms),
         ));
-        spawn_reaper(Arc::downgrade(&transactions));
+        spawn_reaper(&background, Arc::downgrade(&transactions));
         let flights = Arc::new(Flights::default());
         let leases = crate::store::leases::Leases::new(
             &config.cache.key_prefix,
             pools.has_wakeup_connection(),
         );
         leases.spawn_listener(
+            &background,
             crate::store::redis::node_clients(&config.redis).map_err(ApiError::internal)?,
         );
         let replicas = Arc::new(crate::store::replicas::Replicas::new(&config)?);
-        replicas.spawn_monitor(Arc::downgrade(&pools));
+        replicas.spawn_monitor(&background, Arc::downgrade(&pools));
         let reads = crate::read::Reads {
             replicas: replicas.clone(),
             pools: pools.clone(),
@@ -147,50 +153,58 @@ impl AppState {
             upstash_conns,
             upstash_acl: Default::default(),
             end_users: Default::default(),
+            background,
             reads,
         }))
     }
 }
 
 /// Rolls back abandoned interactive transactions, ten times a second, until the state goes.
-fn spawn_reaper(transactions: Weak<crate::store::interactive::OpenTransactions>) {
-    let spawned = std::thread::Builder::new()
-        .name("ferry-transaction-reaper".into())
-        .spawn(move || loop {
-            std::thread::sleep(Duration::from_millis(100));
+fn spawn_reaper(
+    background: &crate::background::Background,
+    transactions: Weak<crate::store::interactive::OpenTransactions>,
+) {
+    background.every(
+        "ferry-transaction-reaper",
+        "abandoned interactive transactions are not rolled back",
+        Duration::from_millis(100),
+        move || {
             let Some(t) = transactions.upgrade() else {
-                return;
+                return false;
             };
             t.reap();
-        });
-    if let Err(e) = spawned {
-        tracing::error!(error = %e, "cannot start the transaction reaper thread");
-    }
+            true
+        },
+    );
 }
 
-fn spawn_invalidation_retry(cache: Weak<Cache>, pools: Weak<Pools>, every: Duration) {
-    let spawned = std::thread::Builder::new()
-        .name("ferry-invalidation-retry".into())
-        .spawn(move || {
-            // The shared table about once a second (one cheap query while it is empty).
-            let mut table_due = std::time::Instant::now();
-            loop {
-                std::thread::sleep(every);
-                let (Some(cache), Some(pools)) = (cache.upgrade(), pools.upgrade()) else {
-                    return;
-                };
-                if cache.pending_count() > 0 {
-                    cache.flush_pending(&pools);
-                }
-                if table_due.elapsed() >= Duration::from_secs(1) && pools.redis_available() {
-                    table_due = std::time::Instant::now();
-                    cache.flush_deferred_table(&pools);
-                }
+/// Deferred invalidations flushed every `every`, and the shared table of them about once a
+/// second (one cheap query while it is empty), until the state goes.
+fn spawn_invalidation_retry(
+    background: &crate::background::Background,
+    cache: Weak<Cache>,
+    pools: Weak<Pools>,
+    every: Duration,
+) {
+    let mut table_due = std::time::Instant::now();
+    background.every(
+        "ferry-invalidation-retry",
+        "deferred invalidations wait for a restart",
+        every,
+        move || {
+            let (Some(cache), Some(pools)) = (cache.upgrade(), pools.upgrade()) else {
+                return false;
+            };
+            if cache.pending_count() > 0 {
+                cache.flush_pending(&pools);
             }
-        });
-    if let Err(e) = spawned {
-        tracing::error!(error = %e, "cannot start the invalidation retry thread");
-    }
+            if table_due.elapsed() >= Duration::from_secs(1) && pools.redis_available() {
+                table_due = std::time::Instant::now();
+                cache.flush_deferred_table(&pools);
+            }
+            true
+        },
+    );
 }
 
 impl AppState {

@@ -175,7 +175,12 @@ impl Status {
 
 /// The stream's status; starts the consumer thread when `[changes]` is on. The thread stops
 /// once the cache and pools are dropped.
-pub fn start(config: &Config, cache: &Arc<Cache>, pools: &Arc<Pools>) -> Arc<Status> {
+pub fn start(
+    config: &Config,
+    cache: &Arc<Cache>,
+    pools: &Arc<Pools>,
+    background: &crate::background::Background,
+) -> Arc<Status> {
     let c = &config.changes;
     if !c.enabled {
         return Arc::new(Status::new(Role::Off, c.alert_lag_bytes));
@@ -188,21 +193,31 @@ pub fn start(config: &Config, cache: &Arc<Cache>, pools: &Arc<Pools>) -> Arc<Sta
         status: status.clone(),
         watched: deps::Watched::from_config(config),
     };
-    let spawned = std::thread::Builder::new()
-        .name("ferry-changes".into())
-        .spawn(move || {
-            match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt.block_on(stream::run(ctx)),
-                Err(e) => tracing::error!(error = %e, "change stream: no runtime"),
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::error!(error = %e, "cannot start the change stream thread");
-    }
+    background.spawn(
+        "ferry-changes",
+        "no change stream: cached reads bypass once its watermark ages",
+        move |stop| match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            // The stream ends with the state it serves; at shutdown, with the sidecar.
+            Ok(rt) => rt.block_on(async {
+                tokio::select! {
+                    _ = stream::run(ctx) => {}
+                    _ = until_stopped(&stop) => {}
+                }
+            }),
+            Err(e) => tracing::error!(error = %e, "change stream: no runtime"),
+        },
+    );
     status
+}
+
+/// Resolves once the sidecar is stopping (checked ten times a second).
+async fn until_stopped(stop: &crate::background::Stop) {
+    while !stop.stopping() {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// The startup check: with `[changes]` on, the server and role must allow logical decoding

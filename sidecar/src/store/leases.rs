@@ -223,26 +223,34 @@ impl Leases {
 
     /// The subscriber: one connection of its own, reconnecting after failures, until the
     /// leases go.
-    pub fn spawn_listener(self: &Arc<Self>, clients: Vec<redis::Client>) {
+    pub fn spawn_listener(
+        self: &Arc<Self>,
+        background: &crate::background::Background,
+        clients: Vec<redis::Client>,
+    ) {
         if !self.enabled {
             return;
         }
         let leases = Arc::downgrade(self);
         let channel = self.channel.clone();
-        let spawned = std::thread::Builder::new()
-            .name("ferry-fill-wakes".into())
-            .spawn(move || listen(leases, &clients, &channel));
-        if let Err(e) = spawned {
-            tracing::error!(error = %e, "cannot start the fill wake-up listener");
-        }
+        background.spawn(
+            "ferry-fill-wakes",
+            "waiters on another sidecar's fill wake only at their deadline",
+            move |stop| listen(leases, &clients, &channel, &stop),
+        );
     }
 }
 
 /// Subscribes on the first node, moving to the next after a failure (a cluster relays PUBLISH
 /// to every node, so any node that answers will do).
-fn listen(leases: Weak<Leases>, clients: &[redis::Client], channel: &str) {
+fn listen(
+    leases: Weak<Leases>,
+    clients: &[redis::Client],
+    channel: &str,
+    stop: &crate::background::Stop,
+) {
     let mut next = clients.iter().cycle();
-    while leases.strong_count() > 0 {
+    while leases.strong_count() > 0 && !stop.stopping() {
         let Some(client) = next.next() else {
             return;
         };
@@ -264,7 +272,7 @@ fn listen(leases: Weak<Leases>, clients: &[redis::Client], channel: &str) {
                             }
                         }
                         Err(e) if e.is_timeout() => {
-                            if leases.strong_count() == 0 {
+                            if leases.strong_count() == 0 || stop.stopping() {
                                 return Ok(());
                             }
                         }
@@ -274,7 +282,7 @@ fn listen(leases: Weak<Leases>, clients: &[redis::Client], channel: &str) {
             });
         if let Err(e) = subscribed {
             tracing::debug!(error = %e, "fill wake-ups: redis failed; reconnecting");
-            std::thread::sleep(Duration::from_millis(250));
+            stop.wait(Duration::from_millis(250));
         }
     }
 }

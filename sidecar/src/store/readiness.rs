@@ -121,10 +121,16 @@ fn pooled_pair(pools: &Pools) -> Option<(PgConn, PgConn)> {
 const UNCHECKED_RETRY: Duration = Duration::from_millis(200);
 
 /// Probes at once, then every `every`, until the state is dropped.
-pub fn spawn_probe(readiness: Weak<Readiness>, pools: Weak<Pools>, every: Duration) {
-    let spawned = std::thread::Builder::new()
-        .name("ferry-readiness".into())
-        .spawn(move || loop {
+pub fn spawn_probe(
+    background: &crate::background::Background,
+    readiness: Weak<Readiness>,
+    pools: Weak<Pools>,
+    every: Duration,
+) {
+    background.spawn(
+        "ferry-readiness",
+        "/readyz answers from no snapshot",
+        move |stop| loop {
             let (Some(r), Some(p)): (Option<Arc<Readiness>>, Option<Arc<Pools>>) =
                 (readiness.upgrade(), pools.upgrade())
             else {
@@ -139,9 +145,9 @@ pub fn spawn_probe(readiness: Weak<Readiness>, pools: Weak<Pools>, every: Durati
                 every
             };
             drop((r, p));
-            std::thread::sleep(next);
-        });
-    if let Err(e) = spawned {
-        tracing::error!(error = %e, "cannot start the readiness probe thread");
-    }
+            if !stop.wait(next) {
+                return;
+            }
+        },
+    );
 }

@@ -171,25 +171,27 @@ impl Replicas {
     }
 
     /// Checks every replica now, then every `poll_ms` until the replicas are dropped.
-    pub fn spawn_monitor(self: &Arc<Self>, pools: Weak<crate::store::pools::Pools>) {
+    pub fn spawn_monitor(
+        self: &Arc<Self>,
+        background: &crate::background::Background,
+        pools: Weak<crate::store::pools::Pools>,
+    ) {
         if self.list.is_empty() {
             return;
         }
         let me = Arc::downgrade(self);
-        let poll = self.poll;
-        let spawned = std::thread::Builder::new()
-            .name("ferry-replicas".into())
-            .spawn(move || loop {
+        background.every(
+            "ferry-replicas",
+            "no replica is used: reads go to the primary",
+            self.poll,
+            move || {
                 let (Some(r), Some(p)) = (me.upgrade(), pools.upgrade()) else {
-                    return;
+                    return false;
                 };
                 r.check(&p);
-                drop((r, p));
-                std::thread::sleep(poll);
-            });
-        if let Err(e) = spawned {
-            tracing::error!(error = %e, "cannot start the replica monitor: reads use the primary");
-        }
+                true
+            },
+        );
     }
 
     fn check(&self, pools: &crate::store::pools::Pools) {

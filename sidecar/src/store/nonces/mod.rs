@@ -107,15 +107,17 @@ impl SharedNonces {
 
     /// Makes sure of the books (as Ferry's own role), then deletes expired rows every 10 s,
     /// until the pools go (each sidecar sweeps; a row deleted twice is no harm).
-    pub fn spawn_sweeper(&self, pools: Weak<Pools>) {
+    pub fn spawn_sweeper(&self, background: &crate::background::Background, pools: Weak<Pools>) {
         let Some(s) = self.shared.clone() else {
             return;
         };
-        let spawned = std::thread::Builder::new()
-            .name("ferry-nonce-sweep".into())
-            .spawn(move || loop {
+        background.every(
+            "ferry-nonce-sweep",
+            "expired write outcomes are not deleted",
+            Duration::from_secs(10),
+            move || {
                 let Some(pools) = pools.upgrade() else {
-                    return;
+                    return false;
                 };
                 let swept = crate::store::session::with_owner_session(&pools, |session| {
                     s.books.make_sure(session)?;
@@ -133,12 +135,9 @@ impl SharedNonces {
                 if let Err(e) = swept {
                     tracing::debug!(error = %e.into_api(), "nonce sweep skipped");
                 }
-                drop(pools);
-                std::thread::sleep(Duration::from_secs(10));
-            });
-        if let Err(e) = spawned {
-            tracing::error!(error = %e, "cannot start the nonce sweeper thread");
-        }
+                true
+            },
+        );
     }
 }
 
