@@ -232,15 +232,39 @@ impl AppState {
                 .map_err(unavailable)?;
             crate::upstash::from_redis(&value)
         } else {
-            // The table is about 200 KB; 16 MB is room for any server's.
+            // The table is about 200 KB; 16 MB is room for any server's. Its memory limit is
+            // asked with it: what bounds a token's writes (a COPY of a large value makes Redis
+            // allocate what the request never carried) is the server's maxmemory.
             let command = [b"COMMAND".to_vec()];
-            self.upstash_conns
-                .exchange(None, &[&command], 16 << 20, Duration::from_secs(5), true)
+            let memory = [b"INFO".to_vec(), b"memory".to_vec()];
+            let mut replies = self
+                .upstash_conns
+                .exchange(
+                    None,
+                    &[&command, &memory],
+                    16 << 20,
+                    Duration::from_secs(5),
+                    true,
+                )
                 .await
                 .map_err(|e| {
                     tracing::warn!(error = %e, "upstash: the command table was not read");
                     "ERR redis is unavailable".to_string()
-                })?
+                })?;
+            if let Some(crate::upstash::wire::Reply::Bulk(info)) = replies.get(1) {
+                let unbounded = String::from_utf8_lossy(info)
+                    .lines()
+                    .any(|l| l.trim() == "maxmemory:0");
+                if unbounded {
+                    tracing::warn!(
+                        "upstash: the door's Redis has no maxmemory: a token's writes (a COPY or \
+                         SUNIONSTORE of large values) can take all of its server's memory; set \
+                         maxmemory (with maxmemory-policy noeviction, so writes past it fail)"
+                    );
+                }
+            }
+            replies.truncate(1);
+            replies
                 .pop()
                 .ok_or_else(|| "ERR redis is unavailable".to_string())?
         };

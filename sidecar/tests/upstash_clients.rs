@@ -45,6 +45,9 @@ fn start_with(tokens: Option<&str>) -> Setup {
             "-@keyspace",
             "-select",
             "-memory",
+            "-georadius",
+            "-georadiusbymember",
+            "-@pubsub",
             "+del",
             "+exists",
             "+expire",
@@ -308,9 +311,31 @@ fn the_libraries_built_on_the_client_work_unchanged() {
     assert!(keys.iter().any(|k| k.starts_with("app:rl-")), "{keys:?}");
     assert!(keys.iter().all(|k| k.starts_with("app:")), "{keys:?}");
 
+    // A whole-database token's scripts run as a script user of every key, one database.
     let whole = start_with(Some(&format!(
-        "[[upstash.tokens]]\ntoken = \"{TOKEN}\"\nprefix = \"\"\n"
+        "[[upstash.tokens]]\ntoken = \"{TOKEN}\"\nprefix = \"\"\n\
+         script_user = \"all-scripts\"\nscript_password = \"script-password\"\n"
     )));
+    let _: () = ::redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "all-scripts",
+            "on",
+            ">script-password",
+            "resetkeys",
+            "~*",
+            "+@all",
+            "-@dangerous",
+            "-select",
+            "-copy",
+            "-move",
+            "-memory",
+            "-georadius",
+            "-georadiusbymember",
+            "-@pubsub",
+        ])
+        .query(&mut whole.door.conn())
+        .expect("acl user");
     let url = format!("http://127.0.0.1:{}", whole.s.port);
     ferry_testkit::clients::run_node(
         script,

@@ -162,6 +162,15 @@ async fn serve(
         );
     }
     let on_cluster = state.pools.redis_cluster() && !door.own_redis;
+    // A keyspace walk is many commands: not inside a transaction, not across a cluster.
+    let walks = prepared.iter().flatten().any(|p| p.walk.is_some());
+    if walks && (on_cluster || matches!(shape, Shape::MultiExec)) {
+        return error(
+            400,
+            "ERR DBSIZE, KEYS, RANDOMKEY, FLUSHDB and SCAN WITHTYPE inside a namespace run \
+             neither inside MULTI nor on a Redis Cluster",
+        );
+    }
     if on_cluster {
         let atomic = matches!(shape, Shape::MultiExec);
         if let Err(why) = crate::upstash::cluster::admit(&mut prepared, atomic) {
@@ -265,23 +274,51 @@ async fn run(
         } else {
             None
         };
-        // Scripts run as the script user, the rest (Ferry's own scans included) as the door's:
-        // a pipeline goes in runs of one or the other, in order; a transaction whole.
+        // Scripts run as the script user, the rest as the door's, and a keyspace walk on its
+        // own (`upstash::scoped`): a pipeline goes in runs of one kind, in order; a
+        // transaction whole.
+        let budget = config.limits().read.max_bytes;
         let segments: Vec<(bool, Vec<&[Vec<u8>]>)> = if atomic {
             vec![(scripted, sent)]
         } else {
             let mut out: Vec<(bool, Vec<&[Vec<u8>]>)> = Vec::new();
             for p in prepared.iter().flatten() {
                 match out.last_mut() {
-                    Some((s, list)) if *s == p.script => list.push(p.args.as_slice()),
+                    _ if p.walk.is_some() => out.push((false, Vec::new())),
+                    Some((s, list)) if *s == p.script && !list.is_empty() => {
+                        list.push(p.args.as_slice())
+                    }
                     _ => out.push((p.script, vec![p.args.as_slice()])),
                 }
             }
             out
         };
+        let mut walks = prepared.iter().flatten().filter_map(|p| p.walk.as_ref());
         let repeatable = prepared.iter().flatten().all(|p| !p.write);
         let mut replies = Vec::with_capacity(prepared.len());
         for (scripts, commands) in segments {
+            if commands.is_empty() {
+                // A walk's place.
+                let Some(walk) = walks.next() else { continue };
+                let answer = crate::upstash::scoped::run(
+                    &state.upstash_conns,
+                    walk,
+                    budget,
+                    config.request_timeout(),
+                )
+                .await;
+                replies.push(match answer {
+                    Ok(reply) => reply,
+                    Err(Fault::TooLarge(n)) => Reply::Error(format!(
+                        "ERR the reply is larger than limits.max_read_bytes ({n} bytes)"
+                    )),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "upstash: a keyspace walk failed");
+                        return Err(unavailable());
+                    }
+                });
+                continue;
+            }
             let user = if scripts { script_user } else { None };
             let answers = exchange(state, config, user, &commands, atomic, scripts, repeatable)
                 .await

@@ -12,25 +12,36 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// What a script user must not be able to run (each refused by its ACL); `@` stands for a key
-/// of its own namespace, so that only the command, not the key, can be what is refused. COPY
-/// is on the list because an ACL cannot tell `COPY a b` from `COPY a b DB 5`; SORT because its
-/// BY and GET patterns read keys the ACL's key check never sees named; MIGRATE because it
-/// reaches other servers; the rest read or change the server itself.
-const FORBIDDEN: [&[&str]; 24] = [
+/// What a namespaced token's script user must not be able to run: list or count every key,
+/// or empty the database (a token that owns the whole database may).
+const KEYSPACE: [&[&str]; 5] = [
     &["SCAN", "0"],
     &["KEYS", "*"],
     &["RANDOMKEY"],
     &["DBSIZE"],
+    &["FLUSHDB"],
+];
+
+/// What no script user may run (each refused by its ACL); `@` stands for a key of its own
+/// namespace, so that only the command, not the key, can be what is refused. COPY is on the
+/// list because an ACL cannot tell `COPY a b` from `COPY a b DB 5`; SORT because its BY and
+/// GET patterns read keys the ACL's key check never sees named; GEORADIUS and
+/// GEORADIUSBYMEMBER because Redis 7.0's ACL checks the first STORE of `STORE a STORE b` and
+/// writes the last (redis/redis#15478); MIGRATE because it reaches other servers; PUBSUB
+/// because it lists every tenant's channels; the rest read or change the server itself.
+const FORBIDDEN: [&[&str]; 23] = [
     &["SELECT", "1"],
     &["MOVE", "@", "1"],
     &["COPY", "@", "@2", "DB", "1"],
     &["SWAPDB", "0", "1"],
     &["FLUSHALL"],
-    &["FLUSHDB"],
     &["CONFIG", "GET", "maxmemory"],
     &["SORT", "@", "BY", "nosort", "GET", "@*"],
+    &["GEORADIUS", "@", "0", "0", "1", "m"],
+    &["GEORADIUSBYMEMBER", "@", "x", "1", "m"],
     &["MIGRATE", "127.0.0.1", "1", "@", "0", "1"],
+    &["PUBSUB", "CHANNELS"],
+    &["PUBSUB", "NUMSUB"],
     &["INFO"],
     &["SLOWLOG", "GET"],
     &["MEMORY", "DOCTOR"],
@@ -70,8 +81,10 @@ impl Checked {
             Some(rest) => format!("{namespace}ferry-acl-probe{rest}").into_bytes(),
             None => a.as_bytes().to_vec(),
         };
-        let mut probes: Vec<Vec<Vec<u8>>> = FORBIDDEN
+        let keyspace: &[&[&str]] = if namespace.is_empty() { &[] } else { &KEYSPACE };
+        let mut probes: Vec<Vec<Vec<u8>>> = keyspace
             .iter()
+            .chain(FORBIDDEN.iter())
             .map(|c| dryrun(user, c.iter().map(|a| arg(a))))
             .collect();
         if !namespace.is_empty() {

@@ -140,6 +140,7 @@ impl Commands {
                 "xread" | "xreadgroup" => Then::EachFirstIsKey,
                 _ => Then::AsIs,
             },
+            walk: None,
         })
     }
 }

@@ -87,27 +87,34 @@ pub fn positions(specs: &[KeySpec], args: &[Vec<u8>]) -> Result<Vec<usize>, Stri
         let first = match &spec.begin {
             Begin::Index(i) => *i,
             Begin::Keyword { keyword, from } => {
-                let found = if *from > 0 {
-                    (*from..argc).find(|&i| eq(&args[i as usize], keyword))
+                let range: Vec<i64> = if *from > 0 {
+                    (*from..argc).collect()
                 } else {
-                    (1..=argc + from)
-                        .rev()
-                        .find(|&i| eq(&args[i as usize], keyword))
+                    (1..=argc.saturating_add(*from)).rev().collect()
                 };
-                match found {
-                    Some(i) => i + 1,
-                    None => continue, // the keyword is optional and absent
+                let mut found = range
+                    .into_iter()
+                    .filter(|&i| eq(&args[i as usize], keyword));
+                match (found.next(), found.next()) {
+                    // Redis's own parser may take another occurrence than its key spec does
+                    // (GEORADIUS ... STORE a STORE b stores into b): a repeated keyword is
+                    // refused rather than guessed.
+                    (Some(_), Some(_)) => {
+                        return Err(format!("ERR syntax error ({keyword} given twice)"))
+                    }
+                    (Some(i), None) => i + 1,
+                    (None, _) => continue, // the keyword is optional and absent
                 }
             }
         };
         let (first, last, step) = match spec.find {
             Find::Range { last, step, limit } => {
                 let end = if last >= 0 {
-                    first + last
+                    first.saturating_add(last)
                 } else if limit <= 1 {
-                    argc + last
+                    argc.saturating_add(last)
                 } else {
-                    first + ((argc - first) / limit + last)
+                    first.saturating_add((argc - first) / limit + last)
                 };
                 (first, end, step)
             }
@@ -116,18 +123,25 @@ pub fn positions(specs: &[KeySpec], args: &[Vec<u8>]) -> Result<Vec<usize>, Stri
                 first: offset,
                 step,
             } => {
-                let count = args
-                    .get((first + keynum) as usize)
+                // Checked throughout: a count past the arguments, or past any integer, is a
+                // syntax error here, never an overflow.
+                let count = usize::try_from(first.saturating_add(keynum))
+                    .ok()
+                    .and_then(|i| args.get(i))
                     .and_then(|n| std::str::from_utf8(n).ok())
                     .and_then(|n| n.parse::<i64>().ok())
-                    .filter(|n| *n >= 0)
+                    .filter(|n| (0..=argc).contains(n))
                     .ok_or_else(bad)?;
                 if count == 0 {
                     // Redis refuses these itself ("numkeys should be greater than 0").
                     continue;
                 }
-                let start = first + offset;
-                (start, start + (count - 1) * step.max(1), step)
+                let start = first.saturating_add(offset);
+                let last = (count - 1)
+                    .checked_mul(step.max(1))
+                    .and_then(|n| n.checked_add(start))
+                    .ok_or_else(bad)?;
+                (start, last, step)
             }
         };
         if first < 1 || first >= argc || last >= argc || last < first {
@@ -286,6 +300,13 @@ pub(super) mod tests {
         );
         assert!(at(zunionstore(), "ZUNIONSTORE d 5 a b").is_err());
         assert!(at(zunionstore(), "ZUNIONSTORE d x a").is_err());
+        // A count past the arguments, or past any integer: refused, never a panic.
+        assert!(at(zunionstore(), "ZUNIONSTORE d 9223372036854775807 a").is_err());
+        assert!(at(zunionstore(), "ZUNIONSTORE d -1 a").is_err());
+        // A key-naming keyword given twice: refused (Redis's parser may take the other one).
+        let store = || vec![index_range(1, 0, 1, 0), keyword_range("STORE", 0, 1, 0)];
+        assert_eq!(at(store(), "GEORADIUS p 1 2 3 km STORE a"), Ok(vec![1, 7]));
+        assert!(at(store(), "GEORADIUS p 1 2 3 km STORE a STORE b").is_err());
         // XREAD COUNT 2 STREAMS a b 0 0: the keys are the first half after STREAMS.
         let xread = || vec![keyword_range("STREAMS", -1, 1, 2)];
         assert_eq!(at(xread(), "XREAD COUNT 2 STREAMS a b 0 0"), Ok(vec![4, 5]));

@@ -14,7 +14,7 @@ mod commands;
 pub mod conns;
 mod encode;
 mod keyspec;
-mod scoped;
+pub mod scoped;
 mod scripts;
 pub mod wire;
 
@@ -54,6 +54,8 @@ pub struct Prepared {
     pub allocates: usize,
     /// What to do with Redis's reply before the caller sees it.
     pub then: Then,
+    /// Not one command but a walk over the keyspace, run by the sidecar (`scoped::run`).
+    pub walk: Option<scoped::Walk>,
 }
 
 /// A reply's last step: key names in it lose the namespace, or the caller gets another answer.
@@ -91,6 +93,7 @@ impl Prepared {
             first_key: None,
             allocates: 0,
             then: Then::AsIs,
+            walk: None,
         }
     }
 

@@ -39,11 +39,15 @@ const KNOWN_FLAGS: [&str; 5] = [
     "allow-cross-slot-keys",
 ];
 
-/// Client SHA1 -> Redis's, for rewritten scripts (bounded: a caller could send endless bodies).
-const MAX_MAPPED: usize = 4096;
+/// Client SHA1 -> Redis's, for rewritten scripts, per namespace, at most this many each: a
+/// caller could send endless bodies, and filling its own namespace's map must not empty
+/// another tenant's (a read-only token cannot load its scripts again).
+const MAX_MAPPED: usize = 1024;
 
-fn mapped() -> std::sync::MutexGuard<'static, HashMap<String, String>> {
-    static MAP: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
+type Mapped = HashMap<String, HashMap<String, String>>;
+
+fn mapped() -> std::sync::MutexGuard<'static, Mapped> {
+    static MAP: OnceLock<Mutex<Mapped>> = OnceLock::new();
     MAP.get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -61,7 +65,9 @@ pub fn prepare(name: String, mut args: Vec<Vec<u8>>, door: &Door<'_>) -> Result<
              upstash.redis_url)"
         )));
     }
-    if token.script_user.is_empty() && !token.prefix.is_empty() {
+    // Every token's scripts run as a script user, a whole-database token's too: as the door's
+    // own user a script could SELECT another database, SWAPDB or MIGRATE to any host.
+    if token.script_user.is_empty() {
         return Err(Refused(format!(
             "ERR Command is not allowed: {name} (this token has no script_user: a Redis ACL \
              user limited to its keys)"
@@ -74,6 +80,7 @@ pub fn prepare(name: String, mut args: Vec<Vec<u8>>, door: &Door<'_>) -> Result<
         first_key: None,
         allocates: 0,
         then,
+        walk: None,
     };
     let sub = args
         .get(1)
@@ -118,12 +125,13 @@ pub fn prepare(name: String, mut args: Vec<Vec<u8>>, door: &Door<'_>) -> Result<
                 "NOPERM this token is read-only and cannot load scripts".into(),
             )),
             Some("load") if args.len() == 3 => {
-                let answer = rewrite(&mut args[2]).map(|sha| Then::Answer(Reply::Bulk(sha.into())));
+                let answer = rewrite(namespace, &mut args[2])
+                    .map(|sha| Then::Answer(Reply::Bulk(sha.into())));
                 Ok(script(args, answer.unwrap_or_default()))
             }
             Some("exists") => {
                 for sha in &mut args[2..] {
-                    translate(sha);
+                    translate(namespace, sha);
                 }
                 Ok(script(args, Then::AsIs))
             }
@@ -145,9 +153,9 @@ pub fn prepare(name: String, mut args: Vec<Vec<u8>>, door: &Door<'_>) -> Result<
         prefix(key, namespace);
     }
     if name.starts_with("evalsha") {
-        translate(&mut args[1]);
+        translate(namespace, &mut args[1]);
     } else {
-        rewrite(&mut args[1]);
+        rewrite(namespace, &mut args[1]);
     }
     let declared = args[3..3 + numkeys].to_vec();
     let then = if namespace.is_empty() || declared.is_empty() {
@@ -166,13 +174,13 @@ fn numkeys(args: &[Vec<u8>]) -> Result<usize, Refused> {
     args.get(2)
         .and_then(|n| std::str::from_utf8(n).ok())
         .and_then(|n| n.parse::<usize>().ok())
-        .filter(|n| 3 + n <= args.len())
+        .filter(|n| n.checked_add(3).is_some_and(|end| end <= args.len()))
         .ok_or_else(|| Refused("ERR Number of keys can't be greater than number of args".into()))
 }
 
 /// Drops the shebang flags Redis does not know from `body`; when it did, remembers the
 /// client's SHA1 for the new body's and returns the client's.
-fn rewrite(body: &mut Vec<u8>) -> Option<String> {
+fn rewrite(namespace: &str, body: &mut Vec<u8>) -> Option<String> {
     let text = std::str::from_utf8(body).ok()?;
     let (first, rest) = text.split_once('\n').unwrap_or((text, ""));
     let options = first.strip_prefix("#!lua")?;
@@ -206,7 +214,8 @@ fn rewrite(body: &mut Vec<u8>) -> Option<String> {
     new.push('\n');
     new.push_str(rest);
     let ours = sha1(new.as_bytes());
-    let mut map = mapped();
+    let mut all = mapped();
+    let map = all.entry(namespace.to_string()).or_default();
     if map.len() >= MAX_MAPPED {
         map.clear();
     }
@@ -216,9 +225,9 @@ fn rewrite(body: &mut Vec<u8>) -> Option<String> {
 }
 
 /// The SHA1 Redis knows the client's script by.
-fn translate(sha: &mut Vec<u8>) {
+fn translate(namespace: &str, sha: &mut Vec<u8>) {
     let key = String::from_utf8_lossy(sha).to_ascii_lowercase();
-    if let Some(ours) = mapped().get(&key) {
+    if let Some(ours) = mapped().get(namespace).and_then(|m| m.get(&key)) {
         *sha = ours.clone().into_bytes();
     }
 }
@@ -232,14 +241,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_numkeys_past_any_integer_is_refused_not_a_panic() {
+        let args = |n: &str| vec![b"EVALSHA_RO".to_vec(), b"x".to_vec(), n.as_bytes().to_vec()];
+        assert!(numkeys(&args("18446744073709551615")).is_err());
+        assert!(numkeys(&args("1")).is_err());
+        assert_eq!(numkeys(&args("0")), Ok(0));
+    }
+
+    #[test]
     fn unknown_shebang_flags_are_dropped_and_the_clients_sha_still_finds_the_script() {
         let original = b"#!lua flags=allow-key-locking,no-writes\nreturn 1".to_vec();
         let mut body = original.clone();
-        let client = rewrite(&mut body).expect("rewritten");
+        let client = rewrite("a:", &mut body).expect("rewritten");
         assert_eq!(body, b"#!lua flags=no-writes\nreturn 1");
         assert_eq!(client, sha1(&original));
+        let mut sha = client.clone().into_bytes();
+        translate("a:", &mut sha);
+        assert_eq!(sha, sha1(&body).into_bytes());
+        // Another namespace's map is its own: filling it empties nothing of a:'s.
+        for i in 0..MAX_MAPPED + 1 {
+            let mut other = format!("#!lua flags=zz\nreturn {i}").into_bytes();
+            rewrite("b:", &mut other);
+        }
         let mut sha = client.into_bytes();
-        translate(&mut sha);
+        translate("a:", &mut sha);
         assert_eq!(sha, sha1(&body).into_bytes());
         // Known flags only, or no shebang: left as they are.
         for same in [
@@ -248,7 +273,7 @@ mod tests {
             b"#!lua\nreturn 1",
         ] {
             let mut b = same.to_vec();
-            assert_eq!(rewrite(&mut b), None);
+            assert_eq!(rewrite("a:", &mut b), None);
             assert_eq!(b, same);
         }
     }
