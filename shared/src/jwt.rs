@@ -193,6 +193,10 @@ fn check_claims(claims: &Map<String, Value>, rules: &Rules, now_s: u64) -> Resul
         Some(None) => return Err(JwtError::Malformed("nbf is not a number of seconds")),
         _ => {}
     }
+    // A role that is not a string would quietly run as the default one.
+    if claims.get("role").is_some_and(|r| !r.is_string()) {
+        return Err(JwtError::Malformed("role is not a string"));
+    }
     if let Some(want) = &rules.audience {
         let ok = match claims.get("aud") {
             Some(Value::String(a)) => a == want,
@@ -272,6 +276,15 @@ mod tests {
         assert_eq!(identity(c).role, "authenticated");
         let c = ok(json!({"sub": "a", "exp": NOW + 60, "role": "anon"})).expect("valid");
         assert_eq!(identity(c).role, "anon");
+        for role in [json!(5), json!(null), json!(["postgres"])] {
+            assert!(
+                matches!(
+                    ok(json!({"exp": NOW + 60, "role": role})),
+                    Err(JwtError::Malformed(_))
+                ),
+                "{role}"
+            );
+        }
     }
 
     #[test]

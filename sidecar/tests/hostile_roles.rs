@@ -240,6 +240,21 @@ fn roles_that_could_reach_ferrys_books_are_refused_at_startup() {
     refused_with(&pg, &[], &token("ferry_neon_ro", true), "lo_from_bytea");
     c.batch_execute("REVOKE EXECUTE ON FUNCTION lo_from_bytea(oid, bytea) FROM ferry_neon_ro")
         .expect("revoke");
+    // A NOINHERIT read-only token role that may SET ROLE to an end users' role which may write
+    // large objects: what it may become counts (the token's SQL can SET ROLE).
+    c.batch_execute(
+        "ALTER ROLE ferry_neon_ro NOINHERIT; GRANT authenticated TO ferry_neon_ro; \
+         GRANT EXECUTE ON FUNCTION lo_from_bytea(oid, bytea) TO authenticated",
+    )
+    .expect("grant");
+    let trusted =
+        token("ferry_neon_ro", true).replace("[identity]\n", "[identity]\nallow_raw_sql = true\n");
+    refused_with(&pg, &[], &trusted, "lo_from_bytea");
+    c.batch_execute(
+        "REVOKE EXECUTE ON FUNCTION lo_from_bytea(oid, bytea) FROM authenticated; \
+         REVOKE authenticated FROM ferry_neon_ro; ALTER ROLE ferry_neon_ro INHERIT",
+    )
+    .expect("revoke");
     // A read-only token whose role may write WAL messages (everyone's, until demo.sql).
     let emit = "FUNCTION pg_logical_emit_message(boolean, text, text)";
     c.batch_execute(&format!("GRANT EXECUTE ON {emit} TO ferry_neon_ro"))

@@ -62,7 +62,8 @@ impl Config {
             })?;
         config.resolve_files()?;
         // One token each without a file (containers, the dev command): namespace "default:", or
-        // FERRY_UPSTASH_TOKEN_PREFIX ("": the token owns the door's whole database).
+        // FERRY_UPSTASH_TOKEN_PREFIX ("": the token owns the door's whole database); scripts as
+        // FERRY_UPSTASH_TOKEN_SCRIPT_USER with FERRY_UPSTASH_TOKEN_SCRIPT_PASSWORD.
         let prefix = env
             .get("FERRY_UPSTASH_TOKEN_PREFIX")
             .cloned()
@@ -76,7 +77,15 @@ impl Config {
                     token: Redacted(token.clone()),
                     prefix: prefix.clone(),
                     read_only,
-                    ..Default::default()
+                    script_user: env
+                        .get("FERRY_UPSTASH_TOKEN_SCRIPT_USER")
+                        .cloned()
+                        .unwrap_or_default(),
+                    script_password: Redacted(
+                        env.get("FERRY_UPSTASH_TOKEN_SCRIPT_PASSWORD")
+                            .cloned()
+                            .unwrap_or_default(),
+                    ),
                 });
             }
         }

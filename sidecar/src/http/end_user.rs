@@ -21,10 +21,13 @@ const REFETCH_AFTER: Duration = Duration::from_secs(30);
 /// How long a JWKS fetch may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The provider's keys, as last fetched.
+/// The provider's keys, as last fetched, and when a fetch was last tried (a failed one too:
+/// made-up `kid`s, or a provider that is down, cause one fetch per `REFETCH_AFTER`, not one
+/// per request).
 #[derive(Default)]
 pub struct EndUsers {
     keys: Mutex<Option<Fetched>>,
+    tried: Mutex<Option<(String, Instant)>>,
 }
 
 struct Fetched {
@@ -57,6 +60,14 @@ impl EndUsers {
             .map_or(0, |d| d.as_secs());
         let token = jwt::bearer(Some(header)).map_err(refused)?;
         let parsed = jwt::parse(token).map_err(refused)?;
+        let none_configured = || ApiError::EndUser {
+            message: "no end user's token is accepted here (the sidecar has neither \
+                      identity.jwt_secret nor identity.jwks_url)"
+                .into(),
+        };
+        if c.jwt_secret.is_empty() && c.jwks_url.is_empty() {
+            return Err(none_configured());
+        }
         if !ASYMMETRIC.contains(&parsed.alg.as_str()) {
             if c.jwt_secret.is_empty() {
                 return Err(refused(JwtError::Algorithm));
@@ -97,7 +108,17 @@ impl EndUsers {
         let fresh = cached.as_ref().is_some_and(|f| {
             f.url == url && f.at.elapsed() < ttl && !(again && f.at.elapsed() >= REFETCH_AFTER)
         });
-        if !fresh {
+        let tried_lately = {
+            let mut tried = self.tried.lock().await;
+            let lately = tried
+                .as_ref()
+                .is_some_and(|(u, at)| u == url && at.elapsed() < REFETCH_AFTER);
+            if !fresh && !lately {
+                *tried = Some((url.to_string(), Instant::now()));
+            }
+            lately
+        };
+        if !fresh && !tried_lately {
             match fetch(url).await {
                 Ok(keys) => {
                     *cached = Some(Fetched {

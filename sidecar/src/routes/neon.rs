@@ -81,9 +81,19 @@ async fn serve(
         .headers()
         .get(actix_web::http::header::AUTHORIZATION)
         .map(|v| v.to_str().unwrap_or("\u{0}"));
-    let user = state.end_users.identity(authorization, &config).await?;
+    // Within the request's deadline, whatever the provider's key set does.
+    let user = tokio::time::timeout(
+        config.request_timeout(),
+        state.end_users.identity(authorization, &config),
+    )
+    .await
+    .map_err(|_| ApiError::Timeout {
+        what: "the end user's signing keys",
+    })??;
     let body = state.verifier.read_body(req, payload).await?;
     let request = neon::plan(req.headers(), &body, &config, &token, user)?;
+    // An end user's requests count against their rate (identity.rate_per_s), as on /v1.
+    super::admit_user(state, &config, request.plan.identity.as_deref()).await?;
     let limits = config.limits().read;
     if let Some((ttl_s, tables)) = request.cache {
         let Some(q) = request.plan.queries.into_iter().next() else {

@@ -146,28 +146,36 @@ pub async fn audit(client: &Client, a: &Audit) -> Result<(), String> {
         seen.push(&r.role);
         let row = client
             .query_opt(
-                "SELECT rolsuper, \
+                // Every role the login role may become counts (`m`: itself and each role it is
+                // a member of, inherited or not): a NOINHERIT role's SQL can SET ROLE to any of
+                // them, so their privileges are its privileges.
+                "WITH r AS (SELECT oid FROM pg_roles WHERE rolname = $1), \
+                      m AS (SELECT x.oid, x.rolsuper FROM pg_roles x, r \
+                            WHERE pg_has_role(r.oid, x.oid, 'MEMBER')) \
+                 SELECT EXISTS (SELECT 1 FROM m WHERE m.rolsuper), \
                    EXISTS (SELECT 1 FROM pg_roles o WHERE o.rolname = $2 \
-                           AND pg_has_role(r.oid, o.oid, 'USAGE')), \
-                   EXISTS (SELECT 1 FROM pg_namespace n WHERE n.nspname = ANY($3) \
-                           AND (has_schema_privilege(r.oid, n.oid, 'CREATE') \
-                                OR pg_has_role(r.oid, n.nspowner, 'USAGE'))), \
+                           AND pg_has_role(r.oid, o.oid, 'MEMBER')), \
+                   EXISTS (SELECT 1 FROM pg_namespace n, m WHERE n.nspname = ANY($3) \
+                           AND (has_schema_privilege(m.oid, n.oid, 'CREATE') \
+                                OR m.oid = n.nspowner)), \
                    EXISTS (SELECT 1 FROM pg_class c \
-                           JOIN pg_namespace n ON n.oid = c.relnamespace \
+                           JOIN pg_namespace n ON n.oid = c.relnamespace, m \
                            WHERE n.nspname || '.' || c.relname = ANY($4) \
-                             AND has_table_privilege(r.oid, c.oid, \
+                             AND has_table_privilege(m.oid, c.oid, \
                                    'INSERT, UPDATE, DELETE, TRUNCATE')), \
                    ARRAY(SELECT i FROM unnest($5::text[]) i \
                          WHERE EXISTS (SELECT 1 FROM pg_roles x WHERE x.rolname = i \
                                        AND pg_has_role(r.oid, x.oid, 'MEMBER'))), \
                    ARRAY(SELECT f FROM unnest($6::text[]) f \
                          WHERE to_regprocedure(f) IS NOT NULL \
-                           AND has_function_privilege(r.oid, f, 'EXECUTE')), \
+                           AND EXISTS (SELECT 1 FROM m \
+                                       WHERE has_function_privilege(m.oid, f, 'EXECUTE'))), \
                    ARRAY(SELECT f FROM unnest($7::text[]) f \
                          WHERE to_regprocedure(f) IS NOT NULL \
-                           AND has_function_privilege(r.oid, f, 'EXECUTE')), \
+                           AND EXISTS (SELECT 1 FROM m \
+                                       WHERE has_function_privilege(m.oid, f, 'EXECUTE'))), \
                    pg_has_role(r.oid, 'pg_read_all_stats', 'MEMBER') \
-                 FROM pg_roles r WHERE r.rolname = $1",
+                 FROM r",
                 &[
                     &r.role,
                     &a.owner,
@@ -195,7 +203,11 @@ pub async fn audit(client: &Client, a: &Audit) -> Result<(), String> {
         let emit: Vec<String> = row.get(6);
         let all_stats: bool = row.get(7);
         let problem = if superuser {
-            Some("is a superuser: it can do anything, Ferry's books included".to_string())
+            Some(
+                "is a superuser, or may become one (SET ROLE): it can do anything, Ferry's \
+                 books included"
+                    .to_string(),
+            )
         } else if member_of_owner {
             Some(format!("is a member of Ferry's own role {:?}", a.owner))
         } else if schema {
