@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
+# Usage: scripts/dev.sh [--with replica,cluster,pooler,js-worker | --with all]
+#
 # The dev command: runs Ferry locally: private Redis and Postgres (demo data loaded), the
 # sidecars (two, behind nginx), and the edge Worker in the real Workers runtime (`wrangler dev`,
 # workerd). Prints what to try; Ctrl-C stops everything it started. The rest of the tour
 # (docs/tour.md) is behind --with: replica (a streaming replica, read-your-writes), cluster (a
 # Redis Cluster and a sidecar on it), pooler (a transaction-mode PgBouncer, refused), js-worker
 # (a plain JavaScript Worker using @upstash/redis and @neondatabase/serverless); or all.
-# State (data dirs, logs, the dev secret) lives in .run/ (git-ignored); a second run reuses it.
+# State (data dirs, logs in .run/*.log, the dev secrets) lives in .run/ (git-ignored); a second
+# run reuses it and reloads the demo data (rm -rf .run starts afresh).
 #
-# Ports (override by env): FERRY_DEV_REDIS_PORT=6390 FERRY_DEV_PG_PORT=5440
-# FERRY_DEV_REPLICA_PORT=5441 (a streaming replica of it, replaying each commit 1 s late)
-# FERRY_DEV_POOLER_PORT=5442 (a transaction-mode PgBouncer in front of it, which Ferry refuses)
-# FERRY_DEV_CLUSTER_PORT=6391 (a Redis Cluster on it and the next five ports: 3 masters, 3
-# replicas) FERRY_DEV_CLUSTER_SIDECAR_PORT=8795 (a sidecar on that cluster)
-# FERRY_DEV_SIDECAR_PORT=8787 (nginx, in front of the sidecars on 8790, 8791, ...: set
-# FERRY_DEV_SIDECARS=1 for one) FERRY_DEV_EDGE_PORT=8788 FERRY_DEV_JS_PORT=8789 (the plain JS
-# Worker of examples/js-worker); FERRY_DEV_PROFILE=release builds an
-# optimized sidecar (for measuring; the default debug build compiles faster).
+# Ports, each overridable: FERRY_DEV_REDIS_PORT=6390 (the cache) FERRY_DEV_DOOR_REDIS_PORT=6389
+# (the Upstash door's own) FERRY_DEV_PG_PORT=5440 FERRY_DEV_SIDECAR_PORT=8787 (nginx, in front
+# of the sidecars on FERRY_DEV_FIRST_SIDECAR_PORT=8790, 8791...; FERRY_DEV_SIDECARS=1 for one;
+# their metrics on 9187, 9188...) FERRY_DEV_EDGE_PORT=8788; with --with: FERRY_DEV_REPLICA_PORT
+# =5441 FERRY_DEV_POOLER_PORT=5442 FERRY_DEV_CLUSTER_PORT=6391 (and the next five)
+# FERRY_DEV_CLUSTER_SIDECAR_PORT=8795 (metrics on 9195) FERRY_DEV_JS_PORT=8789.
+# FERRY_DEV_PROFILE=release builds an optimized sidecar (for measuring).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$FERRY_ROOT"
@@ -26,7 +27,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --with) WITH=",${2:-},"; shift 2 || die "--with needs a list: replica,cluster,pooler,js-worker or all" ;;
     --with=*) WITH=",${1#--with=},"; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (scripts/dev.sh [--with replica,cluster,pooler,js-worker|all])" ;;
   esac
 done
@@ -55,18 +56,22 @@ RUN=$FERRY_ROOT/.run
 mkdir -p "$RUN"
 PIDS=()
 
+# What this run started, so that stopping it (or a failed start) never stops another run's.
+STARTED_PG=""; STARTED_REPLICA=""; STARTED_BOUNCER=""
 cleanup() {
   trap - INT TERM EXIT
-  echo; echo "stopping..."
+  # Stop everything even when stdout is gone (a `| tee` that Ctrl-C ended first).
+  set +e
+  { echo; echo "stopping..."; } 2>/dev/null
   # wrangler stops its workerd children on SIGINT; the others on SIGTERM.
   [ -n "${WRANGLER_PID:-}" ] && kill -INT "$WRANGLER_PID" 2>/dev/null || true
   [ -n "${JS_PID:-}" ] && kill -INT "$JS_PID" 2>/dev/null || true
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  [ -f "$RUN/pgbouncer.pid" ] && kill -TERM "$(cat "$RUN/pgbouncer.pid")" 2>/dev/null || true
-  [ -f "$RUN/pg-replica/postmaster.pid" ] && as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg-replica" -m fast -w stop >/dev/null 2>&1 || true
-  [ -f "$RUN/pg/postmaster.pid" ] && as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg" -m fast -w stop >/dev/null 2>&1 || true
-  wait 2>/dev/null || true
-  echo "stopped."
+  [ -n "$STARTED_BOUNCER" ] && [ -f "$RUN/pgbouncer.pid" ] && kill -TERM "$(cat "$RUN/pgbouncer.pid")" 2>/dev/null
+  [ -n "$STARTED_REPLICA" ] && as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg-replica" -m fast -w stop >/dev/null 2>&1
+  [ -n "$STARTED_PG" ] && as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg" -m fast -w stop >/dev/null 2>&1
+  wait 2>/dev/null
+  echo "stopped." 2>/dev/null
 }
 trap cleanup INT TERM EXIT
 
@@ -78,6 +83,16 @@ wait_for() { # wait_for WHAT CMD...
 }
 # Postgres will not run as root: run its programs as the postgres user then.
 as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+
+# Every port first: a second run (or another program) on one of them stops this one before it
+# starts anything, and it never touches what the other run started.
+for p in "$REDIS_PORT" "$DOOR_REDIS_PORT" "$PG_PORT" "$SIDECAR_PORT" "$EDGE_PORT" \
+    $(seq "$FIRST_SIDECAR_PORT" $((FIRST_SIDECAR_PORT + SIDECARS - 1))) $(seq 9187 $((9186 + SIDECARS))) \
+    $(with replica && echo "$REPLICA_PORT") $(with pooler && echo "$POOLER_PORT") \
+    $(with cluster && seq "$CLUSTER_PORT" $((CLUSTER_PORT + 5)) && echo "$CLUSTER_SIDECAR_PORT 9195") \
+    $(with js-worker && echo "$JS_PORT"); do
+  port_free "$p" || die "port $p is taken: is another scripts/dev.sh running (stop it with Ctrl-C), or set the FERRY_DEV_*_PORT variables (scripts/dev.sh --help)"
+done
 
 step "packages, tools and builds (the first run installs and compiles for a few minutes)"
 ensure_services
@@ -125,6 +140,10 @@ redis-server --port "$DOOR_REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly n
   --dir "$RUN" --logfile "$RUN/redis-door.log" &
 PIDS+=($!)
 wait_for "the Upstash door's redis" redis-cli -p "$DOOR_REDIS_PORT" ping
+# The dev token owns the door's whole database; its scripts (@upstash/ratelimit's) run as this
+# ACL user: every key, one database, no reaching the server (deploy/ferry.toml).
+redis-cli -p "$DOOR_REDIS_PORT" ACL SETUSER dev-scripts on ">$(cat "$RUN/upstash-token")" resetkeys '~*' \
+  +@all -@dangerous -select -copy -move -memory -georadius -georadiusbymember -@pubsub >/dev/null
 if with cluster; then
   # A Redis Cluster (3 masters with a replica each), made afresh each run (nothing is persisted).
   CLUSTER_NODES=()
@@ -152,6 +171,7 @@ fi
 [ "$(id -u)" = 0 ] && chown postgres: "$RUN"
 as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg" -l "$RUN/postgres.log" -w \
   -o "-p $PG_PORT -k $RUN -c listen_addresses=127.0.0.1 -c wal_level=logical" start >/dev/null
+STARTED_PG=1
 PGOPTIONS="-c client_min_messages=warning" psql -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -f scripts/demo.sql
 if with replica; then
   # A hot standby streaming from it (pg_basebackup -R), holding each commit back 1 s
@@ -164,6 +184,7 @@ if with replica; then
   as_pg "$(pg_bindir)/pg_ctl" -D "$RUN/pg-replica" -l "$RUN/postgres-replica.log" -w \
     -o "-p $REPLICA_PORT -k $RUN -c listen_addresses=127.0.0.1 -c recovery_min_apply_delay=1s" \
     start >/dev/null
+  STARTED_REPLICA=1
 fi
 if with pooler; then
   # A transaction-mode PgBouncer in front of it, as behind a hosted plan's "pooled" URL, passing
@@ -186,6 +207,7 @@ pidfile = $RUN/pgbouncer.pid
 INI
   [ "$(id -u)" = 0 ] && chown postgres: "$RUN"/pgbouncer*
   as_pg /usr/sbin/pgbouncer -d -q "$RUN/pgbouncer.ini"
+  STARTED_BOUNCER=1
 fi
 
 step "$SIDECARS sidecars on 127.0.0.1:$FIRST_SIDECAR_PORT.. behind nginx on 127.0.0.1:$SIDECAR_PORT (config: deploy/ferry.toml)"
@@ -216,6 +238,8 @@ for i in $(seq 0 $((SIDECARS - 1))); do
   FERRY_UPSTASH_REDIS_URL=redis://127.0.0.1:$DOOR_REDIS_PORT \
   FERRY_UPSTASH_TOKEN=$(cat "$RUN/upstash-token") \
   FERRY_UPSTASH_TOKEN_PREFIX= \
+  FERRY_UPSTASH_TOKEN_SCRIPT_USER=dev-scripts \
+  FERRY_UPSTASH_TOKEN_SCRIPT_PASSWORD=$(cat "$RUN/upstash-token") \
   FERRY_NEON_ENABLED=true \
   FERRY_NEON_TOKEN=$(cat "$RUN/neon-token") \
   FERRY_NEON_POSTGRES_URL=postgres://ferry_neon@127.0.0.1:$PG_PORT/postgres \
