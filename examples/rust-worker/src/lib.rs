@@ -1,4 +1,4 @@
-//! The Worker of the README's "Use it in your Worker", word for word (the test command
+//! The Worker of the README's "Use it from a Worker", word for word (the test command
 //! builds it for wasm32, so the README cannot drift from the library). Natively it is empty:
 //! the `worker` crate only builds for wasm32.
 #![cfg(target_arch = "wasm32")]
