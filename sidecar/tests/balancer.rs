@@ -201,12 +201,34 @@ fn writes_under_the_knife(d: &mut Deployment, write: fn(i64) -> Write) -> Knifed
         })
     };
     std::thread::sleep(Duration::from_millis(1_000));
+    // The knife falls while one of the first sidecar's commits is running (its backend in
+    // the slow trigger's sleep, which only a commit runs): a kill at a fixed time found none often enough to fail.
+    let mut watcher = pg.client();
+    let committing = (0..200).any(|_| {
+        let ports = sidecars[0].local_ports();
+        let busy = watcher
+            .query(
+                "SELECT client_port FROM pg_stat_activity WHERE wait_event = 'PgSleep'",
+                &[],
+            )
+            .expect("pg_stat_activity")
+            .iter()
+            .any(|r| ports.contains(&(r.get::<_, i32>(0) as u16)));
+        busy || {
+            std::thread::sleep(Duration::from_millis(10));
+            false
+        }
+    });
     let _ = std::process::Command::new("kill")
         .args(["-KILL", &sidecars[0].pid().to_string()])
         .status();
     let _ = sidecars[0].child.wait();
     std::thread::sleep(Duration::from_millis(1_500));
     stop.store(true, Ordering::Relaxed);
+    assert!(
+        committing,
+        "no commit ran on the first sidecar within 2 s of load"
+    );
     let answers: Vec<(i64, u16, String)> = answers.join().expect("writers").concat();
     // Anything still running has ended by now (Postgres ends a dead client's transaction).
     std::thread::sleep(Duration::from_millis(500));

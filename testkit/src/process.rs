@@ -98,6 +98,39 @@ impl SidecarProcess {
         self.child.id()
     }
 
+    /// The local ports of the process's TCP sockets (its Postgres connections among them, as
+    /// `pg_stat_activity.client_port` sees them): which backends belong to this sidecar.
+    pub fn local_ports(&self) -> std::collections::HashSet<u16> {
+        let fds = format!("/proc/{}/fd", self.pid());
+        let inodes: std::collections::HashSet<String> = std::fs::read_dir(fds)
+            .map(|d| d.flatten().collect::<Vec<_>>())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|e| std::fs::read_link(e.path()).ok())
+            .filter_map(|l| {
+                let l = l.to_string_lossy().into_owned();
+                Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+            })
+            .collect();
+        let mut ports = std::collections::HashSet::new();
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            let text = std::fs::read_to_string(table).unwrap_or_default();
+            for line in text.lines().skip(1) {
+                let cols: Vec<&str> = line.split_whitespace().collect();
+                // local_address is ip:port in hex; the inode is the tenth column.
+                let (Some(local), Some(inode)) = (cols.get(1), cols.get(9)) else {
+                    continue;
+                };
+                if inodes.contains(*inode) {
+                    if let Some(port) = local.rsplit(':').next() {
+                        ports.extend(u16::from_str_radix(port, 16).ok());
+                    }
+                }
+            }
+        }
+        ports
+    }
+
     /// SIGTERM (a graceful drain); returns once the process has exited.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let _ = Command::new("kill")

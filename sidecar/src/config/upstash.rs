@@ -14,7 +14,8 @@ pub struct UpstashConfig {
     /// stop the Redis it runs on, and Ferry's cache, replay checks and rate limits live there.
     pub redis_url: RedactedUrl,
     /// Connections the door keeps to its Redis, all tokens together (on top of
-    /// `redis.pool_size` when it is the cache's Redis).
+    /// `redis.pool_size` when it is the cache's Redis). A request holds one for its round trip
+    /// only: 32 keep 32 concurrent callers from waiting (4 held the door to 0.49x webdis).
     pub pool_size: usize,
     /// No `redis_url`: the door runs on the cache's Redis. Unsafe, and so opt-in: a token's
     /// commands can then slow that Redis (LCS-like work, big replies), fill it (and, with an
@@ -29,7 +30,7 @@ impl Default for UpstashConfig {
         UpstashConfig {
             enabled: false,
             redis_url: RedactedUrl::default(),
-            pool_size: 4,
+            pool_size: 32,
             share_cache_redis: false,
             tokens: Vec::new(),
         }
