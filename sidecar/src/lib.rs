@@ -11,9 +11,11 @@
 //! - [`upstash`]: Upstash's Redis REST protocol: the command policy and reply shapes.
 //! - [`neon`]: Neon's SQL-over-HTTP protocol: requests to plans, statements run with text
 //!   results.
-//! - [`store`]: pools, Postgres sessions and statements, the Redis cache layout, readiness.
+//! - [`store`]: one folder per store or concept: Postgres sessions, statements, Redis clients,
+//!   the cache, coordination across sidecars (nonces, leases, rate limits), replicas.
+//! - [`error`]: every failure in the engine's words, with its stable code (no HTTP).
 //! - [`http`]: authentication and the replay store, JSON bodies, request ids, TLS, metrics,
-//!   errors → HTTP.
+//!   errors → HTTP (the one place).
 //! - [`config`]: the configuration, its loading and validation.
 //! - [`state`]: `AppState`, everything a handler needs, built once.
 
@@ -23,6 +25,7 @@
 pub mod background;
 pub mod changes;
 pub mod config;
+pub mod error;
 pub mod http;
 pub mod neon;
 pub mod read;

@@ -60,8 +60,8 @@ fn main() -> ExitCode {
         }
     }
     if args.check_config {
-        use ferry_sidecar::store::own_sessions::{OwnSessions, Problem};
-        let audit = ferry_sidecar::store::roles::Audit::for_config(&config);
+        use ferry_sidecar::store::postgres::own_sessions::{OwnSessions, Problem};
+        let audit = ferry_sidecar::store::postgres::roles::Audit::for_config(&config);
         let own = OwnSessions::for_config(&config).map_err(|e| e.to_string());
         let sessions = own.map(|o| o.with_audit(audit).check());
         if let Ok(Err(e)) = &sessions {

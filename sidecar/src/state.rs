@@ -1,8 +1,9 @@
 //! Everything a request handler needs, built once at startup.
 
 use crate::config::{Config, ConfigError};
+use crate::error::ApiError;
 use crate::http::auth::Verifier;
-use crate::http::error::{self, ApiError};
+use crate::http::error;
 use crate::read::flight::Flights;
 use crate::store::blocking::Blocking;
 use crate::store::cache::Cache;
@@ -18,11 +19,11 @@ pub struct AppState {
     pub flights: Arc<Flights>,
     pub verifier: Verifier,
     /// The nonce stores every sidecar shares (`auth.replay`).
-    pub nonces: crate::store::nonces::SharedNonces,
+    pub nonces: crate::store::coordination::nonces::SharedNonces,
     pub blocking: Blocking,
     pub readiness: Arc<crate::store::readiness::Readiness>,
     /// Interactive transactions held open across requests (a reaper ends abandoned ones).
-    pub transactions: Arc<crate::store::interactive::OpenTransactions>,
+    pub transactions: Arc<crate::store::statements::interactive::OpenTransactions>,
     /// The change stream's status (its consumer runs on a thread of its own).
     pub changes: Arc<crate::changes::Status>,
     /// Redis's command table for the Upstash protocol, read on first use.
@@ -84,7 +85,7 @@ impl AppState {
             config.server.body_limit_bytes,
             timeout,
         );
-        let nonces = crate::store::nonces::SharedNonces::new(
+        let nonces = crate::store::coordination::nonces::SharedNonces::new(
             config.auth.replay == crate::config::ReplayScope::Shared,
             &config.cache.key_prefix,
             &crate::config::table_name(&config.auth.nonce_table)
@@ -111,14 +112,16 @@ impl AppState {
             Arc::downgrade(&pools),
             Duration::from_millis(config.server.readiness_interval_ms.max(10)),
         );
-        let transactions = Arc::new(crate::store::interactive::OpenTransactions::new(
-            config.max_open_transactions(),
-            config.transaction_idle_timeout(),
-            Duration::from_millis(config.limits.transaction_max_lifetime_ms),
-        ));
+        let transactions = Arc::new(
+            crate::store::statements::interactive::OpenTransactions::new(
+                config.max_open_transactions(),
+                config.transaction_idle_timeout(),
+                Duration::from_millis(config.limits.transaction_max_lifetime_ms),
+            ),
+        );
         spawn_reaper(&background, Arc::downgrade(&transactions));
         let flights = Arc::new(Flights::default());
-        let leases = crate::store::leases::Leases::new(
+        let leases = crate::store::coordination::leases::Leases::new(
             &config.cache.key_prefix,
             pools.has_wakeup_connection(),
         );
@@ -162,7 +165,7 @@ impl AppState {
 /// Rolls back abandoned interactive transactions, ten times a second, until the state goes.
 fn spawn_reaper(
     background: &crate::background::Background,
-    transactions: Weak<crate::store::interactive::OpenTransactions>,
+    transactions: Weak<crate::store::statements::interactive::OpenTransactions>,
 ) {
     background.every(
         "ferry-transaction-reaper",
@@ -311,7 +314,8 @@ fn secrets(config: &Config) -> Vec<Vec<u8>> {
 /// statements named in config), naming the key at fault. `Config::load` checks the rest; the
 /// binary runs both at startup, on `--check-config` and on SIGHUP.
 pub fn check(config: &Config) -> Result<(), ConfigError> {
-    use crate::store::{postgres as pg, redis as rd, statement};
+    use crate::store::statements::class;
+    use crate::store::{postgres as pg, redis as rd};
     let invalid = |key: &str, message: String| ConfigError::Invalid {
         key: key.into(),
         message,
@@ -361,7 +365,7 @@ pub fn check(config: &Config) -> Result<(), ConfigError> {
             .map_err(|_| invalid("changes.url", "not a valid postgres URL".into()))?;
     }
     for (name, q) in &config.queries {
-        if let Some(r) = statement::classify(&q.sql, statement::Route::Write) {
+        if let Some(r) = class::classify(&q.sql, class::Route::Write) {
             let key = format!("queries.{name}.sql");
             return Err(invalid(
                 &key,
@@ -371,14 +375,14 @@ pub fn check(config: &Config) -> Result<(), ConfigError> {
     }
     for (name, q) in &config.queries {
         if let Some(b) = &q.batch_sql {
-            if statement::classify(b, statement::Route::Read).is_some() {
+            if class::classify(b, class::Route::Read).is_some() {
                 let key = format!("queries.{name}.batch_sql");
                 return Err(invalid(&key, "must be a read (SELECT)".into()));
             }
         }
     }
     for (name, k) in &config.keyspaces {
-        if statement::classify(&k.sql, statement::Route::Read).is_some() {
+        if class::classify(&k.sql, class::Route::Read).is_some() {
             let key = format!("keyspaces.{name}.sql");
             return Err(invalid(&key, "must be a read (SELECT)".into()));
         }

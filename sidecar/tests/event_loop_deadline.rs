@@ -1,4 +1,4 @@
-//! A slow or hostile read on a worker's event-loop Postgres session (`store/db_async.rs`) meets
+//! A slow or hostile read on a worker's event-loop Postgres session (`store/statements/on_loop.rs`) meets
 //! the request deadline. The caller gets its 504 at the deadline, not when Postgres is done; the
 //! session's own task still ends the statement and resets the session, so what the read changed
 //! never reaches a later request. On the binary: one worker, a Postgres pool of two (one

@@ -3,7 +3,7 @@
 //! attack tries to leave something behind on that connection; Postgres's own view
 //! (`pg_stat_activity`, `pg_locks`, `pg_class`, the rows) judges whether it did. The same
 //! attacks are then sent as reads to a sidecar with one worker and a pool of two: its one
-//! event-loop session (`store/pg_async.rs`) serves every read.
+//! event-loop session (`store/postgres/loop_session.rs`) serves every read.
 use ferry_testkit::{PgServer, RedisServer, SidecarProcess};
 use serde_json::{json, Value};
 use std::process::Stdio;

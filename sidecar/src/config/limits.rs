@@ -4,7 +4,7 @@
 //! `keys[3]`): the name is written out only into an error, so a request that passes builds none.
 
 use super::Config;
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use std::fmt::Display;
 
 /// Most tags one read may carry.

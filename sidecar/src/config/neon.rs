@@ -116,7 +116,7 @@ impl Config {
             }
         }
         if n.enabled && self.postgres.pool_size as usize * 3 / 4 < self.server.worker_count() {
-            // /sql runs on the workers' event-loop sessions (see store::pg_async).
+            // /sql runs on the workers' event-loop sessions (see store::postgres::loop_session).
             return invalid(
                 "postgres.pool_size".into(),
                 "with [neon] on, at least 4/3 of server.workers (each worker needs a session)",

@@ -1,8 +1,9 @@
 //! Request authentication: every `/v1` request is signed (see `ferry_shared::sign`), fresh and
 //! never seen before. Runs before the body is parsed and before any Redis or Postgres work.
 
-use crate::http::error::ApiError;
-use crate::http::replay::{NonceStore, Seen};
+use crate::error::ApiError;
+use crate::http::replay::NonceStore;
+use crate::store::coordination::nonces::seen::Seen;
 use actix_web::http::header::HeaderName;
 use actix_web::{web, HttpRequest};
 use bytes::{Bytes, BytesMut};

@@ -6,7 +6,7 @@
 //! request's does on `/v1`.
 
 use crate::config::Config;
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use ferry_shared::api::Identity;

@@ -1,6 +1,6 @@
 //! Request body decoding with errors that name the offending field.
 
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use serde::de::DeserializeOwned;
 
 /// Parses a JSON body into `T`. Errors say what is wrong and where (`cache.ttl_s`), never

@@ -138,7 +138,7 @@ impl Metrics {
             "ferry_singleflight_joined_total {}",
             self.flights_joined.load(Ordering::Relaxed)
         );
-        out.push_str("# HELP ferry_fill_waits_total Misses that waited on another sidecar's fill (store::leases), by how the wait ended.\n# TYPE ferry_fill_waits_total counter\n");
+        out.push_str("# HELP ferry_fill_waits_total Misses that waited on another sidecar's fill (store::coordination::leases), by how the wait ended.\n# TYPE ferry_fill_waits_total counter\n");
         for (i, outcome) in ["woken", "timed_out"].iter().enumerate() {
             let n = self.fill_waits[i].load(Ordering::Relaxed);
             let _ = writeln!(out, "ferry_fill_waits_total{{outcome=\"{outcome}\"}} {n}");

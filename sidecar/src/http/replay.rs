@@ -10,8 +10,8 @@
 //! at their load factor; measured by the bench's `replay` scenario), i.e. ~1.6 KB per
 //! request/s with the default 30 s window.
 
-use crate::http::error::ApiError;
-use sha2::{Digest, Sha256};
+use crate::error::ApiError;
+use crate::store::coordination::nonces::seen::{fingerprint, Seen};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -24,45 +24,10 @@ pub struct NonceStore {
     dropped_through: AtomicU64,
 }
 
-/// A request's nonce, for the stores other sidecars share (`store::nonces`).
-#[derive(Debug, Clone, Copy)]
-pub struct Seen {
-    /// 128 bits of SHA-256 of the lower-cased nonce.
-    pub fingerprint: u128,
-    /// The signed timestamp (a replay carries the same one).
-    pub timestamp: u64,
-    /// The Unix second after which the timestamp check alone refuses the request.
-    pub until_s: u64,
-}
-
-impl Seen {
-    pub fn hex(&self) -> String {
-        format!("{:032x}", self.fingerprint)
-    }
-}
-
 #[derive(Default)]
 struct Bucket {
     second: u64,
     seen: HashSet<u128>,
-}
-
-/// 128 bits of SHA-256 of the lower-cased nonce: fixed size whatever the nonce's length, and
-/// no two nonces collide in practice ("ABCD..." and "abcd..." are the same random number).
-pub(crate) fn fingerprint(nonce: &str) -> u128 {
-    // Lower-cased on the stack: a checked nonce has at most NONCE_MAX_LEN characters.
-    let mut buf = [0u8; ferry_shared::sign::NONCE_MAX_LEN];
-    let digest = match buf.get_mut(..nonce.len()) {
-        Some(lower) => {
-            lower.copy_from_slice(nonce.as_bytes());
-            lower.make_ascii_lowercase();
-            Sha256::digest(lower)
-        }
-        None => Sha256::digest(nonce.to_ascii_lowercase().as_bytes()),
-    };
-    let mut first = [0u8; 16];
-    first.copy_from_slice(&digest[..16]);
-    u128::from_le_bytes(first)
 }
 
 impl NonceStore {

@@ -5,12 +5,12 @@
 //! transaction), every parameter already as Postgres text, and its options as headers. It
 //! names the database with a connection string (`Neon-Connection-String`): Ferry takes only
 //! the password from it, as a token of `[[neon.tokens]]`, and never connects to the host it
-//! names; the statements run on Ferry's own pooled sessions (`store::pg_text`).
+//! names; the statements run on Ferry's own pooled sessions (`store::statements::text`).
 
 use crate::config::{Config, NeonToken};
-use crate::http::error::ApiError;
-use crate::store::pg_text::{Query, SqlPlan};
-use crate::store::statement::{self, Route};
+use crate::error::ApiError;
+use crate::store::statements::class::{self, Route};
+use crate::store::statements::text::{Query, SqlPlan};
 use actix_web::http::header::HeaderMap;
 use ferry_shared::api::Isolation;
 use serde::Deserialize;
@@ -100,9 +100,9 @@ pub fn plan(
                 ));
             }
             let checked = if token.read_only {
-                statement::check_read_only(&q.query, Route::Write)
+                class::check_read_only(&q.query, Route::Write)
             } else {
-                statement::check(&q.query, Route::Write)
+                class::check(&q.query, Route::Write)
             };
             checked.map_err(|e| in_batch(e, batch, i))?;
             let params = q
@@ -193,7 +193,7 @@ fn cache(
             "caching /sql reads needs [changes] on: writes sent here carry no invalidation",
         ));
     }
-    statement::check(&queries[0].sql, Route::Read)?;
+    class::check(&queries[0].sql, Route::Read)?;
     let tables: Vec<String> = header(headers, "ferry-cache-tables")
         .map(str::to_string)
         .or_else(|| url_option(conn, "ferry_cache_tables"))
@@ -284,7 +284,7 @@ fn array_literal(items: &[Value]) -> Option<String> {
             Value::Array(inner) => out.push_str(&array_literal(inner)?),
             other => {
                 let text = param_text(other)??;
-                crate::store::pg_params::push_element(&mut out, &text);
+                crate::store::statements::params::push_element(&mut out, &text);
             }
         }
     }

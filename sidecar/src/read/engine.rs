@@ -1,7 +1,7 @@
 //! The read-through engine: lookup, then hit / stale / single-flight fill from Postgres /
 //! stale-if-error, per the read's cache plan. Shared by `/v1/query` and `/v1/batch`.
 
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::read::flight::Flights;
 use crate::read::flight::{Fetched, Outcome};
 use crate::read::plan::{CachePlan, ReadFormat, ReadPlan};
@@ -10,9 +10,9 @@ use crate::read::shared_flight::{self, Fill};
 use crate::store::blocking::Blocking;
 use crate::store::cache::Cache;
 use crate::store::cache::{Lookup, Observed, Probe, Stored};
-use crate::store::db;
-use crate::store::nonces::NonceCheck;
+use crate::store::coordination::nonces::NonceCheck;
 use crate::store::pools::Pools;
+use crate::store::statements::pooled;
 use ferry_shared::api::{CacheMode, CacheStatus, QueryResponse, Row, StaleReason};
 use serde_json::Value;
 use std::sync::Arc;
@@ -26,7 +26,7 @@ pub struct Reads {
     pub flights: Arc<Flights>,
     pub blocking: Blocking,
     /// Single flight across sidecars (`read::shared_flight`).
-    pub leases: Arc<crate::store::leases::Leases>,
+    pub leases: Arc<crate::store::coordination::leases::Leases>,
     /// Streaming replicas, for reads that skip the cache (`store::replicas`).
     pub replicas: Arc<crate::store::replicas::Replicas>,
 }
@@ -43,7 +43,7 @@ pub async fn lookup_many(
 
 /// [`lookup_many`] with the request's shared replay check in front of the lookup, one message
 /// to Redis for both. The check's verdict comes first; None when it was not sent (no lookup
-/// went to Redis on the event loop) or its pipeline failed, and `store::nonces::settle` then
+/// went to Redis on the event loop) or its pipeline failed, and `store::coordination::nonces::settle` then
 /// runs it on its own.
 pub async fn lookup_many_checked(
     state: &State,
@@ -341,7 +341,8 @@ fn fill(
             let job = s.clone();
             s.blocking
                 .run(move || {
-                    let rows = db::query(&job.pools, &sql, &params, limits, who.as_deref(), reset)?;
+                    let rows =
+                        pooled::query(&job.pools, &sql, &params, limits, who.as_deref(), reset)?;
                     let stored = job.cache.store(&job.pools, &key, &observed, &rows, &entry);
                     Ok(Fetched {
                         rows,

@@ -6,7 +6,7 @@
 //! started it goes away. An invalidation forgets the flights it concerns, so a read that starts
 //! after an acknowledged write never joins a flight that began before it.
 
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use ferry_shared::api::Row;
 use std::collections::HashMap;
 use std::future::Future;

@@ -3,8 +3,8 @@
 //! risk (`identity.allow_raw_sql`).
 
 use crate::config::{Config, MAX_CLAIMS_BYTES};
-use crate::http::error::ApiError;
-use crate::store::identity::SessionIdentity;
+use crate::error::ApiError;
+use crate::store::postgres::identity::SessionIdentity;
 use ferry_shared::api::Identity;
 use serde_json::Value;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! is): the caller's keys and tags, and the tables whose tags it drops.
 
 use crate::config::{table_name, Config, MAX_TAGS};
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::store::cache::{table_reset_tag, table_tag};
 use ferry_shared::api::Invalidate;
 

@@ -4,10 +4,11 @@
 
 use crate::config::Keyspace;
 use crate::config::{table_name, Config, ReadLimits};
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::store::cache::{table_reset_tag, Cache, EntryPolicy, Lookup, Observed, Probe, Stored};
-use crate::store::db::{self, Reset};
 use crate::store::pools::Pools;
+use crate::store::postgres::session::Reset;
+use crate::store::statements::pooled;
 use ferry_shared::api::{KeyedRequest, KeyedResponse, KeyedResult, KeyedStatus, Row};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -133,7 +134,7 @@ pub fn run(pools: &Pools, cache: &Cache, plan: KeyedPlan) -> Result<KeyedRespons
             .map(|(u, _)| ids[first_seen[*u]].clone())
             .collect();
         let missing = [Value::Array(missing)];
-        let rows = db::query(pools, &ks.sql, &missing, limits, None, Reset::Always)?;
+        let rows = pooled::query(pools, &ks.sql, &missing, limits, None, Reset::Always)?;
         let mut by_id: HashMap<String, Row> = HashMap::new();
         for row in rows {
             let id = row.get(&ks.key_column).and_then(id_text).ok_or_else(|| {

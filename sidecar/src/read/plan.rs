@@ -2,10 +2,10 @@
 //! resolved cache policy. All validation of reads happens here, before any I/O.
 
 use crate::config::{table_name, Config, NamedQuery, ReadLimits, MAX_TAGS};
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::store::cache::{table_tag, Cache, EntryPolicy, HASH_KEY_PREFIX};
-use crate::store::db::Reset;
-use crate::store::identity::SessionIdentity;
+use crate::store::postgres::identity::SessionIdentity;
+use crate::store::postgres::session::Reset;
 use ferry_shared::api::{CacheMode, Position, QueryRequest};
 use serde_json::Value;
 use std::fmt::Display;

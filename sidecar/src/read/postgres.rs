@@ -4,12 +4,12 @@
 
 use super::engine::Reads as State;
 use crate::config::ReadLimits;
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::read::plan::{ReadFormat, ReadPlan};
-use crate::store::db::Reset;
-use crate::store::identity::SessionIdentity;
-use crate::store::pg_text::{self, Query, SqlPlan};
-use crate::store::{db, db_async};
+use crate::store::postgres::identity::SessionIdentity;
+use crate::store::postgres::session::Reset;
+use crate::store::statements::text::{self, Query, SqlPlan};
+use crate::store::statements::{on_loop, pooled};
 use ferry_shared::api::Row;
 use serde_json::Value;
 use std::sync::Arc;
@@ -29,7 +29,7 @@ pub(super) async fn on_event_loop(
         Ok(slot) => slot,
         Err(e) => return Some(Err(e)),
     };
-    let fast = db_async::query(
+    let fast = on_loop::query(
         state.pools.clone(),
         sql.into(),
         params.to_vec(),
@@ -85,7 +85,7 @@ pub(super) async fn run_query(state: &State, plan: ReadPlan) -> Result<Vec<Row>,
     let s = state.clone();
     state
         .blocking
-        .run(move || db::query(&s.pools, &sql, &params, limits, who.as_deref(), reset))
+        .run(move || pooled::query(&s.pools, &sql, &params, limits, who.as_deref(), reset))
         .await
 }
 
@@ -119,7 +119,7 @@ pub(super) async fn text_query(
     };
     let ran = tokio::time::timeout(
         state.blocking.timeout(),
-        pg_text::run(&state.pools, &plan, limits),
+        text::run(&state.pools, &plan, limits),
     )
     .await
     .map_err(|_| ApiError::Timeout {

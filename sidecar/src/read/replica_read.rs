@@ -2,10 +2,10 @@
 //! (`store::replicas`); the primary takes it when none may, or when the replica fails it.
 
 use crate::config::ReadLimits;
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::read::Reads;
-use crate::store::db;
-use crate::store::identity::SessionIdentity;
+use crate::store::postgres::identity::SessionIdentity;
+use crate::store::statements::pooled;
 use ferry_shared::api::{Position, Row};
 use serde_json::Value;
 
@@ -24,7 +24,7 @@ pub fn run(
 ) -> Option<Result<Vec<Row>, ApiError>> {
     let replicas = &state.replicas;
     let replica = replicas.pick(after)?;
-    let out = db::query_replica(
+    let out = pooled::query_replica(
         &state.pools,
         replica,
         replicas.wait(),

@@ -1,16 +1,16 @@
-//! A fill that other sidecars share (`store::leases`): the local single flight's leader
+//! A fill that other sidecars share (`store::coordination::leases`): the local single flight's leader
 //! takes the read's lease and fills, or waits for the sidecar that holds it and answers from
 //! the entry it wrote. Whatever the wait gives, the answer is as fresh as a fill of our own:
 //! the entry found after it is checked against the current versions like any other, and when
 //! it is missing (the holder failed, its rows were too large, or a write moved a version) this
 //! sidecar runs the query itself, with the versions it observed before waiting.
 
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::read::engine::{lookup_many, Reads};
 use crate::read::flight::Fetched;
 use crate::read::plan::ReadPlan;
 use crate::store::cache::{Lookup, Probe};
-use crate::store::leases::Lease;
+use crate::store::coordination::leases::Lease;
 use std::future::Future;
 use std::pin::Pin;
 

@@ -3,11 +3,11 @@
 
 use super::plan::{CachePlan, ReadFormat, ReadPlan};
 use crate::config::Config;
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::store::cache::{table_tag, Cache, EntryPolicy};
-use crate::store::db::Reset;
-use crate::store::identity::SessionIdentity;
-use crate::store::pg_text::Query;
+use crate::store::postgres::identity::SessionIdentity;
+use crate::store::postgres::session::Reset;
+use crate::store::statements::text::Query;
 use ferry_shared::api::CacheMode;
 use serde_json::Value;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! keyspace by id).
 
 use super::State;
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::read::{self, keyed, plan};
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::{BatchRequest, BatchResponse, BatchResult, KeyedRequest};
@@ -40,7 +40,7 @@ pub async fn batch(
         .collect();
     let valid: Vec<&plan::ReadPlan> = plans.iter().filter_map(|p| p.as_ref().ok()).collect();
     // Each end user in the batch counts once for the whole batch.
-    let mut users: Vec<&crate::store::identity::SessionIdentity> =
+    let mut users: Vec<&crate::store::postgres::identity::SessionIdentity> =
         valid.iter().filter_map(|p| p.identity.as_deref()).collect();
     users.sort_by(|a, b| a.user.cmp(&b.user));
     users.dedup_by(|a, b| a.user == b.user);

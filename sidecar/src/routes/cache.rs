@@ -1,8 +1,9 @@
 //! `POST /v1/cache`: plain cache commands (get, set, del, mget, mset, incr, expire).
 
 use super::State;
-use crate::http::error::ApiError;
-use crate::store::{commands, nonces};
+use crate::error::ApiError;
+use crate::store::cache::commands;
+use crate::store::coordination::nonces;
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::CacheCommand;
 

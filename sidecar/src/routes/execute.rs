@@ -1,10 +1,10 @@
 //! `POST /v1/execute`: a write on Postgres, then invalidation, both before the answer.
 
 use super::State;
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::read::identity::identity;
 use crate::read::{invalidation, plan};
-use crate::store::db;
+use crate::store::statements::pooled;
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::{ExecuteRequest, ExecuteResponse};
 
@@ -27,7 +27,7 @@ pub async fn execute(
         .blocking
         .run(move || {
             let rows_affected =
-                db::execute(&s.pools, &sql, &params, who.as_deref(), nonce.as_ref())?;
+                pooled::execute(&s.pools, &sql, &params, who.as_deref(), nonce.as_ref())?;
             let done = crate::write::committed(&s, &keys, &tags);
             Ok(ExecuteResponse {
                 rows_affected,

@@ -11,8 +11,8 @@ pub mod query;
 pub mod transaction;
 pub mod upstash;
 
+use crate::error::ApiError;
 use crate::http::auth::Signer;
-use crate::http::error::ApiError;
 use crate::state::AppState;
 use actix_web::{web, HttpResponse, ResponseError};
 use ferry_shared::api::paths;
@@ -25,9 +25,9 @@ pub type State = web::Data<AppState>;
 pub(crate) async fn admit_user(
     state: &State,
     config: &crate::config::Config,
-    who: Option<&crate::store::identity::SessionIdentity>,
+    who: Option<&crate::store::postgres::identity::SessionIdentity>,
 ) -> Result<(), ApiError> {
-    use crate::store::rate_limit::Rate;
+    use crate::store::coordination::rate_limit::Rate;
     let c = &config.identity;
     let (Some(who), true) = (who, c.rate_per_s > 0) else {
         return Ok(());
@@ -48,7 +48,7 @@ pub(crate) async fn admit_anonymous(
     config: &crate::config::Config,
     caller: &str,
 ) -> Result<(), ApiError> {
-    use crate::store::rate_limit::Rate;
+    use crate::store::coordination::rate_limit::Rate;
     let l = &config.limits;
     if l.anonymous_rate_per_s > 0 {
         let rate = Rate {
@@ -67,14 +67,14 @@ pub(crate) async fn admit_anonymous(
     Ok(())
 }
 
-/// One request against `who`'s bucket (`store::rate_limit`), on the event loop when it can.
+/// One request against `who`'s bucket (`store::coordination::rate_limit`), on the event loop when it can.
 async fn admit(
     state: &State,
     config: &crate::config::Config,
     who: &str,
-    rate: crate::store::rate_limit::Rate,
+    rate: crate::store::coordination::rate_limit::Rate,
 ) -> Result<(), ApiError> {
-    use crate::store::rate_limit;
+    use crate::store::coordination::rate_limit;
     let prefix = config.cache.key_prefix.clone();
     if let Some(v) = rate_limit::check_async(&state.pools, &prefix, who, rate).await {
         return v;
@@ -193,7 +193,7 @@ pub async fn signed_json<T: serde::de::DeserializeOwned>(
 }
 
 /// The same, with who signed the request (`Verifier::authenticate_as`). The nonce is checked
-/// against every other sidecar's (`store::nonces`) before the body is parsed.
+/// against every other sidecar's (`store::coordination::nonces`) before the body is parsed.
 pub async fn signed_json_as<T: serde::de::DeserializeOwned>(
     state: &State,
     req: &actix_web::HttpRequest,
@@ -208,7 +208,7 @@ pub async fn signed_json_as<T: serde::de::DeserializeOwned>(
 /// yet to be asked about: nothing it asks for may take effect before [`Unshared::check`]. A
 /// read joins that check with its Redis lookup, so both go in one write and one wake-up.
 #[must_use = "the shared replay check must run before the request takes effect"]
-pub struct Unshared(crate::http::replay::Seen);
+pub struct Unshared(crate::store::coordination::nonces::seen::Seen);
 
 impl Unshared {
     pub async fn check(self, state: &State) -> Result<(), ApiError> {
@@ -224,9 +224,9 @@ impl Unshared {
             .await
     }
 
-    /// The check, to send in front of a read's own commands; `store::nonces::settle` then
+    /// The check, to send in front of a read's own commands; `store::coordination::nonces::settle` then
     /// takes its verdict, or runs it alone when it was not sent.
-    pub fn prepare(self, state: &State) -> Option<crate::store::nonces::NonceCheck> {
+    pub fn prepare(self, state: &State) -> Option<crate::store::coordination::nonces::NonceCheck> {
         state.nonces.prepare(&self.0)
     }
 }

@@ -7,10 +7,10 @@
 //! read-through engine and says how in `Ferry-Cache` (hit, miss, stale, bypass) and `Age`.
 
 use super::State;
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::neon;
 use crate::read::{engine, text_plan};
-use crate::store::pg_text;
+use crate::store::statements::text;
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::CacheStatus;
 use serde_json::{json, Value};
@@ -109,7 +109,7 @@ async fn serve(
     let _slot = state.blocking.admit()?;
     match tokio::time::timeout(
         state.blocking.timeout(),
-        pg_text::run(&state.pools, &request.plan, limits),
+        text::run(&state.pools, &request.plan, limits),
     )
     .await
     {

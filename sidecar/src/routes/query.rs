@@ -1,9 +1,9 @@
 //! `POST /v1/query`: a read, through the cache when its plan says so.
 
 use super::State;
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::read::{self, plan};
-use crate::store::nonces;
+use crate::store::coordination::nonces;
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::QueryRequest;
 

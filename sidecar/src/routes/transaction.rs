@@ -1,14 +1,14 @@
 //! `POST /v1/transaction`: statements in one transaction on one pooled session, then
 //! invalidation, both before the answer. And the interactive form (`/v1/transaction/begin`,
-//! `query`, `commit`, `rollback`), bounded by `store::interactive`.
+//! `query`, `commit`, `rollback`), bounded by `store::statements::interactive`.
 
 use super::State;
 use crate::config::{Config, ReadLimits};
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::read::identity::identity;
 use crate::read::{invalidation, plan};
-use crate::store::identity::SessionIdentity;
-use crate::store::transaction::{self, TxPlan};
+use crate::store::postgres::identity::SessionIdentity;
+use crate::store::statements::transaction::{self, TxPlan};
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::{
     BeginRequest, BeginResponse, EndRequest, EndResponse, Identity, InTransactionRequest,
@@ -115,7 +115,7 @@ pub async fn begin(
     let (owner, who) = owner(&config, credential, b.identity.clone(), false)?;
     super::admit_user(&state, &config, who.as_deref()).await?;
     let plan = options(b, config.limits().read, who);
-    // Only where its commit will write a row (`store::interactive`).
+    // Only where its commit will write a row (`store::statements::interactive`).
     let table = state
         .nonces
         .for_write(signer.nonce)

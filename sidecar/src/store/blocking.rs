@@ -1,6 +1,6 @@
 //! The rule for blocking work: it never runs on an actix worker.
 
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -8,7 +8,7 @@ use tokio::sync::Semaphore;
 /// Runs blocking work (pool checkouts, Redis, Postgres) on the blocking thread pool, never on
 /// an actix worker. Bounded twice: at most `max_in_flight` jobs at once (beyond: 503 at once,
 /// not a queue), and each job's answer is awaited at most `timeout` (beyond: 504, and the
-/// Postgres statements the job is running are cancelled: `store::deadline`). The job keeps its
+/// Postgres statements the job is running are cancelled: `store::postgres::deadline`). The job keeps its
 /// in-flight slot until it ends, so the bound holds.
 #[derive(Clone)]
 pub struct Blocking {
@@ -46,7 +46,7 @@ impl Blocking {
         T: Send + 'static,
     {
         let slot = self.admit()?;
-        let deadline = Arc::new(super::deadline::Deadline::default());
+        let deadline = Arc::new(crate::store::postgres::deadline::Deadline::default());
         let watched = deadline.clone();
         let job = actix_web::web::block(move || {
             let _slot = slot;
@@ -54,7 +54,7 @@ impl Blocking {
         });
         match tokio::time::timeout(self.timeout, job).await {
             Err(_) => {
-                // The work ends too, not just the wait for it (`store::deadline`).
+                // The work ends too, not just the wait for it (`store::postgres::deadline`).
                 actix_web::rt::task::spawn_blocking(move || deadline.expire());
                 Err(ApiError::Timeout {
                     what: "the request",

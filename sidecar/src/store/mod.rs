@@ -1,42 +1,27 @@
-//! The stores. `pools`: the bounded Redis and Postgres pools and the Redis circuit breaker;
-//! `blocking`: `Blocking::run`, the only way handlers do blocking work; `deadline`: its
-//! deadline cancels the statements a job is running. Postgres: `postgres`
-//! (sessions, connection settings, the role check), `db` (reads, writes, the reset after each
-//! request), `failure` (Postgres errors as the caller sees them), `pg_async` and `db_async` (plain reads on the worker's event loop), `identity` (a statement run as
-//! an end user's role and claims), `rate_limit` (each end user's request rate, in Redis), `nonces` (replay protection shared
-//! by every sidecar, in Redis and Postgres), `write_outcome` (did a write commit? its nonce row says, or is
-//! fenced), `leases` (single flight across sidecars), `param_types` (what Postgres said about each statement's parameters), `statement`
-//! (what may run at all), `pg_json` and `pg_params` (values both ways).
-//! Redis: `redis` (one server or a cluster: clients, pooled and multiplexed connections), `cache` (the read-through layout, versions and
-//! invalidation), `commands` (plain cache commands). `readiness`: the background probe. `replicas`: streaming replicas for plain reads, and
-//! the positions that give read-your-writes.
+//! The stores, by store and by concept. Nothing here knows HTTP: failures are
+//! `crate::error::ApiError`, which `http/error.rs` turns into responses.
+//!
+//! - `pools`: the bounded Redis and Postgres pools and the Redis circuit breaker; `blocking`:
+//!   `Blocking::run`, the only way handlers do blocking work; `readiness`: the background probe.
+//! - [`postgres`]: sessions: connecting and the connection settings, a pooled session's
+//!   checkout and reset, the proof that sessions are Ferry's own, the role check, a statement
+//!   run as an end user, deadlines that cancel, and Postgres failures as callers see them.
+//! - [`statements`]: what runs on those sessions: the statement's class (what may run at all),
+//!   reads and writes on a pooled session and plain reads on the worker's event loop,
+//!   transactions (one call and interactive), values both ways (JSON, text), parameter types.
+//! - [`redis`]: one server or a cluster: clients, pooled and multiplexed connections.
+//! - [`cache`]: the read-through layout, versions, invalidation, and plain cache commands.
+//! - [`coordination`]: what sidecars agree on through the stores: replay checks (nonces), write
+//!   outcomes, single-flight leases, per-user rate limits, Ferry's own tables.
+//! - `replicas`: streaming replicas for plain reads, and the positions that give
+//!   read-your-writes.
 
 pub mod blocking;
 pub mod cache;
-pub mod commands;
-pub mod db;
-pub mod db_async;
-pub mod deadline;
-pub mod failure;
-pub mod ferry_tables;
-pub mod identity;
-pub mod interactive;
-pub mod leases;
-pub mod nonces;
-pub mod own_sessions;
-pub mod param_types;
-pub mod pg_async;
-pub mod pg_json;
-pub mod pg_params;
-pub mod pg_text;
+pub mod coordination;
 pub mod pools;
 pub mod postgres;
-pub mod rate_limit;
 pub mod readiness;
 pub mod redis;
 pub mod replicas;
-pub mod roles;
-pub mod session;
-pub mod statement;
-pub mod transaction;
-pub mod write_outcome;
+pub mod statements;

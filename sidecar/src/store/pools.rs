@@ -5,13 +5,13 @@
 //! circuit breaker, so that while Redis is down reads go straight to Postgres instead of each
 //! paying a connect timeout.
 
-use super::own_sessions::OwnSessions;
-use super::param_types::ParamTypes;
-use super::pg_async::{AsyncPg, AsyncSession};
-use super::postgres::{pg_async_config, pg_config, pg_tls, PgManager};
-use super::redis::{store_client, AsyncConn, AsyncRedis, RedisManager};
 use crate::config::Config;
-use crate::http::error::ApiError;
+use crate::error::ApiError;
+use crate::store::postgres::loop_session::{AsyncPg, AsyncSession};
+use crate::store::postgres::own_sessions::OwnSessions;
+use crate::store::postgres::{pg_async_config, pg_config, pg_tls, PgManager};
+use crate::store::redis::{store_client, AsyncConn, AsyncRedis, RedisManager};
+use crate::store::statements::param_types::ParamTypes;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 pub type RedisPool = r2d2::Pool<RedisManager>;
 pub type PgPool = r2d2::Pool<PgManager>;
 /// A pooled Postgres session, watched by the deadline of the job that holds it
-/// (`store::deadline`): past it, its statement is cancelled and the session closed, not pooled.
+/// (`store::postgres::deadline`): past it, its statement is cancelled and the session closed, not pooled.
 pub struct PgConn {
     inner: r2d2::PooledConnection<PgManager>,
-    watched: Option<super::deadline::Watched>,
+    watched: Option<crate::store::postgres::deadline::Watched>,
 }
 
 impl PgConn {
@@ -42,12 +42,12 @@ impl PgConn {
     /// statements each run under their own request's). Err: that deadline has passed.
     pub fn watch_here(&mut self) -> Result<(), ApiError> {
         self.release();
-        match super::deadline::watch(&self.inner.client, &self.inner.tls) {
+        match crate::store::postgres::deadline::watch(&self.inner.client, &self.inner.tls) {
             Ok(w) => {
                 self.watched = w;
                 Ok(())
             }
-            Err(super::deadline::Expired) => {
+            Err(crate::store::postgres::deadline::Expired) => {
                 // Nothing more runs on it for this job: closed, not pooled.
                 self.inner.poisoned = true;
                 Err(ApiError::Timeout {
@@ -67,7 +67,7 @@ impl PgConn {
 }
 
 impl std::ops::Deref for PgConn {
-    type Target = super::postgres::PgSession;
+    type Target = crate::store::postgres::PgSession;
     fn deref(&self) -> &Self::Target {
         &self.inner
     }
@@ -149,7 +149,7 @@ impl Pools {
             Duration::from_millis(r.io_timeout_ms),
             multiplexed,
         );
-        // One more listens for other sidecars' fills (`store::leases`), from 3 connections up.
+        // One more listens for other sidecars' fills (`store::coordination::leases`), from 3 connections up.
         let wakeups = u32::from(r.pool_size >= 3);
         let pooled = r.pool_size - multiplexed as u32 - wakeups;
         let redis = r2d2::Pool::builder()
@@ -171,8 +171,8 @@ impl Pools {
         // workers' event-loop sessions (an equal share each), the rest to the r2d2 pool (writes,
         // batches, cache fills, and the reads a worker has no free session for).
         let (pg_per_worker, _) = config.pg_split();
-        let own_sessions =
-            OwnSessions::for_config(config)?.with_audit(super::roles::Audit::for_config(config));
+        let own_sessions = OwnSessions::for_config(config)?
+            .with_audit(crate::store::postgres::roles::Audit::for_config(config));
         let tls = pg_tls(p).map_err(ApiError::internal)?;
         let pg_async = AsyncPg::new(
             pg_async_config(config)?,

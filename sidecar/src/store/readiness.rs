@@ -96,9 +96,10 @@ impl Readiness {
                 b.poisoned |= out.is_err();
             }
         }
-        let postgres = pools.own_sessions.check().is_ok() && crate::store::db::ping(pools).is_ok();
+        let postgres = pools.own_sessions.check().is_ok()
+            && crate::store::statements::pooled::ping(pools).is_ok();
         if postgres && self.settings_due() {
-            if let Ok(settings) = crate::store::db::role_settings(pools) {
+            if let Ok(settings) = crate::store::statements::pooled::role_settings(pools) {
                 self.saw_role_settings(settings);
             }
         }

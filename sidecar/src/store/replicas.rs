@@ -14,9 +14,9 @@
 //! writes and transactions stay on the primary.
 
 use crate::config::{Config, ReplicaReads};
-use crate::http::error::ApiError;
-use crate::store::own_sessions::{OwnSessions, Problem};
+use crate::error::ApiError;
 use crate::store::pools::{PgConn, PgPool};
+use crate::store::postgres::own_sessions::{OwnSessions, Problem};
 use crate::store::postgres::{pg_config, pg_tls, PgManager};
 use ferry_shared::api::Position;
 use std::collections::VecDeque;

@@ -1,9 +1,9 @@
 //! Lookups: many entries in one Redis round trip, versions read (or created) with them.
 
 use super::{classify, now_ms, token, Cache, Entry, Lookup, Observed, Probe, EPOCH_TAG};
-use crate::http::error::ApiError;
-use crate::store::leases::Attempt;
-use crate::store::nonces::NonceCheck;
+use crate::error::ApiError;
+use crate::store::coordination::leases::Attempt;
+use crate::store::coordination::nonces::NonceCheck;
 use crate::store::pools::Pools;
 use crate::store::redis::{lost, AsyncConn};
 use redis::{RedisResult, Value};

@@ -31,6 +31,7 @@
 //! sidecar serves no read from Redis, so no read after an acknowledged write can see the old
 //! value through this sidecar.
 
+pub mod commands;
 mod durable;
 mod entry;
 mod freshness;

@@ -3,7 +3,7 @@
 //! cache being taken for down (`Pools::redis_failed` keeps the breaker closed for them).
 
 use super::{connection_lost, AsyncConn};
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::store::pools::Pools;
 use redis::{FromRedisValue, Pipeline, RedisResult, Value};
 

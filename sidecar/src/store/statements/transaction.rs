@@ -1,13 +1,15 @@
 //! Several statements in one transaction on one pooled session (`/v1/transaction`): all commit
 //! or none does, and the session goes back to the pool exactly as fresh as after any request.
 
-use super::db::{check_columns, read_rows, rollback, run_prepared, with_sent_session, Failure};
-use super::nonces::{self, WriteNonce};
 use crate::config::ReadLimits;
-use crate::http::error::ApiError;
-use crate::store::identity::SessionIdentity;
+use crate::error::ApiError;
+use crate::store::coordination::nonces::{self, WriteNonce};
 use crate::store::pools::Pools;
-use crate::store::statement::{self, Route};
+use crate::store::postgres::failure::Failure;
+use crate::store::postgres::identity::SessionIdentity;
+use crate::store::postgres::session::{rollback, with_sent_session};
+use crate::store::statements::class::{self, Route};
+use crate::store::statements::pooled::{check_columns, read_rows, run_prepared};
 use ferry_shared::api::{Isolation, StatementResult};
 use serde_json::Value;
 use std::sync::Arc;
@@ -23,14 +25,14 @@ pub struct TxPlan {
     pub limits: ReadLimits,
     /// The end user every statement runs as (taken on right after BEGIN).
     pub identity: Option<Arc<SessionIdentity>>,
-    /// The request's nonce, recorded in the same round trip as BEGIN (`store::nonces`).
+    /// The request's nonce, recorded in the same round trip as BEGIN (`store::coordination::nonces`).
     pub nonce: Option<WriteNonce>,
 }
 
 impl TxPlan {
     /// The statement that opens the transaction (options are enums: nothing from the caller is
     /// spliced in).
-    pub(super) fn begin(&self) -> String {
+    pub(in crate::store) fn begin(&self) -> String {
         let isolation = match self.isolation {
             Isolation::ReadCommitted => "READ COMMITTED",
             Isolation::ReadUncommitted => "READ UNCOMMITTED",
@@ -57,7 +59,7 @@ impl TxPlan {
 /// it (the same classes `/v1/execute` refuses), naming its index.
 pub fn check(statements: &[(String, Vec<Value>)]) -> Result<(), ApiError> {
     for (i, (sql, _)) in statements.iter().enumerate() {
-        statement::check(sql, Route::Write).map_err(|e| e.in_statement(i))?;
+        class::check(sql, Route::Write).map_err(|e| e.in_statement(i))?;
     }
     Ok(())
 }

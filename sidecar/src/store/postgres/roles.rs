@@ -190,7 +190,7 @@ pub async fn audit(client: &Client, a: &Audit) -> Result<(), String> {
             .map_err(|e| {
                 format!(
                     "the roles could not be checked: {}",
-                    crate::store::failure::describe(&e)
+                    crate::store::postgres::failure::describe(&e)
                 )
             })?;
         let Some(row) = row else {

@@ -2,11 +2,11 @@
 //! the caller (by SQLSTATE class: the caller's own mistakes with Postgres's message, server
 //! trouble without detail).
 
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use postgres::error::SqlState;
 
 /// A Postgres failure, split by whether a retry on a fresh connection makes sense.
-pub(super) enum Failure {
+pub(in crate::store) enum Failure {
     Closed(postgres::Error),
     /// The session was lost before any of the caller's statements was sent (a write's first
     /// round trip): safe to run the write on another session.
@@ -29,7 +29,7 @@ impl From<postgres::Error> for Failure {
 /// (`pg_terminate_backend`, a restart: pooled sessions learn it on their next statement), or
 /// its socket failed (a NAT, load balancer or pooler in between reset the connection: the
 /// driver then reports the I/O error, "connection reset" or "broken pipe", not a close).
-pub(super) fn connection_lost(e: &postgres::Error) -> bool {
+pub(in crate::store) fn connection_lost(e: &postgres::Error) -> bool {
     e.is_closed()
         || e.code()
             .is_some_and(|c| c.code().starts_with("57P") || c.code().starts_with("08"))
@@ -38,7 +38,7 @@ pub(super) fn connection_lost(e: &postgres::Error) -> bool {
 
 /// A COMMIT (or a statement committing on its own) that failed, where no outcome is kept to
 /// ask: with its connection lost it may well have committed, and the answer must say so.
-pub(super) fn commit_lost(e: postgres::Error) -> Failure {
+pub(in crate::store) fn commit_lost(e: postgres::Error) -> Failure {
     if connection_lost(&e) {
         Failure::Api(ApiError::OutcomeUnknown {
             internal: format!("connection lost during a commit with no kept outcome: {e}"),
@@ -50,7 +50,7 @@ pub(super) fn commit_lost(e: postgres::Error) -> Failure {
 }
 
 impl Failure {
-    pub(super) fn into_api(self) -> ApiError {
+    pub(in crate::store) fn into_api(self) -> ApiError {
         match self {
             Failure::Api(a) => a,
             Failure::Closed(e) | Failure::Unsent(e) => ApiError::DatabaseUnavailable {

@@ -16,10 +16,10 @@
 mod sql;
 
 use crate::config::ReadLimits;
-use crate::http::error::ApiError;
-use crate::http::error::PgFields;
-use crate::store::db::{self, RESET};
+use crate::error::ApiError;
+use crate::error::PgFields;
 use crate::store::pools::Pools;
+use crate::store::postgres::session::RESET;
 use ferry_shared::api::Isolation;
 use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
@@ -49,7 +49,7 @@ pub struct SqlPlan {
     pub role: Option<std::sync::Arc<str>>,
     /// The end user it runs as (the driver's `authToken`), taken on before the first statement
     /// and dropped by the session's reset.
-    pub identity: Option<std::sync::Arc<crate::store::identity::SessionIdentity>>,
+    pub identity: Option<std::sync::Arc<crate::store::postgres::identity::SessionIdentity>>,
 }
 
 /// The simple query's prefix before the caller's SQL, when it has parameters.
@@ -278,10 +278,10 @@ fn located(e: ApiError, completed: usize, target: usize) -> ApiError {
 }
 
 /// [`pg`] for a failure during a COMMIT (or a statement that commits on its own): the
-/// connection lost then, it may have committed (`store::failure::commit_lost`).
+/// connection lost then, it may have committed (`store::postgres::failure::commit_lost`).
 fn committing(e: tokio_postgres::Error) -> ApiError {
-    if super::failure::connection_lost(&e) {
-        super::failure::commit_lost(e).into_api()
+    if crate::store::postgres::failure::connection_lost(&e) {
+        crate::store::postgres::failure::commit_lost(e).into_api()
     } else {
         pg(e)
     }
@@ -319,7 +319,7 @@ fn pg(e: tokio_postgres::Error) -> ApiError {
         data_type: d.datatype().map(str::to_string),
         constraint: d.constraint().map(str::to_string),
     });
-    match (db::pg_failure(e), fields) {
+    match (crate::store::postgres::failure::pg_failure(e), fields) {
         (ApiError::Sql { .. } | ApiError::BadParams { .. }, Some(f)) => {
             ApiError::Postgres(Box::new(f))
         }

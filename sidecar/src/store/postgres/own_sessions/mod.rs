@@ -24,7 +24,7 @@
 
 mod again;
 
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::store::postgres::{pg_async_config, pg_tls};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,7 +39,7 @@ pub enum Problem {
     Unreachable(String),
     /// Something between Ferry and Postgres shares or changes its sessions: refused for good.
     NotOwn(String),
-    /// The roles are not kept apart (`store::roles`): refused for good.
+    /// The roles are not kept apart (`store::postgres::roles`): refused for good.
     Unsafe(String),
 }
 
@@ -87,8 +87,8 @@ pub struct OwnSessions {
     probed_through: AtomicU64,
     /// When the last probe again began (`again`).
     rechecked: Mutex<Option<Instant>>,
-    /// The roles to check at the first probe (the primary only; `store::roles`).
-    audit: Option<crate::store::roles::Audit>,
+    /// The roles to check at the first probe (the primary only; `store::postgres::roles`).
+    audit: Option<crate::store::postgres::roles::Audit>,
     /// The refusal was the roles' (`Problem::Unsafe`), not the sessions'.
     unsafe_roles: std::sync::atomic::AtomicBool,
 }
@@ -111,8 +111,8 @@ impl OwnSessions {
         })
     }
 
-    /// The roles are audited too, at the first probe (`store::roles`).
-    pub fn with_audit(mut self, audit: Option<crate::store::roles::Audit>) -> Self {
+    /// The roles are audited too, at the first probe (`store::postgres::roles`).
+    pub fn with_audit(mut self, audit: Option<crate::store::postgres::roles::Audit>) -> Self {
         self.audit = audit;
         self
     }
@@ -220,13 +220,13 @@ async fn probe(
     config: &Config,
     tls: MakeRustlsConnect,
     wants_statement_timeout: bool,
-    audit: Option<&crate::store::roles::Audit>,
+    audit: Option<&crate::store::postgres::roles::Audit>,
 ) -> Result<(), Problem> {
     let mut a = connect(config, &tls).await?;
     let mut b = connect(config, &tls).await?;
     probe_sessions(&mut a, &mut b, wants_statement_timeout).await?;
     match audit {
-        Some(audit) => crate::store::roles::audit(&a, audit)
+        Some(audit) => crate::store::postgres::roles::audit(&a, audit)
             .await
             .map_err(Problem::Unsafe),
         None => Ok(()),
@@ -364,10 +364,10 @@ fn problem(e: tokio_postgres::Error) -> Problem {
         return Problem::NotOwn(format!(
             "the probe's prepared statements were not those of its own session ({}): its \
              statements ran on more than one backend (a transaction-mode pooler)",
-            crate::store::failure::describe(&e)
+            crate::store::postgres::failure::describe(&e)
         ));
     }
-    Problem::Unreachable(crate::store::failure::describe(&e))
+    Problem::Unreachable(crate::store::postgres::failure::describe(&e))
 }
 
 /// The query that reads the settings Ferry asks for at connect, judged by [`judge_settings`].

@@ -1,16 +1,19 @@
 //! Plain reads on the event loop (`pg_async` sessions): the same statement check, parameter
-//! binding, one-round-trip statements, read limits and reset as `db::query`, without the hop to
+//! binding, one-round-trip statements, read limits and reset as `pooled::query`, without the hop to
 //! the blocking pool, and the reset finished after the answer is on its way. Returns None when
 //! this worker has no session free; the caller then takes the pooled path.
 
 use crate::config::ReadLimits;
-use crate::http::error::ApiError;
-use crate::store::db::{self, Failure, Reset, RowBudget, RESET};
-use crate::store::identity::SessionIdentity;
-use crate::store::param_types::{self, ParamTypes};
-use crate::store::pg_async::{AsyncSession, Prepared};
+use crate::error::ApiError;
 use crate::store::pools::Pools;
-use crate::store::statement::{self, Route};
+use crate::store::postgres::failure::Failure;
+use crate::store::postgres::identity::SessionIdentity;
+use crate::store::postgres::loop_session::{AsyncSession, Prepared};
+use crate::store::postgres::session::Reset;
+use crate::store::postgres::session::RESET;
+use crate::store::statements::class::{self, Route};
+use crate::store::statements::param_types::{self, ParamTypes};
+use crate::store::statements::pooled::{self, RowBudget};
 use ferry_shared::api::Row;
 use futures_util::StreamExt;
 use postgres_types::ToSql;
@@ -30,7 +33,7 @@ pub async fn query(
     who: Option<Arc<SessionIdentity>>,
     after: Reset,
 ) -> Option<Result<Vec<Row>, ApiError>> {
-    if let Err(e) = statement::check(&sql, Route::Read) {
+    if let Err(e) = class::check(&sql, Route::Read) {
         return Some(Err(e));
     }
     // The session's work runs in a task of its own on this worker: the answer is sent back as
@@ -166,8 +169,8 @@ async fn run_prepared(
     limits: ReadLimits,
 ) -> Result<(Vec<Row>, Option<String>), Failure> {
     if let Some(stmt) = prepared.get(sql) {
-        let bound = db::bind(stmt.params(), params).map_err(Failure::Api)?;
-        match collect(client.query_raw(stmt, db::refs(&bound)).await, limits).await {
+        let bound = pooled::bind(stmt.params(), params).map_err(Failure::Api)?;
+        match collect(client.query_raw(stmt, pooled::refs(&bound)).await, limits).await {
             Err(Failure::Pg(e)) if param_types::stale_prepared(&e) => {
                 // A failed run all the same: what it left on the session goes first (and with
                 // it every statement prepared there).
@@ -180,9 +183,9 @@ async fn run_prepared(
         }
     }
     let stmt = client.prepare(sql).await?;
-    db::check_columns(&stmt)?;
-    let bound = db::bind(stmt.params(), params).map_err(Failure::Api)?;
-    let out = collect(client.query_raw(&stmt, db::refs(&bound)).await, limits).await;
+    pooled::check_columns(&stmt)?;
+    let bound = pooled::bind(stmt.params(), params).map_err(Failure::Api)?;
+    let out = collect(client.query_raw(&stmt, pooled::refs(&bound)).await, limits).await;
     if out.is_ok() {
         prepared.insert(sql.into(), stmt);
     }
@@ -205,7 +208,7 @@ async fn reset_session(client: &Client, sent: Option<Sent<'_>>) -> bool {
 /// The session's reset, as a future of the driver.
 type ResetFuture<'a> = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + 'a>>;
 
-/// `db::run` for the async driver: with remembered parameter types one round trip, with the
+/// `pooled::run` for the async driver: with remembered parameter types one round trip, with the
 /// session's reset sent right behind the statement (both written before either answer is
 /// read); else prepare (checked, types remembered) and run, and the caller resets after. A
 /// stale remembered type falls back to the slow way, on a session reset first.
@@ -228,7 +231,7 @@ async fn read_on<'a>(
         );
     }
     if let Some(known) = types.get(sql) {
-        if let Ok(bound) = db::bind(&known, params) {
+        if let Ok(bound) = pooled::bind(&known, params) {
             let typed = bound
                 .iter()
                 .zip(known.iter())
@@ -257,10 +260,10 @@ async fn read_on<'a>(
     }
     let slow = async {
         let stmt = client.prepare(sql).await?;
-        db::check_columns(&stmt)?;
-        let bound = db::bind(stmt.params(), params).map_err(Failure::Api)?;
+        pooled::check_columns(&stmt)?;
+        let bound = pooled::bind(stmt.params(), params).map_err(Failure::Api)?;
         types.remember(sql, stmt.params());
-        collect(client.query_raw(&stmt, db::refs(&bound)).await, limits).await
+        collect(client.query_raw(&stmt, pooled::refs(&bound)).await, limits).await
     };
     (slow.await, None)
 }
@@ -307,7 +310,7 @@ async fn sent_behind<'a, A: Future>(first: A, reset: ResetFuture<'a>) -> (A::Out
     (out, sent)
 }
 
-/// Decodes rows as they arrive, within the read limits (see `db::read_rows`).
+/// Decodes rows as they arrive, within the read limits (see `pooled::read_rows`).
 async fn collect(
     rows: Result<RowStream, tokio_postgres::Error>,
     limits: ReadLimits,

@@ -24,7 +24,7 @@
 //! the reset. They go (each closed, in order, ahead of what is sent next) when the session is
 //! taken for any other kind of request (`session`'s `keep_prepared`), and with every reset.
 
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;

@@ -13,14 +13,17 @@
 //! A transaction runs one statement at a time: while one runs, another request on the same id
 //! is 409 and the reaper leaves it alone (the statement timeout bounds it).
 
-use super::db::{check_columns, read_rows, rollback, run_prepared, Failure, RESET};
-use super::failure::commit_lost;
-use super::nonces::{self, WriteNonce};
-use super::transaction::TxPlan;
 use crate::config::ReadLimits;
-use crate::http::error::ApiError;
+use crate::error::ApiError;
+use crate::store::coordination::nonces::{self, WriteNonce};
 use crate::store::pools::{PgConn, Pools};
-use crate::store::statement::{self, Route};
+use crate::store::postgres::failure::commit_lost;
+use crate::store::postgres::failure::Failure;
+use crate::store::postgres::session::rollback;
+use crate::store::postgres::session::RESET;
+use crate::store::statements::class::{self, Route};
+use crate::store::statements::pooled::{check_columns, read_rows, run_prepared};
+use crate::store::statements::transaction::TxPlan;
 use ferry_shared::api::StatementResult;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -180,7 +183,7 @@ impl OpenTransactions {
         params: &[Value],
         limits: ReadLimits,
     ) -> Result<StatementResult, ApiError> {
-        statement::check(sql, Route::Write)?;
+        class::check(sql, Route::Write)?;
         let mut open = self.take(id, credential)?;
         // This request's deadline cancels the statement, and ends the transaction with it.
         if let Err(e) = open.session.watch_here() {

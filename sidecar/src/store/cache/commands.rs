@@ -2,10 +2,10 @@
 //! These are the cache itself, so unlike reads they fail (503) when Redis is down.
 
 use crate::config::Limits;
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::store::blocking::Blocking;
 use crate::store::cache::Cache;
-use crate::store::nonces::NonceCheck;
+use crate::store::coordination::nonces::NonceCheck;
 use crate::store::pools::Pools;
 use crate::store::redis::lost;
 use ferry_shared::api::{CacheCommand, CacheReply};
@@ -178,7 +178,7 @@ pub async fn run(
 
 /// [`run`] with the request's shared replay check in front of the command (for reads: the
 /// check must settle before anything takes effect). The check's verdict comes first; None
-/// when it was not sent or its pipeline failed, and `store::nonces::settle` then runs it on
+/// when it was not sent or its pipeline failed, and `store::coordination::nonces::settle` then runs it on
 /// its own.
 pub async fn run_checked(
     pools: &Arc<Pools>,

@@ -11,7 +11,7 @@
 //! Postgres' own grammar starts; one statement per request is guaranteed separately, because
 //! statements are sent with the extended protocol, which refuses more than one.
 
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 
 /// Where a statement is going.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

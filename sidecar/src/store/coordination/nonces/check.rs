@@ -2,9 +2,9 @@
 //! then `EXPIREAT`), sent in front of a read's own pipeline or on its own.
 
 use super::SharedNonces;
-use crate::http::error::ApiError;
-use crate::http::replay::Seen;
+use crate::error::ApiError;
 use crate::store::blocking::Blocking;
+use crate::store::coordination::nonces::seen::Seen;
 use crate::store::pools::Pools;
 use crate::store::redis::connection_lost;
 use redis::{RedisResult, Value};

@@ -93,7 +93,7 @@ fn top_level_words(sql: &str) -> Vec<String> {
                 }
             }
             b'/' if b.get(i + 1) == Some(&b'*') => {
-                let rest = crate::store::statement::skip_block_comment(&sql[i..]);
+                let rest = crate::store::statements::class::skip_block_comment(&sql[i..]);
                 i = sql.len() - rest.len();
                 continue;
             }

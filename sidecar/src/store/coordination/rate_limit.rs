@@ -11,7 +11,7 @@
 //! user could provoke by filling Redis, or time with an outage). Not an access rule either way:
 //! a request under the rate is never refused for Redis's sake.
 
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::store::pools::Pools;
 use sha2::{Digest, Sha256};
 use std::sync::LazyLock;

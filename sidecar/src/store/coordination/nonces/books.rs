@@ -15,8 +15,9 @@
 //! Ferry's role makes all of it when missing (the schema too, when it may), then grants the
 //! request role USAGE on the schema and EXECUTE on the function, nothing else.
 
-use crate::store::db::{rollback, Failure};
-use crate::store::ferry_tables;
+use crate::store::coordination::ferry_tables;
+use crate::store::postgres::failure::Failure;
+use crate::store::postgres::session::rollback;
 use crate::store::postgres::PgSession;
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, OnceLock};
@@ -163,7 +164,7 @@ impl Books {
                 if !made {
                     tracing::error!(error = %f.into_api(), function = %self.function(),
                         "Ferry's record function cannot be made: give Ferry's role CREATE on the schema");
-                    return Err(Failure::Api(crate::http::error::ApiError::internal(
+                    return Err(Failure::Api(crate::error::ApiError::internal(
                         "Ferry's books are not usable",
                     )));
                 }
@@ -174,7 +175,7 @@ impl Books {
         }
         let key: [u8; 32] = key
             .try_into()
-            .map_err(|_| Failure::Api(crate::http::error::ApiError::internal("bad write key")))?;
+            .map_err(|_| Failure::Api(crate::error::ApiError::internal("bad write key")))?;
         let _ = self.key.set(key);
         Ok(())
     }

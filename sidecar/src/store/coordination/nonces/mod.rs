@@ -29,11 +29,12 @@
 //! its connection during a COMMIT asks it before answering; an edge whose sidecar died asks it
 //! through another one (`POST /v1/outcome`). So a write fails cleanly or succeeds, never both.
 
-use crate::http::error::ApiError;
-use crate::http::replay::Seen;
-use crate::store::db::{rollback, Failure};
-use crate::store::failure::{commit_lost, connection_lost};
+use crate::error::ApiError;
+use crate::store::coordination::nonces::seen::Seen;
 use crate::store::pools::Pools;
+use crate::store::postgres::failure::Failure;
+use crate::store::postgres::failure::{commit_lost, connection_lost};
+use crate::store::postgres::session::rollback;
 use crate::store::postgres::PgSession;
 use postgres::error::SqlState;
 use std::sync::{Arc, Weak};
@@ -41,6 +42,7 @@ use std::time::Duration;
 
 mod books;
 mod check;
+pub mod seen;
 pub use books::Books;
 pub use check::{settle, NonceCheck};
 
@@ -63,8 +65,8 @@ struct Shared {
 /// A write's nonce, for its round trips to Postgres.
 #[derive(Debug, Clone)]
 pub struct WriteNonce {
-    pub(super) books: Arc<Books>,
-    pub(super) hex: String,
+    pub(in crate::store) books: Arc<Books>,
+    pub(in crate::store) hex: String,
     keep_s: u64,
 }
 
@@ -100,7 +102,7 @@ impl SharedNonces {
     pub fn for_outcome(&self, nonce: &str) -> Option<WriteNonce> {
         self.shared.as_ref().map(|s| WriteNonce {
             books: s.books.clone(),
-            hex: format!("{:032x}", crate::http::replay::fingerprint(nonce)),
+            hex: format!("{:032x}", seen::fingerprint(nonce)),
             keep_s: s.keep_s,
         })
     }
@@ -119,19 +121,20 @@ impl SharedNonces {
                 let Some(pools) = pools.upgrade() else {
                     return false;
                 };
-                let swept = crate::store::session::with_owner_session(&pools, |session| {
-                    s.books.make_sure(session)?;
-                    session
-                        .client
-                        .batch_execute(&format!(
-                            "BEGIN READ WRITE; DELETE FROM {} WHERE expires_at < now(); COMMIT",
-                            s.books.table
-                        ))
-                        .map_err(|e| {
-                            rollback(session);
-                            Failure::from(e)
-                        })
-                });
+                let swept =
+                    crate::store::postgres::session::with_owner_session(&pools, |session| {
+                        s.books.make_sure(session)?;
+                        session
+                            .client
+                            .batch_execute(&format!(
+                                "BEGIN READ WRITE; DELETE FROM {} WHERE expires_at < now(); COMMIT",
+                                s.books.table
+                            ))
+                            .map_err(|e| {
+                                rollback(session);
+                                Failure::from(e)
+                            })
+                    });
                 if let Err(e) = swept {
                     tracing::debug!(error = %e.into_api(), "nonce sweep skipped");
                 }
@@ -143,13 +146,17 @@ impl SharedNonces {
 
 impl WriteNonce {
     /// Seconds its row is kept.
-    pub(super) fn keep_s(&self) -> u64 {
+    pub(in crate::store) fn keep_s(&self) -> u64 {
         self.keep_s
     }
 
     /// The call that records the row, with the rows the write affected (None: it did not
     /// commit); `if_absent`: a row already there stays. Err until the books are made sure of.
-    pub(super) fn record(&self, rows: Option<u64>, if_absent: bool) -> Result<String, Failure> {
+    pub(in crate::store) fn record(
+        &self,
+        rows: Option<u64>,
+        if_absent: bool,
+    ) -> Result<String, Failure> {
         self.books
             .record_call(&self.hex, self.keep_s, rows, if_absent)
             .ok_or_else(|| Failure::Api(ApiError::internal("Ferry's books are not ready")))
@@ -166,12 +173,16 @@ impl WriteNonce {
     /// Makes sure of the books before a write's first statement: on a session of Ferry's own
     /// role (or on `s` itself with `postgres.single_role`). A failure is the operator's to fix
     /// (the log says how), never the caller's: 500 without detail.
-    pub(super) fn ensure_books(&self, pools: &Pools, s: &mut PgSession) -> Result<(), Failure> {
+    pub(in crate::store) fn ensure_books(
+        &self,
+        pools: &Pools,
+        s: &mut PgSession,
+    ) -> Result<(), Failure> {
         if self.books.ready() {
             return Ok(());
         }
         let made = if pools.has_owner_pool() {
-            crate::store::session::with_owner_session(pools, |o| self.books.make_sure(o))
+            crate::store::postgres::session::with_owner_session(pools, |o| self.books.make_sure(o))
         } else {
             self.books.make_sure(s)
         };
@@ -187,7 +198,7 @@ impl WriteNonce {
 
 /// Opens a write's transaction (`begin`: `BEGIN READ WRITE ...`), one round trip. A session
 /// found lost here sent nothing: `Failure::Unsent`, and the caller may take another.
-pub(super) fn begin(
+pub(in crate::store) fn begin(
     pools: &Pools,
     s: &mut PgSession,
     nonce: Option<&WriteNonce>,
@@ -209,7 +220,7 @@ pub(super) fn begin(
 /// nonce already there: another run of this write committed (a replay), so this one is rolled
 /// back and refused. The connection lost meanwhile: the COMMIT may or may not have happened,
 /// so the write's [`outcome`] is asked on another session before answering.
-pub(super) fn commit(
+pub(in crate::store) fn commit(
     pools: &Pools,
     s: &mut PgSession,
     nonce: Option<&WriteNonce>,
@@ -235,7 +246,7 @@ pub(super) fn commit(
     };
     if connection_lost(&e) {
         s.poisoned = true;
-        return match super::write_outcome::outcome_patiently(pools, n) {
+        return match crate::store::coordination::write_outcome::outcome_patiently(pools, n) {
             Ok(Some(_)) => Ok(()),
             Ok(None) => Err(Failure::Api(ApiError::DatabaseUnavailable {
                 internal: format!("connection lost before the commit; it did not commit: {e}"),
@@ -256,7 +267,7 @@ pub(super) fn commit(
 
 /// After a write failed and was rolled back: its nonce is recorded anyway (as not committed),
 /// so the same request sent again is refused. Best effort: Redis's record stands too.
-pub(super) fn refuse_replays(s: &mut PgSession, nonce: Option<&WriteNonce>) {
+pub(in crate::store) fn refuse_replays(s: &mut PgSession, nonce: Option<&WriteNonce>) {
     let Some(n) = nonce else {
         return;
     };
@@ -286,7 +297,7 @@ fn unsent_if_lost(s: &mut PgSession, e: postgres::Error) -> Failure {
 
 /// Sends `then` on `s`, preceded, in the same round trip, by the nonce's row, committed first
 /// (read-only transactions). A nonce already there: Replayed.
-pub(super) fn record_then(
+pub(in crate::store) fn record_then(
     pools: &Pools,
     s: &mut PgSession,
     nonce: Option<&WriteNonce>,

@@ -6,7 +6,7 @@
 //! setting) runs before the session serves anyone else, or else the session is closed. So the
 //! statement keeps the fast path that a transaction block would lose (see `db::run`).
 
-use super::db::Failure;
+use crate::store::postgres::failure::Failure;
 use postgres_types::Type;
 
 /// One round trip, no statement prepared: `set_config('role', ...)` is `SET ROLE`, checked by
@@ -45,7 +45,7 @@ impl SessionIdentity {
     }
 
     /// On a pooled (blocking) session.
-    pub(super) fn assume(&self, client: &mut postgres::Client) -> Result<(), Failure> {
+    pub(in crate::store) fn assume(&self, client: &mut postgres::Client) -> Result<(), Failure> {
         let rows = client
             .query_typed(ASSUME, &self.params())
             .map_err(|e| self.failed(e))?;
@@ -53,7 +53,7 @@ impl SessionIdentity {
     }
 
     /// On a worker's own session.
-    pub(super) async fn assume_async(
+    pub(in crate::store) async fn assume_async(
         &self,
         client: &tokio_postgres::Client,
     ) -> Result<(), Failure> {
@@ -71,13 +71,11 @@ impl SessionIdentity {
             .flatten();
         match bypasses {
             Some(false) => Ok(()),
-            _ => Err(Failure::Api(crate::http::error::ApiError::internal(
-                format!(
-                    "identity role {:?} is a superuser or has BYPASSRLS: row-level security would \
+            _ => Err(Failure::Api(crate::error::ApiError::internal(format!(
+                "identity role {:?} is a superuser or has BYPASSRLS: row-level security would \
                  not apply, so it is refused",
-                    self.role
-                ),
-            ))),
+                self.role
+            )))),
         }
     }
 
@@ -85,7 +83,7 @@ impl SessionIdentity {
     /// role) is the deployment's fault, not the caller's: the detail goes to the log only.
     fn failed(&self, e: postgres::Error) -> Failure {
         match Failure::from(e) {
-            Failure::Pg(e) => Failure::Api(crate::http::error::ApiError::internal(format!(
+            Failure::Pg(e) => Failure::Api(crate::error::ApiError::internal(format!(
                 "cannot assume identity role {:?}: {e}",
                 self.role
             ))),

@@ -1,21 +1,20 @@
 //! Running the caller's statements on Postgres (blocking; called inside `Blocking::run`).
 
 use crate::config::ReadLimits;
-use crate::http::error::ApiError;
-use crate::store::failure::commit_lost;
-pub use crate::store::failure::pg_failure;
-pub(super) use crate::store::failure::Failure;
-use crate::store::identity::SessionIdentity;
-use crate::store::nonces::{self, WriteNonce};
-use crate::store::param_types::{self, ParamTypes};
-use crate::store::pg_json::{self, Raw};
-use crate::store::pg_params::{self, TextParam};
+use crate::error::ApiError;
+use crate::store::coordination::nonces::{self, WriteNonce};
 use crate::store::pools::Pools;
+use crate::store::postgres::failure::commit_lost;
+use crate::store::postgres::failure::Failure;
+use crate::store::postgres::identity::SessionIdentity;
+use crate::store::postgres::session::with_read_session;
+use crate::store::postgres::session::Reset;
+use crate::store::postgres::session::{rollback, with_sent_session};
 use crate::store::postgres::PgSession;
-use crate::store::session::with_read_session;
-pub(super) use crate::store::session::{rollback, with_sent_session};
-pub use crate::store::session::{Reset, RESET};
-use crate::store::statement::{self, Route};
+use crate::store::statements::class::{self, Route};
+use crate::store::statements::json::{self, Raw};
+use crate::store::statements::param_types::{self, ParamTypes};
+use crate::store::statements::params::{self, TextParam};
 use ferry_shared::api::Row;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{RowIter, Statement};
@@ -36,7 +35,7 @@ pub fn query(
     who: Option<&SessionIdentity>,
     after: Reset,
 ) -> Result<Vec<Row>, ApiError> {
-    statement::check(sql, Route::Read)?;
+    class::check(sql, Route::Read)?;
     let mut attempts = 0;
     loop {
         attempts += 1;
@@ -67,8 +66,8 @@ pub fn query_replica(
     limits: ReadLimits,
     who: Option<&SessionIdentity>,
 ) -> Result<Vec<Row>, ApiError> {
-    statement::check(sql, Route::Read)?;
-    crate::store::session::with_conn(replica.get(wait), |s| {
+    class::check(sql, Route::Read)?;
+    crate::store::postgres::session::with_conn(replica.get(wait), |s| {
         if let Some(who) = who {
             who.assume(&mut s.client)?;
         }
@@ -87,7 +86,7 @@ pub fn execute(
     who: Option<&SessionIdentity>,
     nonce: Option<&WriteNonce>,
 ) -> Result<u64, ApiError> {
-    statement::check(sql, Route::Write)?;
+    class::check(sql, Route::Write)?;
     with_sent_session(pools, |s| {
         if nonce.is_none() {
             // This one statement's implicit transaction may write; the reset turns it back.
@@ -201,9 +200,9 @@ fn query_on(
 }
 
 /// Refuses a statement whose result has a column type Ferry cannot put in JSON, before it runs.
-pub(super) fn check_columns(stmt: &Statement) -> Result<(), Failure> {
+pub(in crate::store) fn check_columns(stmt: &Statement) -> Result<(), Failure> {
     for col in stmt.columns() {
-        pg_json::check_supported(col.type_()).map_err(|type_name| {
+        json::check_supported(col.type_()).map_err(|type_name| {
             Failure::Api(ApiError::UnsupportedType {
                 column: col.name().to_string(),
                 type_name,
@@ -278,7 +277,7 @@ fn run_kept<T>(
         match rows.map_err(Failure::from).and_then(&mut take) {
             // A failed run all the same: what it left on the session goes first.
             Err(Failure::Pg(e)) if param_types::stale_prepared(&e) => {
-                crate::store::session::reset_now(session)?
+                crate::store::postgres::session::reset_now(session)?
             }
             other => return other,
         }
@@ -295,7 +294,7 @@ fn run_kept<T>(
 
 /// A statement described, then run (two round trips), without remembered types: inside a
 /// transaction the fast path cannot fall back, since a failed statement aborts the transaction.
-pub(super) fn run_prepared<T>(
+pub(in crate::store) fn run_prepared<T>(
     session: &mut PgSession,
     sql: &str,
     params: &[Value],
@@ -312,7 +311,7 @@ pub(super) fn run_prepared<T>(
 /// Decodes rows as they arrive (the driver reads the socket only as fast as they are taken),
 /// so an oversized result is stopped before it is buffered: then the limit it passed is
 /// returned beside the rows so far.
-pub(super) fn read_rows(
+pub(in crate::store) fn read_rows(
     rows: &mut RowIter<'_>,
     limits: ReadLimits,
 ) -> Result<(Vec<Row>, Option<String>), Failure> {
@@ -326,7 +325,7 @@ pub(super) fn read_rows(
 }
 
 /// Rows decoded to JSON within the read limits, one at a time (both drivers' rows).
-pub(super) struct RowBudget {
+pub(in crate::store) struct RowBudget {
     pub rows: Vec<Row>,
     limits: ReadLimits,
     bytes: usize,
@@ -354,9 +353,9 @@ impl RowBudget {
         for (i, col) in row.columns().iter().enumerate() {
             let raw: Raw = row.try_get(i).map_err(Failure::from)?;
             self.bytes += col.name().len() + raw.0.map_or(4, <[u8]>::len) + 4;
-            let value = pg_json::to_json(col.type_(), raw.0).map_err(|e| {
+            let value = json::to_json(col.type_(), raw.0).map_err(|e| {
                 Failure::Api(match e {
-                    pg_json::DecodeError::Unsupported(type_name) => ApiError::UnsupportedType {
+                    json::DecodeError::Unsupported(type_name) => ApiError::UnsupportedType {
                         column: col.name().to_string(),
                         type_name,
                     },
@@ -376,7 +375,7 @@ impl RowBudget {
     }
 }
 
-pub(super) fn bind(types: &[Type], params: &[Value]) -> Result<Vec<TextParam>, ApiError> {
+pub(in crate::store) fn bind(types: &[Type], params: &[Value]) -> Result<Vec<TextParam>, ApiError> {
     if types.len() != params.len() {
         return Err(ApiError::BadParams {
             message: format!(
@@ -392,7 +391,7 @@ pub(super) fn bind(types: &[Type], params: &[Value]) -> Result<Vec<TextParam>, A
         .zip(types)
         .enumerate()
         .map(|(i, (v, ty))| {
-            pg_params::to_text(v, ty).map_err(|m| ApiError::BadParams {
+            params::to_text(v, ty).map_err(|m| ApiError::BadParams {
                 message: format!("params[{i}] (${}, {}): {m}", i + 1, ty.name()),
                 pg_code: None,
             })
@@ -400,6 +399,6 @@ pub(super) fn bind(types: &[Type], params: &[Value]) -> Result<Vec<TextParam>, A
         .collect()
 }
 
-pub(super) fn refs(params: &[TextParam]) -> Vec<&(dyn ToSql + Sync)> {
+pub(in crate::store) fn refs(params: &[TextParam]) -> Vec<&(dyn ToSql + Sync)> {
     params.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
 }

@@ -1,9 +1,22 @@
-//! Postgres connections: the pooled session type and its manager (a poisoned session is
-//! closed, not reused), the connection settings (session defaults, TLS, loopback), and the
-//! check of the role Ferry connects as.
+//! Ferry's Postgres sessions. Here: the pooled session type and its manager (a poisoned session
+//! is closed, not reused), the connection settings (session defaults, TLS, loopback), and the
+//! check of the role Ferry connects as. `session`: a pooled session checked out for one request
+//! and reset before anyone else gets it; `loop_session`: sessions on a worker's own event loop,
+//! for plain reads; `own_sessions`: the proof that a session is Ferry's own (no pooler between);
+//! `roles`: trust levels as roles, audited; `identity`: a statement run as an end user;
+//! `deadline`: a request's deadline cancels its statements; `failure`: Postgres errors as the
+//! caller sees them.
+
+pub mod deadline;
+pub mod failure;
+pub mod identity;
+pub mod loop_session;
+pub mod own_sessions;
+pub mod roles;
+pub mod session;
 
 use crate::config::Config;
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use r2d2_postgres::PostgresConnectionManager;
 use std::time::Duration;
 use tokio_postgres_rustls::MakeRustlsConnect;
@@ -15,8 +28,8 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 pub struct PgSession {
     pub client: postgres::Client,
     pub poisoned: bool,
-    pub prepared: crate::store::pg_async::Prepared,
-    /// How to reach the server for a CancelRequest (`store::deadline`).
+    pub prepared: crate::store::postgres::loop_session::Prepared,
+    /// How to reach the server for a CancelRequest (`store::postgres::deadline`).
     pub tls: MakeRustlsConnect,
 }
 
@@ -136,9 +149,12 @@ pub fn is_loopback_host(host: &str) -> bool {
 pub fn role_warnings(config: &Config) -> Result<Vec<String>, String> {
     let pg = pg_config(config).map_err(|e| e.to_string())?;
     let tls = pg_tls(&config.postgres)?;
-    let mut client = pg
-        .connect(tls)
-        .map_err(|e| format!("cannot connect: {}", crate::store::failure::describe(&e)))?;
+    let mut client = pg.connect(tls).map_err(|e| {
+        format!(
+            "cannot connect: {}",
+            crate::store::postgres::failure::describe(&e)
+        )
+    })?;
     let row = client
         .query_one(
             "SELECT current_user::text, rolsuper, rolbypassrls FROM pg_roles \

@@ -1,8 +1,8 @@
 //! A pooled Postgres session for one request: checked out, used, and reset before anyone else
 //! gets it (or closed when it cannot be).
 
-use crate::store::db::Failure;
 use crate::store::pools::Pools;
+use crate::store::postgres::failure::Failure;
 use crate::store::postgres::PgSession;
 
 /// Puts a used session back exactly as a new one: drops every setting (back to the values given
@@ -49,7 +49,7 @@ impl Reset {
 /// caller's statements were sent (`Failure::Unsent`): a write that never left is safe to send.
 /// A restart of Postgres can leave every pooled session dead, so as many times as the pool has
 /// sessions (each lost one is closed, not pooled again).
-pub(super) fn with_sent_session<T>(
+pub(in crate::store) fn with_sent_session<T>(
     pools: &Pools,
     mut work: impl FnMut(&mut PgSession) -> Result<T, Failure>,
 ) -> Result<T, Failure> {
@@ -67,7 +67,7 @@ pub(super) fn with_sent_session<T>(
 
 /// Runs `work` on a pooled session, then resets the session for the next request. A session
 /// whose reset fails (or that `work` poisoned) is closed instead of pooled.
-pub(super) fn with_session<T>(
+pub(in crate::store) fn with_session<T>(
     pools: &Pools,
     work: impl FnOnce(&mut PgSession) -> Result<T, Failure>,
 ) -> Result<T, Failure> {
@@ -75,7 +75,7 @@ pub(super) fn with_session<T>(
 }
 
 /// [`with_session`] for a read whose plan may spare the reset ([`Reset::OnFailure`]).
-pub(super) fn with_read_session<T>(
+pub(in crate::store) fn with_read_session<T>(
     pools: &Pools,
     after: Reset,
     work: impl FnOnce(&mut PgSession) -> Result<T, Failure>,
@@ -90,7 +90,7 @@ pub(super) fn with_read_session<T>(
 }
 
 /// [`with_session`] as Ferry's own role (`postgres.owner_url`): its bookkeeping only.
-pub(super) fn with_owner_session<T>(
+pub(in crate::store) fn with_owner_session<T>(
     pools: &Pools,
     work: impl FnOnce(&mut PgSession) -> Result<T, Failure>,
 ) -> Result<T, Failure> {
@@ -98,8 +98,8 @@ pub(super) fn with_owner_session<T>(
 }
 
 /// [`with_session`] on a session already checked out (a replica's).
-pub(super) fn with_conn<T>(
-    conn: Result<crate::store::pools::PgConn, crate::http::error::ApiError>,
+pub(in crate::store) fn with_conn<T>(
+    conn: Result<crate::store::pools::PgConn, crate::error::ApiError>,
     work: impl FnOnce(&mut PgSession) -> Result<T, Failure>,
 ) -> Result<T, Failure> {
     let mut session = conn.map_err(Failure::Api)?;
@@ -125,7 +125,7 @@ fn reset(s: &mut PgSession) {
 
 /// The reset in the middle of a read that skips it ([`Reset::OnFailure`]): after a failed
 /// attempt, before its retry, since the attempt may have changed the session.
-pub(super) fn reset_now(s: &mut PgSession) -> Result<(), Failure> {
+pub(in crate::store) fn reset_now(s: &mut PgSession) -> Result<(), Failure> {
     s.prepared.clear();
     if let Err(e) = s.client.batch_execute(RESET) {
         s.poisoned = true;
@@ -136,7 +136,7 @@ pub(super) fn reset_now(s: &mut PgSession) -> Result<(), Failure> {
 }
 
 /// Ends a failed transaction so the session can be reset; a session that cannot is closed.
-pub(super) fn rollback(s: &mut PgSession) {
+pub(in crate::store) fn rollback(s: &mut PgSession) {
     if s.client.is_closed() || s.client.batch_execute("ROLLBACK").is_err() {
         s.poisoned = true;
     }

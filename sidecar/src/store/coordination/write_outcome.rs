@@ -2,11 +2,12 @@
 //! never will. Asked by `POST /v1/outcome`, and by a sidecar that lost its connection during a
 //! write's COMMIT before it answers.
 
-use crate::http::error::ApiError;
-use crate::store::db::{rollback, Failure};
-use crate::store::nonces::WriteNonce;
+use crate::error::ApiError;
+use crate::store::coordination::nonces::WriteNonce;
 use crate::store::pools::Pools;
-use crate::store::session::with_owner_session;
+use crate::store::postgres::failure::Failure;
+use crate::store::postgres::session::rollback;
+use crate::store::postgres::session::with_owner_session;
 
 /// Whether the write with this nonce committed: Some(rows it affected), or None, in which case
 /// it never will (the nonce's row is inserted now, so the write, if still running, fails on it
@@ -52,7 +53,7 @@ pub fn outcome(pools: &Pools, nonce: &WriteNonce) -> Result<Option<u64>, ApiErro
 
 /// [`outcome`], asked again for up to `OUTCOME_PATIENCE`: the fault that cut the write's
 /// connection (a restart, a network blip) often cuts the next ones too for a moment.
-pub(super) fn outcome_patiently(
+pub(in crate::store) fn outcome_patiently(
     pools: &Pools,
     nonce: &WriteNonce,
 ) -> Result<Option<u64>, ApiError> {

@@ -3,12 +3,17 @@
 //! role (`postgres.owner_url`), in a schema it owns (scripts/demo.sql makes `ferry` for it);
 //! no request role is granted anything on them.
 
-use crate::store::db::{rollback, Failure};
+use crate::store::postgres::failure::Failure;
+use crate::store::postgres::session::rollback;
 use crate::store::postgres::PgSession;
 
 /// Creates `table` (validated: `schema.table`, unquoted identifiers) with `columns` unless it
 /// exists. Several sidecars may race here: one creates it, the others find it.
-pub(super) fn ensure(s: &mut PgSession, table: &str, columns: &str) -> Result<(), Failure> {
+pub(in crate::store) fn ensure(
+    s: &mut PgSession,
+    table: &str,
+    columns: &str,
+) -> Result<(), Failure> {
     let exists = |s: &mut PgSession| {
         s.client
             .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
@@ -50,7 +55,7 @@ pub(super) fn ensure(s: &mut PgSession, table: &str, columns: &str) -> Result<()
 
 /// Adds `column` to a table made by an earlier version that lacks it (the nonce table before
 /// it kept write outcomes), when the role may; otherwise says what to run.
-pub(super) fn ensure_column(
+pub(in crate::store) fn ensure_column(
     s: &mut PgSession,
     table: &str,
     column: &str,
