@@ -6,6 +6,7 @@
 
 use super::State;
 use crate::config::UpstashToken;
+use crate::error::ApiError;
 use crate::upstash::conns::Fault;
 use crate::upstash::wire::Reply;
 use crate::upstash::{arguments, from_redis, to_json, Bounds, Door, Prepared, Refused};
@@ -73,12 +74,37 @@ fn path_arguments(req: &HttpRequest, body: &[u8]) -> Result<Vec<Vec<u8>>, Refuse
     Ok(args)
 }
 
-fn error(status: u16, message: &str) -> HttpResponse {
-    HttpResponse::build(
-        actix_web::http::StatusCode::from_u16(status)
-            .unwrap_or(actix_web::http::StatusCode::BAD_REQUEST),
-    )
-    .json(json!({ "error": message }))
+/// A failure of the whole request: what it is (`error`: its status, Retry-After, log line and
+/// count, through the one error path) and the Redis-style message Upstash's clients read, in
+/// Upstash's body shape.
+struct Failed {
+    error: ApiError,
+    message: String,
+}
+
+impl Failed {
+    /// Refused as sent: 400 with Redis's words.
+    fn bad(message: impl Into<String>) -> Failed {
+        let message = message.into();
+        Failed {
+            error: ApiError::bad_request(message.clone()),
+            message,
+        }
+    }
+
+    /// The door's Redis cannot be reached (503 with Retry-After); `internal` is only logged.
+    fn unavailable(internal: impl std::fmt::Display) -> Failed {
+        Failed {
+            error: ApiError::CacheUnavailable {
+                internal: internal.to_string(),
+            },
+            message: "ERR redis is unavailable".into(),
+        }
+    }
+
+    fn respond(self) -> HttpResponse {
+        self.error.respond_with(&json!({ "error": self.message }))
+    }
 }
 
 /// The configured token the request's bearer matches (compared in constant time).
@@ -94,33 +120,48 @@ async fn serve(
     payload: web::Payload,
     shape: Shape,
 ) -> HttpResponse {
-    let config = state.config();
-    if !config.upstash.enabled {
+    if !state.config().upstash.enabled {
         return crate::routes::not_found_response();
     }
-    let Some(tok) = token(req.headers(), &config.upstash.tokens) else {
-        return error(401, "Unauthorized");
-    };
-    let body = match state.verifier.read_body(&req, payload).await {
-        Ok(b) => b,
-        Err(e) => return error(e.code().http_status(), &e.body().error.message),
-    };
+    answer(state, req, payload, shape)
+        .await
+        .unwrap_or_else(Failed::respond)
+}
+
+async fn answer(
+    state: State,
+    req: HttpRequest,
+    payload: web::Payload,
+    shape: Shape,
+) -> Result<HttpResponse, Failed> {
+    let config = state.config();
+    let tok = token(req.headers(), &config.upstash.tokens).ok_or_else(|| Failed {
+        error: ApiError::Unauthorized {
+            what: "upstash token",
+        },
+        message: "Unauthorized".into(),
+    })?;
+    let body = state
+        .verifier
+        .read_body(&req, payload)
+        .await
+        .map_err(|e| Failed {
+            message: e.body().error.message,
+            error: e,
+        })?;
     let json: Value = match shape {
         Shape::Path => Value::Null,
-        _ => match serde_json::from_slice(&body) {
-            Ok(v) => v,
-            Err(_) => return error(400, "ERR the body is not JSON"),
-        },
+        _ => serde_json::from_slice(&body).map_err(|_| Failed::bad("ERR the body is not JSON"))?,
     };
     let base64 = req
         .headers()
         .get("upstash-encoding")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.eq_ignore_ascii_case("base64"));
-    let commands = match state.upstash_commands().await {
-        Ok(c) => c,
-        Err(e) => return error(503, &e),
-    };
+    let commands = state
+        .upstash_commands()
+        .await
+        .map_err(Failed::unavailable)?;
     let namespace = config.upstash.namespace(&config.cache.key_prefix, &tok);
     let limits = config.limits().read;
     let door = Door {
@@ -136,10 +177,10 @@ async fn serve(
         (Shape::Path, _) => vec![path_arguments(&req, &body)],
         (Shape::Single, v) => vec![arguments(v)],
         (_, Value::Array(items)) if !items.is_empty() => items.iter().map(arguments).collect(),
-        _ => return error(400, "ERR give an array of commands"),
+        _ => return Err(Failed::bad("ERR give an array of commands")),
     };
     if list.len() > config.cache.max_batch {
-        return error(400, "ERR too many commands in one request");
+        return Err(Failed::bad("ERR too many commands in one request"));
     }
     // Each command checked and put in its namespace; a refused one answers for itself.
     let mut prepared: Vec<Result<Prepared, Refused>> = list
@@ -152,46 +193,36 @@ async fn serve(
         .flatten()
         .fold(0, |sum, p| sum.saturating_add(p.allocates));
     if allocates > limits.max_bytes {
-        return error(
-            400,
-            &format!(
-                "ERR these commands would allocate {allocates} bytes, more than \
-                 limits.max_read_bytes ({} bytes)",
-                limits.max_bytes
-            ),
-        );
+        return Err(Failed::bad(format!(
+            "ERR these commands would allocate {allocates} bytes, more than \
+             limits.max_read_bytes ({} bytes)",
+            limits.max_bytes
+        )));
     }
     let on_cluster = state.pools.redis_cluster() && !door.own_redis;
     // A keyspace walk is many commands: not inside a transaction, not across a cluster.
     let walks = prepared.iter().flatten().any(|p| p.walk.is_some());
     if walks && (on_cluster || matches!(shape, Shape::MultiExec)) {
-        return error(
-            400,
+        return Err(Failed::bad(
             "ERR DBSIZE, KEYS, RANDOMKEY, FLUSHDB and SCAN WITHTYPE inside a namespace run \
              neither inside MULTI nor on a Redis Cluster",
-        );
+        ));
     }
     if on_cluster {
         let atomic = matches!(shape, Shape::MultiExec);
-        if let Err(why) = crate::upstash::cluster::admit(&mut prepared, atomic) {
-            return error(400, &why);
-        }
+        crate::upstash::cluster::admit(&mut prepared, atomic).map_err(Failed::bad)?;
     }
     let atomic = matches!(shape, Shape::MultiExec);
     if atomic {
         // Atomic: refuse the whole transaction if any command is refused.
         if let Some(Err(Refused(why))) = prepared.iter().find(|p| p.is_err()) {
-            return error(400, why);
+            return Err(Failed::bad(why.clone()));
         }
     }
-    let answers = match run(
+    let answers = run(
         &state, &config, &tok, &namespace, &prepared, atomic, on_cluster,
     )
-    .await
-    {
-        Ok(a) => a,
-        Err((status, e)) => return error(status, &e),
-    };
+    .await?;
     let shaped: Vec<(bool, Value)> = answers
         .into_iter()
         .zip(&prepared)
@@ -209,7 +240,12 @@ async fn serve(
         Shape::Single | Shape::Path => match shaped.into_iter().next() {
             Some((true, v)) => HttpResponse::Ok().json(v),
             Some((false, v)) => HttpResponse::BadRequest().json(v),
-            None => return error(500, "ERR no answer"),
+            None => {
+                return Err(Failed {
+                    error: ApiError::internal("no answer to a single command"),
+                    message: "ERR no answer".into(),
+                })
+            }
         },
         _ => HttpResponse::Ok().json(shaped.into_iter().map(|(_, v)| v).collect::<Vec<_>>()),
     };
@@ -220,11 +256,8 @@ async fn serve(
             v,
         );
     }
-    resp
+    Ok(resp)
 }
-
-/// A failure of the whole request: its status and Redis-style message.
-type Failed = (u16, String);
 
 /// Sends the prepared commands (refused ones are not sent; their place in the answer keeps
 /// their refusal) in one exchange on the door's own connections (`upstash::conns`), inside
@@ -240,7 +273,6 @@ async fn run(
     atomic: bool,
     on_cluster: bool,
 ) -> Result<Vec<Result<Reply, Refused>>, Failed> {
-    let unavailable = || (503, "ERR redis is unavailable".to_string());
     let sent: Vec<&[Vec<u8>]> = prepared
         .iter()
         .flatten()
@@ -251,11 +283,8 @@ async fn run(
     } else if on_cluster {
         match crate::upstash::cluster::run(&state.pools, prepared, atomic).await {
             Ok(Some(v)) => v.iter().map(from_redis).collect(),
-            Ok(None) => return Err(unavailable()),
-            Err(e) => {
-                tracing::warn!(error = %e, "upstash: redis cluster failed");
-                return Err(unavailable());
-            }
+            Ok(None) => return Err(Failed::unavailable("no cluster connection")),
+            Err(e) => return Err(Failed::unavailable(format!("redis cluster: {e}"))),
         }
     } else {
         let scripted = prepared.iter().flatten().any(|p| p.script);
@@ -265,10 +294,12 @@ async fn run(
                 .verdict(&state.upstash_conns, &token.script_user, namespace)
                 .await
             {
-                return Err((
-                    403,
-                    format!("NOPERM scripts are refused for this token: {why}"),
-                ));
+                return Err(Failed {
+                    error: ApiError::RoleNotAllowed {
+                        role: token.script_user.clone(),
+                    },
+                    message: format!("NOPERM scripts are refused for this token: {why}"),
+                });
             }
             Some((token.script_user.as_str(), token.script_password.as_str()))
         } else {
@@ -312,19 +343,16 @@ async fn run(
                     Err(Fault::TooLarge(n)) => Reply::Error(format!(
                         "ERR the reply is larger than limits.max_read_bytes ({n} bytes)"
                     )),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "upstash: a keyspace walk failed");
-                        return Err(unavailable());
-                    }
+                    Err(e) => return Err(Failed::unavailable(format!("a keyspace walk: {e}"))),
                 });
                 continue;
             }
             let user = if scripts { script_user } else { None };
             let answers = exchange(state, config, user, &commands, atomic, scripts, repeatable)
                 .await
-                .inspect_err(|(status, _)| {
+                .inspect_err(|f| {
                     // Lost mid-way: a script may still be running.
-                    if scripts && *status == 503 {
+                    if scripts && f.error.code().http_status() == 503 {
                         end_scripts(state, commands.len());
                     }
                 })?;
@@ -354,7 +382,6 @@ async fn exchange(
     scripts: bool,
     repeatable: bool,
 ) -> Result<Vec<Reply>, Failed> {
-    let unavailable = || (503, "ERR redis is unavailable".to_string());
     let multi = [b"MULTI".to_vec()];
     let exec = [b"EXEC".to_vec()];
     let mut list: Vec<&[Vec<u8>]> = Vec::with_capacity(commands.len() + 2);
@@ -378,25 +405,21 @@ async fn exchange(
     let mut replies = match exchanged {
         Ok(r) => r,
         Err(Fault::TooLarge(n)) => {
-            return Err((
-                400,
-                format!("ERR the reply is larger than limits.max_read_bytes ({n} bytes)"),
-            ))
+            return Err(Failed::bad(format!(
+                "ERR the reply is larger than limits.max_read_bytes ({n} bytes)"
+            )))
         }
-        Err(Fault::Unavailable(e)) => {
-            tracing::warn!(error = %e, "upstash: redis is unavailable");
-            return Err(unavailable());
+        Err(Fault::Unavailable(e)) => return Err(Failed::unavailable(e)),
+        Err(Fault::Lost(e)) if repeatable => {
+            return Err(Failed::unavailable(format!("no complete answer: {e}")))
         }
         Err(Fault::Lost(e)) => {
-            tracing::warn!(error = %e, "upstash: no complete answer from redis");
-            return Err(if repeatable {
-                unavailable()
-            } else {
-                (
-                    503,
-                    "ERR the connection to redis was lost: the command may have run".into(),
-                )
-            });
+            return Err(Failed {
+                error: ApiError::CacheOutcomeUnknown {
+                    internal: format!("no complete answer: {e}"),
+                },
+                message: "ERR the connection to redis was lost: the command may have run".into(),
+            })
         }
     };
     if !atomic {
@@ -405,8 +428,8 @@ async fn exchange(
     // MULTI's OK and each QUEUED go; EXEC's array answers the commands.
     match replies.pop() {
         Some(Reply::Array(answers)) => Ok(answers),
-        Some(Reply::Error(e)) => Err((400, e)),
-        _ => Err((400, "EXECABORT Transaction discarded".into())),
+        Some(Reply::Error(e)) => Err(Failed::bad(e)),
+        _ => Err(Failed::bad("EXECABORT Transaction discarded")),
     }
 }
 
