@@ -69,6 +69,27 @@ fn update_insert_and_delete_from_psql_are_seen_by_the_next_read() {
         after[1]["status"], "hit",
         "an unchanged row keeps its entry"
     );
+
+    // An id not found is remembered (cache.negative_ttl_s), and a row inserted by a writer
+    // that bypasses Ferry is found at once all the same: its insert drops `items:<id>`.
+    let missing = |s: &SidecarProcess| {
+        let body = json!({"keyspace": "items", "ids": [7000, 7000]});
+        let a = s.client.block_on(s.client.post("/v1/batch/keyed", &body));
+        assert_eq!(a.status, 200, "{:?}", a.body);
+        a.body["results"][0].clone()
+    };
+    assert_eq!(missing(&s)["status"], "not_found");
+    assert_eq!(missing(&s)["status"], "not_found");
+    psql.execute(
+        "INSERT INTO items (id, name, price) VALUES (7000, 'late', 1.00)",
+        &[],
+    )
+    .expect("insert 7000");
+    after_bound(Instant::now());
+    wait_caught_up(&s);
+    let found = missing(&s);
+    assert_eq!(found["row"]["name"], "late", "{found:?}");
+    assert_eq!(found["status"], "miss");
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! Reads of one named query in one batch, answered by one statement: the DataLoader pattern,
-//! done once, in the engine, so every door that batches reads gets it.
+//! Reads of one named query (or one keyspace) in one batch, answered by one statement: the
+//! DataLoader pattern, done once, in the engine, so every door that batches reads gets it.
 //!
 //! A named query may declare its batch form (`batch_sql`, taking every parameter value as an
 //! array in `$1`, and `batch_key`, the column that carries the parameter in each row):
@@ -27,11 +27,15 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// A named query's batch form.
+/// A statement's batch form: `sql` takes every read's key value as an array in `$1`, and
+/// `key_column` carries the value in each row.
 #[derive(Debug, PartialEq, Eq)]
 pub struct BatchForm {
     pub sql: String,
     pub key_column: String,
+    /// Each read's own parameter is already an array of its one value (a keyspace's statement
+    /// runs alone as `sql` with `[id]`); otherwise the parameter is the value.
+    pub element: bool,
 }
 
 impl BatchForm {
@@ -42,7 +46,17 @@ impl BatchForm {
             (Some(sql), Some(key), 1, false) => Some(Arc::new(BatchForm {
                 sql: sql.clone(),
                 key_column: key.clone(),
+                element: false,
             })),
+            _ => None,
+        }
+    }
+
+    /// The key value a read with `params` stands for (None: it cannot be grouped).
+    fn value<'p>(&self, params: &'p [Value]) -> Option<&'p Value> {
+        match (params, self.element) {
+            ([one], false) => Some(one),
+            ([Value::Array(a)], true) if a.len() == 1 => a.first(),
             _ => None,
         }
     }
@@ -70,7 +84,7 @@ pub async fn prefetch(
     for (i, (plan, lookup)) in plans.iter().zip(lookups).enumerate() {
         let Some(form) = &plan.batch else { continue };
         let goes_to_postgres = matches!(lookup, None | Some(Lookup::Miss { .. } | Lookup::Bypass));
-        if goes_to_postgres {
+        if goes_to_postgres && form.value(&plan.params).is_some() {
             groups
                 .entry(form.sql.as_str())
                 .or_insert_with(|| (form.clone(), Vec::new()))
@@ -81,7 +95,7 @@ pub async fn prefetch(
     for (form, members) in groups.into_values().filter(|(_, m)| m.len() >= 2) {
         let mut values: Vec<Value> = members
             .iter()
-            .map(|&i| plans[i].params[0].clone())
+            .filter_map(|&i| form.value(&plans[i].params).cloned())
             .collect();
         values.dedup();
         let first = plans[members[0]];
@@ -114,8 +128,10 @@ pub async fn prefetch(
             by_key.entry(key).or_default().push(row);
         }
         for i in members {
-            let key = key_text(&plans[i].params[0]);
-            out[i] = Some(by_key.get(&key).cloned().unwrap_or_default());
+            let Some(value) = form.value(&plans[i].params) else {
+                continue;
+            };
+            out[i] = Some(by_key.get(&key_text(value)).cloned().unwrap_or_default());
         }
     }
     out

@@ -1,17 +1,23 @@
-//! Keyed batch reads (`/v1/batch/keyed`): rows of a configured keyspace by id, in one Redis
-//! pipeline for the lookups, one Postgres query for all the misses, and one pipeline for the
-//! write-backs. Runs as one blocking job.
+//! Keyed reads (`/v1/batch/keyed`): rows of a configured keyspace by id. Each distinct id is a
+//! read of the keyspace's statement (`WHERE key = ANY($1)` with `[id]`) under the entry
+//! `<keyspace>:<id>`, and they go through the one engine together (`read::many`): lookups in one
+//! Redis round trip, the misses as ONE statement with every missing id (the keyspace's
+//! statement is its own batch form), each with its single flight and conditional write-back.
 
-use crate::config::Keyspace;
-use crate::config::{table_name, Config, ReadLimits};
+use super::grouped::BatchForm;
+use super::many::{read_many, Bounds};
+use super::plan::{CachePlan, ReadFormat, ReadPlan};
+use crate::config::{table_name, Config};
 use crate::error::ApiError;
-use crate::store::cache::{table_reset_tag, Cache, EntryPolicy, Lookup, Observed, Probe, Stored};
-use crate::store::pools::Pools;
+use crate::read::engine::Reads;
+use crate::store::cache::{table_reset_tag, Cache, EntryPolicy};
 use crate::store::postgres::session::Reset;
-use crate::store::statements::pooled;
-use ferry_shared::api::{KeyedRequest, KeyedResponse, KeyedResult, KeyedStatus, Row};
+use ferry_shared::api::{
+    CacheMode, CacheStatus, KeyedRequest, KeyedResponse, KeyedResult, KeyedStatus,
+};
 use serde_json::Value;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// An id as it appears in cache keys and when matching rows: numbers and strings only.
 fn id_text(id: &Value) -> Option<String> {
@@ -22,179 +28,111 @@ fn id_text(id: &Value) -> Option<String> {
     }
 }
 
-/// A keyed read, checked: the keyspace, the ids as given and as text, the read bounds.
+/// A keyed read, checked: the ids as given, which distinct read answers each, and the reads.
 pub struct KeyedPlan {
-    keyspace: String,
-    ks: Keyspace,
     ids: Vec<Value>,
-    texts: Vec<String>,
-    limits: ReadLimits,
+    /// For each id, its distinct read's index in `reads`.
+    answered_by: Vec<usize>,
+    reads: Vec<ReadPlan>,
 }
 
 /// Checks the request before any I/O (one config snapshot).
 pub fn plan(config: &Config, req: KeyedRequest) -> Result<KeyedPlan, ApiError> {
-    let mut ks = config
-        .keyspaces
-        .get(&req.keyspace)
-        .cloned()
-        .ok_or_else(|| {
-            ApiError::invalid(
-                "keyspace",
-                format!("no configured keyspace named {:?}", req.keyspace),
-            )
-        })?;
+    let ks = config.keyspaces.get(&req.keyspace).ok_or_else(|| {
+        ApiError::invalid(
+            "keyspace",
+            format!("no configured keyspace named {:?}", req.keyspace),
+        )
+    })?;
+    let mut tags = ks.tags.clone();
     // Rows of a watched table carry its reset tag: TRUNCATE or DDL drops them all.
     if let Some(t) = ks.table.as_deref().and_then(table_name) {
-        ks.tags.push(table_reset_tag(&t));
+        tags.push(table_reset_tag(&t));
     }
     let limits = config.limits();
     limits.batch("ids", req.ids.len(), "ids")?;
-    let texts = req
-        .ids
-        .iter()
-        .enumerate()
-        .map(|(i, id)| {
-            let text = id_text(id).ok_or_else(|| {
-                ApiError::invalid(
-                    format!("ids[{i}]"),
-                    "must be a number or a non-empty string",
-                )
-            })?;
-            // The id becomes part of a cache key: the key rules apply to it.
-            limits.key(format_args!("ids[{i}]"), &text)?;
-            Ok(text)
-        })
-        .collect::<Result<Vec<_>, ApiError>>()?;
+    let form = Arc::new(BatchForm {
+        sql: ks.sql.clone(),
+        key_column: ks.key_column.clone(),
+        element: true,
+    });
+    let mut distinct: HashMap<String, usize> = HashMap::new();
+    let mut answered_by = Vec::with_capacity(req.ids.len());
+    let mut reads = Vec::new();
+    for (i, id) in req.ids.iter().enumerate() {
+        let text = id_text(id).ok_or_else(|| {
+            ApiError::invalid(
+                format!("ids[{i}]"),
+                "must be a number or a non-empty string",
+            )
+        })?;
+        // The id becomes part of a cache key: the key rules apply to it.
+        limits.key(format_args!("ids[{i}]"), &text)?;
+        let next = reads.len();
+        let read = *distinct.entry(text.clone()).or_insert(next);
+        if read == next {
+            let params = vec![Value::Array(vec![id.clone()])];
+            reads.push(ReadPlan {
+                cache: Some(CachePlan {
+                    key: format!("{}:{text}", req.keyspace),
+                    fingerprint: Cache::fingerprint(&ks.sql, &params),
+                    entry: EntryPolicy {
+                        ttl_s: ks.ttl_s,
+                        ..Default::default()
+                    },
+                    tags: tags.clone(),
+                    mode: CacheMode::default(),
+                }),
+                sql: ks.sql.clone(),
+                params,
+                limits: limits.read,
+                format: ReadFormat::Json,
+                identity: None,
+                after: None,
+                reset: Reset::Always,
+                batch: Some(form.clone()),
+            });
+        }
+        answered_by.push(read);
+    }
     Ok(KeyedPlan {
-        keyspace: req.keyspace,
-        ks,
         ids: req.ids,
-        texts,
-        limits: limits.read,
+        answered_by,
+        reads,
     })
 }
 
-/// The whole keyed read (blocking).
-pub fn run(pools: &Pools, cache: &Cache, plan: KeyedPlan) -> Result<KeyedResponse, ApiError> {
+/// The whole keyed read: each id answered with its row (or not_found), in request order.
+pub async fn run(
+    state: &Reads,
+    plan: KeyedPlan,
+    bounds: Bounds,
+) -> Result<KeyedResponse, ApiError> {
     let KeyedPlan {
-        keyspace,
-        ks,
         ids,
-        texts,
-        limits,
+        answered_by,
+        reads,
     } = plan;
-    // Each distinct id is looked up and fetched once, answered as often as it was asked.
-    let mut first_seen: Vec<usize> = Vec::new();
-    let mut index: HashMap<&str, usize> = HashMap::new();
-    for (i, t) in texts.iter().enumerate() {
-        index.entry(t.as_str()).or_insert_with(|| {
-            first_seen.push(i);
-            first_seen.len() - 1
-        });
-    }
-    let keys: Vec<String> = first_seen
-        .iter()
-        .map(|&i| format!("{keyspace}:{}", texts[i]))
-        .collect();
-    // The keyspace's statement and the id: what the entry under `<keyspace>:<id>` holds.
-    let fingerprints: Vec<String> = first_seen
-        .iter()
-        .map(|&i| Cache::fingerprint(&ks.sql, std::slice::from_ref(&ids[i])))
-        .collect();
-    let probes: Vec<Probe> = keys
-        .iter()
-        .zip(&fingerprints)
-        .map(|(k, fp)| Probe {
-            key: k,
-            fingerprint: fp,
-            tags: &ks.tags,
-        })
-        .collect();
-    let lookups = cache.lookup_many(pools, &probes);
-
-    let mut answers: Vec<Option<(KeyedStatus, Option<Row>, u64)>> = vec![None; keys.len()];
-    let mut misses: Vec<(usize, Option<Observed>)> = Vec::new();
-    for (u, lookup) in lookups.into_iter().enumerate() {
-        match lookup {
-            Lookup::Hit {
-                mut rows, age_ms, ..
-            } => {
-                answers[u] = Some((KeyedStatus::Hit, rows.pop(), age_ms));
-            }
-            Lookup::Revalidate { observed, .. } | Lookup::Miss { observed, .. } => {
-                misses.push((u, Some(observed)))
-            }
-            Lookup::Bypass => misses.push((u, None)),
-        }
-    }
-
-    if !misses.is_empty() {
-        let missing: Vec<Value> = misses
-            .iter()
-            .map(|(u, _)| ids[first_seen[*u]].clone())
-            .collect();
-        let missing = [Value::Array(missing)];
-        let rows = pooled::query(pools, &ks.sql, &missing, limits, None, Reset::Always)?;
-        let mut by_id: HashMap<String, Row> = HashMap::new();
-        for row in rows {
-            let id = row.get(&ks.key_column).and_then(id_text).ok_or_else(|| {
-                ApiError::invalid(
-                    "keyspace",
-                    format!(
-                        "the keyspace's rows have no usable key column {:?}",
-                        ks.key_column
-                    ),
-                )
-            })?;
-            by_id.insert(id, row);
-        }
-        let policy = EntryPolicy {
-            ttl_s: ks.ttl_s,
-            ..Default::default()
+    let mut answers = Vec::with_capacity(reads.len());
+    for answer in read_many(state, reads.into_iter().map(Ok).collect(), bounds).await? {
+        // A read's failure fails the keyed read (it has no per-id error shape).
+        let mut resp = answer?;
+        let row = resp.rows.pop();
+        let status = match (&row, resp.cache) {
+            (None, _) => KeyedStatus::NotFound,
+            (Some(_), CacheStatus::Hit | CacheStatus::Stale) => KeyedStatus::Hit,
+            (Some(_), CacheStatus::Miss) => KeyedStatus::Miss,
+            (Some(_), CacheStatus::Bypass) => KeyedStatus::Bypass,
         };
-        let mut to_store: Vec<(usize, &Observed, Vec<Row>)> = Vec::new();
-        for (u, observed) in &misses {
-            let row = by_id.get(&texts[first_seen[*u]]).cloned();
-            let status = match (&row, observed) {
-                (None, _) => KeyedStatus::NotFound,
-                (Some(_), None) => KeyedStatus::Bypass,
-                (Some(r), Some(o)) => {
-                    to_store.push((*u, o, vec![r.clone()]));
-                    KeyedStatus::Miss
-                }
-            };
-            answers[*u] = Some((status, row, 0));
-        }
-        let items: Vec<(&str, &Observed, &[Row])> = to_store
-            .iter()
-            .map(|(u, o, rows)| (keys[*u].as_str(), *o, rows.as_slice()))
-            .collect();
-        let stored = cache.store_many(pools, &items, &policy);
-        for ((u, _, _), s) in to_store.iter().zip(stored) {
-            if s == Stored::TooLarge {
-                if let Some(a) = answers[*u].as_mut() {
-                    a.0 = KeyedStatus::Bypass;
-                }
-            }
-        }
+        answers.push((status, row, resp.age_ms));
     }
-
-    let results = texts
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            let (status, row, age_ms) = index
-                .get(t.as_str())
-                .and_then(|u| answers[*u].clone())
-                .unwrap_or((KeyedStatus::NotFound, None, 0));
-            crate::http::metrics::global().cache_outcome(match status {
-                KeyedStatus::Hit => "hit",
-                KeyedStatus::Miss => "miss",
-                KeyedStatus::NotFound => "not_found",
-                KeyedStatus::Bypass => "bypass",
-            });
+    let results = ids
+        .into_iter()
+        .zip(answered_by)
+        .map(|(id, read)| {
+            let (status, row, age_ms) = answers[read].clone();
             KeyedResult {
-                id: ids[i].clone(),
+                id,
                 status,
                 row,
                 age_ms,

@@ -1,15 +1,14 @@
 //! `POST /v1/batch` (many reads, each on its own) and `POST /v1/batch/keyed` (rows of a
-//! keyspace by id).
+//! keyspace by id): both are many reads through the one engine (`read::many`).
 
 use super::State;
 use crate::error::ApiError;
 use crate::read::{self, keyed, plan};
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::{BatchRequest, BatchResponse, BatchResult, KeyedRequest};
-use futures_util::stream::{self, StreamExt};
 
-/// Lookups in one pipeline; misses run concurrently, at most one per pooled Postgres
-/// connection at a time, answered in request order.
+/// Lookups in one pipeline; misses of one named query with a batch form as one statement, the
+/// rest concurrently, answered in request order.
 pub async fn batch(
     state: State,
     req: HttpRequest,
@@ -38,66 +37,35 @@ pub async fn batch(
         .enumerate()
         .map(|(i, r)| plan::read(&config, r, &format!("reads[{i}].")))
         .collect();
-    let valid: Vec<&plan::ReadPlan> = plans.iter().filter_map(|p| p.as_ref().ok()).collect();
     // Each end user in the batch counts once for the whole batch.
-    let mut users: Vec<&crate::store::postgres::identity::SessionIdentity> =
-        valid.iter().filter_map(|p| p.identity.as_deref()).collect();
+    let mut users: Vec<&crate::store::postgres::identity::SessionIdentity> = plans
+        .iter()
+        .filter_map(|p| p.as_ref().ok()?.identity.as_deref())
+        .collect();
     users.sort_by(|a, b| a.user.cmp(&b.user));
     users.dedup_by(|a, b| a.user == b.user);
     for who in users {
         super::admit_user(&state, &config, Some(who)).await?;
     }
-    let lookups = read::lookup_many(&state.reads, &valid).await?;
-    let max_bytes = config.limits.max_batch_bytes;
-    // Misses of one named query with a batch form: one statement for all of them.
-    let prefetched = tokio::time::timeout(
-        config.request_timeout(),
-        read::grouped::prefetch(&state.reads, &valid, &lookups, max_bytes),
-    )
-    .await
-    .map_err(|_| ApiError::Timeout { what: "the batch" })?;
-    let mut found = lookups.into_iter().zip(prefetched);
-    let jobs: Vec<_> = plans
+    let results = read::many::read_many(&state.reads, plans, bounds(&config))
+        .await?
         .into_iter()
-        .map(|p| {
-            let (lookup, rows) = if p.is_ok() {
-                found.next().unwrap_or((None, None))
-            } else {
-                (None, None)
-            };
-            let state = state.clone();
-            async move {
-                match p {
-                    Ok(plan) => read::answer_prefetched(&state.reads, plan, lookup, rows).await,
-                    Err(e) => Err(e),
-                }
-            }
+        .map(|r| match r {
+            Ok(resp) => BatchResult::Ok(resp),
+            Err(e) => BatchResult::Error(e.body().error),
         })
         .collect();
-    let concurrency = config.postgres.pool_size.max(1) as usize;
-    // Results are counted as each read completes; past the batch's budget the remaining
-    // reads are answered result_too_large and their rows dropped, never accumulated.
-    let mut used = 0usize;
-    let collect = stream::iter(jobs).buffered(concurrency).map(|r| match r {
-        Ok(resp) => {
-            used = used.saturating_add(read::approx_bytes(&resp.rows));
-            if used > max_bytes {
-                let e = ApiError::ResultTooLarge {
-                    limit: format!("limits.max_batch_bytes ({max_bytes} bytes)"),
-                };
-                BatchResult::Error(e.body().error)
-            } else {
-                BatchResult::Ok(resp)
-            }
-        }
-        Err(e) => BatchResult::Error(e.body().error),
-    });
-    // One deadline for the whole batch, not one per read.
-    let results: Vec<BatchResult> =
-        tokio::time::timeout(config.request_timeout(), collect.collect())
-            .await
-            .map_err(|_| ApiError::Timeout { what: "the batch" })?;
     Ok(HttpResponse::Ok().json(BatchResponse { results }))
+}
+
+/// A batch's bounds: a read per pooled Postgres connection at a time, the batch's bytes, the
+/// request's deadline.
+fn bounds(config: &crate::config::Config) -> read::many::Bounds {
+    read::many::Bounds {
+        concurrency: config.postgres.pool_size.max(1) as usize,
+        max_bytes: config.limits.max_batch_bytes,
+        deadline: config.request_timeout(),
+    }
 }
 
 pub async fn keyed(
@@ -111,10 +79,6 @@ pub async fn keyed(
         super::admit_anonymous(&state, &config, &c).await?;
     }
     let plan = keyed::plan(&config, k)?;
-    let s = state.clone();
-    let resp = state
-        .blocking
-        .run(move || keyed::run(&s.pools, &s.cache, plan))
-        .await?;
+    let resp = keyed::run(&state.reads, plan, bounds(&config)).await?;
     Ok(HttpResponse::Ok().json(resp))
 }
