@@ -30,7 +30,7 @@ cargo fmt --all -- --check
 step "3/9 cargo clippy -D warnings (native, and the edge for wasm32)"
 cargo clippy --workspace --all-targets -q -- -D warnings
 if [ "$WASM_MODE" = rustup ]; then
-  cargo clippy -p ferry-edge --target wasm32-unknown-unknown -q -- -D warnings
+  cargo clippy -p ferry-edge -p ferry-edge-demo --target wasm32-unknown-unknown -q -- -D warnings
 fi
 
 step "4/9 wasm builds: ferry-shared, the README's example Worker, and the edge Worker (worker-build)"

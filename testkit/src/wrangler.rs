@@ -17,7 +17,7 @@ fn repo_root() -> PathBuf {
 }
 
 impl WranglerDev {
-    /// Starts the built Worker (edge/build/, from scripts/build-edge.sh) with these bindings.
+    /// Starts the built Worker (edge/demo/build/, from scripts/build-edge.sh) with these bindings.
     pub fn start(sidecar_url: &str, secret: &str, timeout_ms: u64) -> WranglerDev {
         Self::start_with_vars(sidecar_url, secret, timeout_ms, &[])
     }
@@ -30,7 +30,7 @@ impl WranglerDev {
         extra: &[(&str, &str)],
     ) -> WranglerDev {
         let root = repo_root();
-        let main = root.join("edge/build/index.js");
+        let main = root.join("edge/demo/build/index.js");
         assert!(
             main.is_file(),
             "{} is missing: build the edge first with scripts/build-edge.sh \

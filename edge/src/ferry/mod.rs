@@ -25,6 +25,7 @@
 
 mod batch;
 mod interactive;
+mod offline;
 mod position;
 mod query;
 mod transaction;

@@ -1,46 +1,7 @@
 //! The library over fake transports: what it sends, and what it keeps between calls.
 use super::*;
 use ferry_shared::api::QueryResponse;
-
-/// Fails every call: for tests that only look at the requests built.
-struct Unused;
-
-fn no<T>() -> LocalBoxFuture<'static, Result<T, EdgeError>> {
-    Box::pin(async { Err(EdgeError::Misconfigured("no calls in this test".into())) })
-}
-
-impl Transport for Unused {
-    fn query(&self, _: QueryRequest) -> LocalBoxFuture<'_, Result<QueryResponse, EdgeError>> {
-        no()
-    }
-    fn batch(
-        &self,
-        _: Vec<QueryRequest>,
-    ) -> LocalBoxFuture<'_, Result<Vec<ferry_shared::api::BatchResult>, EdgeError>> {
-        no()
-    }
-}
-
-impl Calls for Unused {
-    fn execute(&self, _: ExecuteRequest) -> LocalBoxFuture<'_, Result<ExecuteResponse, EdgeError>> {
-        no()
-    }
-    fn keyed(&self, _: KeyedRequest) -> LocalBoxFuture<'_, Result<KeyedResponse, EdgeError>> {
-        no()
-    }
-    fn cache(&self, _: CacheCommand) -> LocalBoxFuture<'_, Result<CacheReply, EdgeError>> {
-        no()
-    }
-    fn transaction(
-        &self,
-        _: TransactionRequest,
-    ) -> LocalBoxFuture<'_, Result<TransactionResponse, EdgeError>> {
-        no()
-    }
-    fn readiness(&self) -> LocalBoxFuture<'_, Result<Readiness, EdgeError>> {
-        no()
-    }
-}
+use offline::no;
 
 /// Answers writes with a position and reads with no rows, keeping the reads it was sent.
 #[derive(Default)]
@@ -147,8 +108,8 @@ fn reads_carry_the_latest_position_a_write_returned() {
     assert_eq!(resumed.position(), Some(Position(0x900)));
 }
 
-pub(crate) fn unused() -> Ferry {
-    Ferry::with_transport(Box::new(Unused), Rc::new(Unused), true)
+fn unused() -> Ferry {
+    Ferry::offline()
 }
 
 #[test]

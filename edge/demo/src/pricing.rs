@@ -1,7 +1,7 @@
 //! The demo's `POST /items/:id/reprice`: its input, and the arithmetic the Worker does between
 //! reading a price and writing the new one (exact, in cents, as `numeric(10, 2)` holds it).
 
-use crate::error::EdgeError;
+use ferry_edge::EdgeError;
 use serde::Deserialize;
 
 /// The sidecar's named statement that reads an item's price under a row lock.

@@ -1,10 +1,10 @@
 //! One handler per route. Each turns the request into sidecar calls (see `requests.rs`) and
 //! every outcome, good or bad, into a JSON response.
 
-use crate::config;
-use crate::error::EdgeError;
-use crate::ferry::Ferry;
 use crate::{pricing, requests};
+use ferry_edge::config;
+use ferry_edge::ferry::Ferry;
+use ferry_edge::EdgeError;
 use ferry_shared::api::{CacheCommand, CacheReply, KeyedStatus, REQUEST_ID_HEADER};
 use serde_json::{json, Value};
 use worker::{Env, Headers, Request, Response, Result};
@@ -82,7 +82,7 @@ async fn anonymous_ferry(req: &Request, ctx: &Ctx) -> std::result::Result<Ferry,
 fn require_api_key(req: &Request, ctx: &Ctx) -> std::result::Result<(), EdgeError> {
     let given = req.headers().get("authorization").ok().flatten();
     let configured = ctx.secret(config::API_KEY).ok().map(|s| s.to_string());
-    crate::access::require_api_key(given.as_deref(), configured.as_deref())
+    ferry_edge::access::require_api_key(given.as_deref(), configured.as_deref())
 }
 
 /// Renders a handler's outcome. Building a response can itself fail only if the runtime is
@@ -218,7 +218,7 @@ pub async fn put_item(mut req: Request, ctx: Ctx) -> Result<Response> {
     if let Some(p) = position {
         resp.headers().set(
             "set-cookie",
-            &crate::ferry::position_cookie(p, &cookie_key(&ctx)),
+            &ferry_edge::ferry::position_cookie(p, &cookie_key(&ctx)),
         )?;
     }
     Ok(resp)
@@ -307,7 +307,7 @@ pub async fn reprice_item(mut req: Request, ctx: Ctx) -> Result<Response> {
 /// The write position a browser's `ferry_position` cookie carries, if this edge signed it.
 fn cookie_position(req: &Request, ctx: &Ctx) -> Option<ferry_shared::api::Position> {
     let cookies = req.headers().get("cookie").ok().flatten()?;
-    crate::ferry::position_from_cookies(&cookies, &cookie_key(ctx))
+    ferry_edge::ferry::position_from_cookies(&cookies, &cookie_key(ctx))
 }
 
 /// The key position cookies are signed with: the edge's secret (`Ferry::from_env` refuses to
@@ -367,7 +367,7 @@ pub async fn get_my_notes(req: Request, ctx: Ctx) -> Result<Response> {
         &rid,
         async {
             let ferry = Ferry::from_env(&ctx.env, &rid)?
-                .as_user(crate::ferry::end_user(&req, &ctx.env).await?);
+                .as_user(ferry_edge::ferry::end_user(&req, &ctx.env).await?);
             let r = requests::my_notes(&ferry).response().await?;
             Ok((200, json!({"notes": r.rows, "cache": r.cache})))
         }
@@ -382,7 +382,7 @@ pub async fn post_my_note(mut req: Request, ctx: Ctx) -> Result<Response> {
         &rid,
         async {
             let ferry = Ferry::from_env(&ctx.env, &rid)?
-                .as_user(crate::ferry::end_user(&req, &ctx.env).await?);
+                .as_user(ferry_edge::ferry::end_user(&req, &ctx.env).await?);
             let r = requests::add_note(&ferry, &body_bytes(&mut req).await?)?
                 .run()
                 .await?;

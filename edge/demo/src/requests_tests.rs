@@ -27,7 +27,7 @@ fn ids() {
 
 /// A handle whose calls are never made: these tests look at the requests only.
 fn ferry() -> Ferry {
-    crate::ferry::tests::unused()
+    ferry_edge::Ferry::offline()
 }
 
 #[test]

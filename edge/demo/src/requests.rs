@@ -1,8 +1,8 @@
 //! What each edge route asks the sidecar: input parsing and the sidecar request bodies.
 //! Pure functions, tested natively.
 
-use crate::error::EdgeError;
-use crate::ferry::{Execute, Ferry, Query, Transaction};
+use ferry_edge::ferry::{Execute, Ferry, Query, Transaction};
+use ferry_edge::EdgeError;
 use ferry_shared::api::{CacheCommand, Identity};
 use serde::Deserialize;
 use serde_json::Value;
