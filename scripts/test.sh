@@ -24,8 +24,9 @@ ensure_clients
 ensure_balancer
 echo "redis $(redis-server --version | awk '{print $3}'); $("$(pg_bindir)/postgres" --version); wasm via $WASM_MODE"
 
-step "2/9 cargo fmt --check"
+step "2/9 cargo fmt --check, and no import cycles in the sidecar"
 cargo fmt --all -- --check
+python3 scripts/check-imports.py
 
 step "3/9 cargo clippy -D warnings (native, and the edge for wasm32)"
 cargo clippy --workspace --all-targets -q -- -D warnings

@@ -14,8 +14,10 @@
 //! - [`store`]: one folder per store or concept: Postgres sessions, statements, Redis clients,
 //!   the cache, coordination across sidecars (nonces, leases, rate limits), replicas.
 //! - [`error`]: every failure in the engine's words, with its stable code (no HTTP).
-//! - [`http`]: authentication and the replay store, JSON bodies, request ids, TLS, metrics,
-//!   errors → HTTP (the one place).
+//! - [`http`]: authentication and the replay store, JSON bodies, request ids, the access
+//!   middleware, errors → HTTP (the one place).
+//! - [`metrics`]: the process's counters and histograms (Prometheus text); [`tls`]: rustls
+//!   for the listener and the clients. Leaves: every layer may count and connect.
 //! - [`config`]: the configuration, its loading and validation.
 //! - [`state`]: `AppState`, everything a handler needs, built once.
 
@@ -27,11 +29,13 @@ pub mod changes;
 pub mod config;
 pub mod error;
 pub mod http;
+pub mod metrics;
 pub mod neon;
 pub mod read;
 pub mod routes;
 pub mod state;
 pub mod store;
+pub mod tls;
 pub mod upstash;
 pub mod write;
 
@@ -54,7 +58,7 @@ pub fn run(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<Serve
         App::new()
             .app_data(data.clone())
             // Inside the request-id span, so metrics' access lines carry the id too.
-            .wrap(middleware::from_fn(http::metrics::middleware))
+            .wrap(middleware::from_fn(http::access::middleware))
             .wrap(middleware::from_fn(http::request_id::middleware))
             .configure(configure)
     })
@@ -64,7 +68,7 @@ pub fn run(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<Serve
     server = if server_cfg.tls_cert_path.is_empty() {
         server.listen(listener)?
     } else {
-        let tls = http::tls::server_config(&server_cfg.tls_cert_path, &server_cfg.tls_key_path)
+        let tls = tls::server_config(&server_cfg.tls_cert_path, &server_cfg.tls_key_path)
             .map_err(std::io::Error::other)?;
         server.listen_rustls_0_23(listener, tls)?
     };

@@ -34,7 +34,7 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    ferry_sidecar::http::tls::install_crypto_provider();
+    ferry_sidecar::tls::install_crypto_provider();
     let env: BTreeMap<String, String> = std::env::vars().collect();
     let loaded = Config::load(args.config.as_deref(), &env)
         .and_then(|c| ferry_sidecar::state::check(&c).map(|()| c));

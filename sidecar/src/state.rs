@@ -47,7 +47,7 @@ impl AppState {
     /// retry of deferred invalidations, which stops when the state is dropped.
     pub fn new(config: Config) -> Result<Arc<AppState>, ApiError> {
         error::set_retry_after_s(config.server.retry_after_s);
-        crate::http::tls::install_crypto_provider();
+        crate::tls::install_crypto_provider();
         let pools = Arc::new(Pools::new(&config)?);
         // Sessions shared by a pooler in between stop the sidecar here, saying why; a Postgres
         // that cannot be asked yet is asked again by the readiness probe (nothing is served from

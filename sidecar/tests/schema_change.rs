@@ -1,6 +1,6 @@
 //! A writer that bypasses Ferry changes the schema under a statement Ferry has seen. Repeated
 //! statements run in one round trip with the parameter types Postgres gave the first time
-//! (`store/statements/param_types.rs`); those types must never outlive the schema. On the binary, with a
+//! (`store/postgres/param_types.rs`); those types must never outlive the schema. On the binary, with a
 //! Postgres pool of one (every request reuses the session, and the remembered types), the same
 //! statements keep working after `ALTER TABLE ... TYPE` from psql, reads and writes alike, and
 //! a value that is wrong for the current type is still a clear 400.

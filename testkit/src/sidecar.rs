@@ -42,7 +42,7 @@ pub fn as_demo_roles(c: &mut Config, pg: &PgServer) {
 /// Requests the in-process sidecars of this test process have answered on `route` (the
 /// sidecar's own `ferry_requests_total`, every status).
 pub fn requests_on(route: &str) -> u64 {
-    let text = ferry_sidecar::http::metrics::global().render(&[]);
+    let text = ferry_sidecar::metrics::global().render(&[]);
     let prefix = format!("ferry_requests_total{{route=\"{route}\",");
     text.lines()
         .filter(|l| l.starts_with(&prefix))

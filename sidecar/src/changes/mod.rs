@@ -20,7 +20,7 @@ mod stream;
 pub use setup::SetupError;
 
 use crate::config::Config;
-use crate::http::metrics::Histogram;
+use crate::metrics::Histogram;
 use crate::store::cache::Cache;
 use crate::store::pools::Pools;
 use std::fmt::Write as _;

@@ -24,10 +24,9 @@ impl Config {
             );
         }
         if !self.server.tls_cert_path.is_empty() {
-            if let Err(e) = crate::http::tls::server_config(
-                &self.server.tls_cert_path,
-                &self.server.tls_key_path,
-            ) {
+            if let Err(e) =
+                crate::tls::server_config(&self.server.tls_cert_path, &self.server.tls_key_path)
+            {
                 return invalid("server.tls_cert_path", &e);
             }
         }

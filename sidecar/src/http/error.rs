@@ -127,7 +127,7 @@ impl ApiError {
     /// their own), logged, counted and given Retry-After like every other error response.
     pub fn respond_with(&self, body: &impl serde::Serialize) -> HttpResponse {
         let status = self.status_code();
-        crate::http::metrics::global().error(self.code().as_str());
+        crate::metrics::global().error(self.code().as_str());
         // The one log line for this failure; internal detail goes here and only here.
         if status.is_server_error() {
             tracing::warn!(code = self.code().as_str(), status = status.as_u16(), error = %self, "request failed");

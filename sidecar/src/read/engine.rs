@@ -2,119 +2,17 @@
 //! stale-if-error, per the read's cache plan. Shared by `/v1/query` and `/v1/batch`.
 
 use crate::error::ApiError;
-use crate::read::flight::Flights;
 use crate::read::flight::{Fetched, Outcome};
+use crate::read::lookup::{lookup_many, Reads};
 use crate::read::plan::{CachePlan, ReadFormat, ReadPlan};
 use crate::read::postgres::{on_event_loop, run_query, text_query};
 use crate::read::shared_flight::{self, Fill};
-use crate::store::blocking::Blocking;
-use crate::store::cache::Cache;
-use crate::store::cache::{Lookup, Observed, Probe, Stored};
-use crate::store::coordination::nonces::NonceCheck;
-use crate::store::pools::Pools;
+use crate::store::cache::{Lookup, Observed, Stored};
 use crate::store::statements::pooled;
 use ferry_shared::api::{CacheMode, CacheStatus, QueryResponse, Row, StaleReason};
 use serde_json::Value;
-use std::sync::Arc;
-
-/// What the engine works with: the pools, the cache, the single flights and the rule for
-/// blocking work. Cheap to clone (shared handles).
-#[derive(Clone)]
-pub struct Reads {
-    pub pools: Arc<Pools>,
-    pub cache: Arc<Cache>,
-    pub flights: Arc<Flights>,
-    pub blocking: Blocking,
-    /// Single flight across sidecars (`read::shared_flight`).
-    pub leases: Arc<crate::store::coordination::leases::Leases>,
-    /// Streaming replicas, for reads that skip the cache (`store::replicas`).
-    pub replicas: Arc<crate::store::replicas::Replicas>,
-}
 
 type State = Reads;
-
-/// Looks many reads up in one Redis pipeline (reads without a cache plan get `None`).
-pub async fn lookup_many(
-    state: &State,
-    plans: &[&ReadPlan],
-) -> Result<Vec<Option<Lookup>>, ApiError> {
-    lookup_many_checked(state, plans, None).await.1
-}
-
-/// [`lookup_many`] with the request's shared replay check in front of the lookup, one message
-/// to Redis for both. The check's verdict comes first; None when it was not sent (no lookup
-/// went to Redis on the event loop) or its pipeline failed, and `store::coordination::nonces::settle` then
-/// runs it on its own.
-pub async fn lookup_many_checked(
-    state: &State,
-    plans: &[&ReadPlan],
-    check: Option<&NonceCheck>,
-) -> (
-    Option<Result<(), ApiError>>,
-    Result<Vec<Option<Lookup>>, ApiError>,
-) {
-    let probes: Vec<(usize, CachePlan)> = plans
-        .iter()
-        .enumerate()
-        .filter_map(|(i, p)| p.cache.clone().map(|c| (i, c)))
-        .collect();
-    let n = plans.len();
-    if probes.is_empty() {
-        return (None, Ok((0..n).map(|_| None).collect()));
-    }
-    {
-        let list = probe_list(&probes);
-        // On the event loop when this worker has its multiplexed connection: a hit then
-        // never leaves the worker thread.
-        let found = state
-            .cache
-            .lookup_many_async(&state.pools, &list, check)
-            .await;
-        if let Some((verdict, found)) = found {
-            drop(list);
-            return (verdict, Ok(place(n, &probes, found)));
-        }
-    }
-    (None, lookup_pooled(state, n, probes).await)
-}
-
-/// The lookup on a pooled connection, through the blocking pool.
-async fn lookup_pooled(
-    state: &State,
-    n: usize,
-    probes: Vec<(usize, CachePlan)>,
-) -> Result<Vec<Option<Lookup>>, ApiError> {
-    let s = state.clone();
-    let found = state
-        .blocking
-        .run(move || {
-            let found = s.cache.lookup_many(&s.pools, &probe_list(&probes));
-            Ok((probes, found))
-        })
-        .await?;
-    let (probes, found) = found;
-    Ok(place(n, &probes, found))
-}
-
-/// Each lookup back at its read's position (reads without a cache plan get None).
-fn place(n: usize, probes: &[(usize, CachePlan)], found: Vec<Lookup>) -> Vec<Option<Lookup>> {
-    let mut out: Vec<Option<Lookup>> = (0..n).map(|_| None).collect();
-    for ((i, _), l) in probes.iter().zip(found) {
-        out[*i] = Some(l);
-    }
-    out
-}
-
-fn probe_list(probes: &[(usize, CachePlan)]) -> Vec<Probe<'_>> {
-    probes
-        .iter()
-        .map(|(_, c)| Probe {
-            key: &c.key,
-            fingerprint: &c.fingerprint,
-            tags: &c.tags,
-        })
-        .collect()
-}
 
 /// One read from start to answer.
 pub async fn read(state: &State, plan: ReadPlan) -> Result<QueryResponse, ApiError> {
@@ -141,7 +39,7 @@ pub async fn answer_prefetched(
 ) -> Result<QueryResponse, ApiError> {
     let r = answer_inner(state, plan, lookup, prefetched).await;
     if let Ok(resp) = &r {
-        crate::http::metrics::global().cache_outcome(match resp.cache {
+        crate::metrics::global().cache_outcome(match resp.cache {
             CacheStatus::Hit => "hit",
             CacheStatus::Miss => "miss",
             CacheStatus::Stale => "stale",

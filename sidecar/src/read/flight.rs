@@ -100,7 +100,7 @@ impl Flights {
         let mut map = self.map();
         if let Some(f) = map.get(identity) {
             self.joined.fetch_add(1, Ordering::Relaxed);
-            crate::http::metrics::global()
+            crate::metrics::global()
                 .flights_joined
                 .fetch_add(1, Ordering::Relaxed);
             return f.tx.subscribe();

@@ -18,7 +18,7 @@
 //! its lookup saw before the statement ran. A hundred made-up ids cost one index scan, not a
 //! hundred statements. Should the statement fail, each read runs on its own as before.
 
-use super::engine::Reads;
+use super::lookup::Reads;
 use super::plan::ReadPlan;
 use crate::config::{NamedQuery, ReadLimits};
 use crate::store::cache::Lookup;

@@ -9,9 +9,9 @@ use super::many::{read_many, Bounds};
 use super::plan::{CachePlan, ReadFormat, ReadPlan};
 use crate::config::{table_name, Config};
 use crate::error::ApiError;
-use crate::read::engine::Reads;
+use crate::read::lookup::Reads;
 use crate::store::cache::{table_reset_tag, Cache, EntryPolicy};
-use crate::store::postgres::session::Reset;
+use crate::store::pools::session::Reset;
 use ferry_shared::api::{
     CacheMode, CacheStatus, KeyedRequest, KeyedResponse, KeyedResult, KeyedStatus,
 };

@@ -3,7 +3,8 @@
 //! of one statement with a batch form to Postgres as one statement (`grouped`), and the rest
 //! run concurrently, each with its single flight, lease and conditional write-back.
 
-use super::engine::{self, Reads};
+use super::engine;
+use super::lookup::{lookup_many, Reads};
 use super::plan::ReadPlan;
 use crate::error::ApiError;
 use ferry_shared::api::QueryResponse;
@@ -29,7 +30,7 @@ pub async fn read_many(
 ) -> Result<Vec<Result<QueryResponse, ApiError>>, ApiError> {
     let timeout = || ApiError::Timeout { what: "the batch" };
     let valid: Vec<&ReadPlan> = plans.iter().filter_map(|p| p.as_ref().ok()).collect();
-    let lookups = engine::lookup_many(state, &valid).await?;
+    let lookups = lookup_many(state, &valid).await?;
     // Misses of one statement with a batch form: one statement for all of them.
     let prefetched = tokio::time::timeout(
         bounds.deadline,

@@ -4,8 +4,8 @@
 use crate::config::{table_name, Config, NamedQuery, ReadLimits, MAX_TAGS};
 use crate::error::ApiError;
 use crate::store::cache::{table_tag, Cache, EntryPolicy, HASH_KEY_PREFIX};
+use crate::store::pools::session::Reset;
 use crate::store::postgres::identity::SessionIdentity;
-use crate::store::postgres::session::Reset;
 use ferry_shared::api::{CacheMode, Position, QueryRequest};
 use serde_json::Value;
 use std::fmt::Display;

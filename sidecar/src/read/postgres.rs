@@ -2,12 +2,12 @@
 //! (`replica_read`), else this worker's own session on its event loop, else the blocking pool;
 //! and reads with Postgres's text output (`/sql`).
 
-use super::engine::Reads as State;
+use super::lookup::Reads as State;
 use crate::config::ReadLimits;
 use crate::error::ApiError;
 use crate::read::plan::{ReadFormat, ReadPlan};
+use crate::store::pools::session::Reset;
 use crate::store::postgres::identity::SessionIdentity;
-use crate::store::postgres::session::Reset;
 use crate::store::statements::text::{self, Query, SqlPlan};
 use crate::store::statements::{on_loop, pooled};
 use ferry_shared::api::Row;

@@ -6,8 +6,8 @@
 //! sidecar runs the query itself, with the versions it observed before waiting.
 
 use crate::error::ApiError;
-use crate::read::engine::{lookup_many, Reads};
 use crate::read::flight::Fetched;
+use crate::read::lookup::{lookup_many, Reads};
 use crate::read::plan::ReadPlan;
 use crate::store::cache::{Lookup, Probe};
 use crate::store::coordination::leases::Lease;
@@ -62,7 +62,7 @@ pub fn leased(
                 (_, Some(fetched)) => Ok(fetched),
                 (Lease::Taken(waiter), None) => {
                     let woken = waiter.wait(&s.pools, deadline / 2).await;
-                    crate::http::metrics::global().fill_wait(woken);
+                    crate::metrics::global().fill_wait(woken);
                     match fresh(&s, &plan).await {
                         Some(fetched) => Ok(fetched),
                         None => work().await,

@@ -56,7 +56,7 @@ pub async fn metrics(state: State) -> HttpResponse {
     let r = state.pools.redis.state();
     let (pg_open, pg_idle) = state.pools.pg_state();
     let (redis_max, pg_max) = state.pools.sizes();
-    let mut text = crate::http::metrics::global().render(&[
+    let mut text = crate::metrics::global().render(&[
         ("redis", redis_max, r.connections, r.idle_connections),
         ("postgres", pg_max, pg_open, pg_idle),
     ]);

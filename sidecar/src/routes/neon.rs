@@ -51,7 +51,7 @@ pub async fn sql(state: State, req: HttpRequest, payload: web::Payload) -> HttpR
                 .json(v)
         }
         Err(ApiError::Postgres(fields)) => {
-            crate::http::metrics::global().error("sql_error");
+            crate::metrics::global().error("sql_error");
             HttpResponse::BadRequest().json(fields)
         }
         Err(e) => {

@@ -1,6 +1,6 @@
 //! `POST /v1/outcome`: whether a write committed, for a caller that got no answer (its sidecar
 //! died mid-write). The answer is final: a write that had not committed is fenced and never
-//! will (`store::coordination::write_outcome::outcome`). A committed write's invalidations are applied (again),
+//! will (`store::coordination::nonces::outcome::outcome`). A committed write's invalidations are applied (again),
 //! since the sidecar that ran it may have died before it could.
 
 use super::State;
@@ -33,7 +33,7 @@ pub async fn outcome(
     let resp = state
         .blocking
         .run(move || {
-            let rows = crate::store::coordination::write_outcome::outcome(&s.pools, &nonce)?;
+            let rows = crate::store::coordination::nonces::outcome::outcome(&s.pools, &nonce)?;
             let done = match rows {
                 Some(_) => crate::write::committed(&s, &keys, &tags),
                 None => crate::write::not_committed(),

@@ -211,7 +211,7 @@ fn tls_config(ca_path: &str) -> Result<Arc<rustls::ClientConfig>, String> {
                 .map_err(|e| format!("redis.tls_ca_path {ca_path}: {e}"))?;
         }
     }
-    crate::http::tls::install_crypto_provider();
+    crate::tls::install_crypto_provider();
     Ok(Arc::new(
         rustls::ClientConfig::builder()
             .with_root_certificates(roots)

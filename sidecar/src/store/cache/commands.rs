@@ -6,8 +6,8 @@ use crate::error::ApiError;
 use crate::store::blocking::Blocking;
 use crate::store::cache::Cache;
 use crate::store::coordination::nonces::NonceCheck;
+use crate::store::pools::redis_lost;
 use crate::store::pools::Pools;
-use crate::store::redis::lost;
 use ferry_shared::api::{CacheCommand, CacheReply};
 use redis::Value;
 use std::sync::Arc;
@@ -207,10 +207,10 @@ pub async fn run_checked(
             let front = check.map_or(0, |_| NonceCheck::REPLIES);
             answer
                 .repeatable()
-                .then(|| lost::without_front(&pipe, front))
+                .then(|| redis_lost::without_front(&pipe, front))
         };
         let (values, retried) =
-            lost::query_async(pools, &mut conn, &pipe, check.is_some(), again).await;
+            redis_lost::query_async(pools, &mut conn, &pipe, check.is_some(), again).await;
         let (verdict, values) = match retried {
             false => NonceCheck::split(check, values),
             true => (
@@ -239,7 +239,7 @@ async fn run_pooled(
     blocking
         .run(move || {
             let once = !answer.repeatable();
-            lost::query::<Vec<Value>>(&p, &pipe, !once)?
+            redis_lost::query::<Vec<Value>>(&p, &pipe, !once)?
                 .and_then(|v| read(answer, v))
                 .unwrap_or_else(|e| failed(&p, e, once))
         })

@@ -15,9 +15,9 @@
 use super::pending::Chunk;
 use super::{Cache, FLUSH_CHUNK};
 use crate::store::coordination::ferry_tables;
+use crate::store::pools::session::with_owner_session;
 use crate::store::pools::Pools;
 use crate::store::postgres::failure::Failure;
-use crate::store::postgres::session::with_owner_session;
 
 /// The table's columns: `kind` is `k` (a key), `t` (a tag) or `e` (everything).
 const COLUMNS: &str = "(id bigserial PRIMARY KEY, kind text NOT NULL, name text NOT NULL, \

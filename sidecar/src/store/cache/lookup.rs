@@ -4,8 +4,9 @@ use super::{classify, now_ms, token, Cache, Entry, Lookup, Observed, Probe, EPOC
 use crate::error::ApiError;
 use crate::store::coordination::leases::Attempt;
 use crate::store::coordination::nonces::NonceCheck;
+use crate::store::pools::redis_lost;
 use crate::store::pools::Pools;
-use crate::store::redis::{lost, AsyncConn};
+use crate::store::redis::AsyncConn;
 use redis::{RedisResult, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,7 +28,7 @@ impl Cache {
             return bypass(probes);
         };
         // Connecting trips the breaker itself when it fails.
-        let Ok(values) = lost::query(pools, &prepared.pipe, true) else {
+        let Ok(values) = redis_lost::query(pools, &prepared.pipe, true) else {
             return bypass(probes);
         };
         self.read_lookup(pools, prepared, values)
@@ -64,11 +65,14 @@ impl Cache {
         // On a connection Redis ended, the lookup goes again, without the replay check (it may
         // have run: it is skipped, as when Redis fails).
         let again = || match check {
-            Some(_) => Some(lost::without_front(&prepared.pipe, NonceCheck::REPLIES)),
+            Some(_) => Some(redis_lost::without_front(
+                &prepared.pipe,
+                NonceCheck::REPLIES,
+            )),
             None => Some(prepared.pipe.clone()),
         };
         let (values, retried) =
-            lost::query_async(pools, &mut conn, &prepared.pipe, check.is_some(), again).await;
+            redis_lost::query_async(pools, &mut conn, &prepared.pipe, check.is_some(), again).await;
         let (verdict, values) = match retried {
             false => NonceCheck::split(check, values),
             true => (

@@ -1,8 +1,8 @@
 //! Write-backs: a result stored only if no version moved since the read observed them.
 
 use super::{now_ms, Cache, Entry, EntryPolicy, Observed, Stored};
+use crate::store::pools::redis_lost;
 use crate::store::pools::Pools;
-use crate::store::redis::lost;
 use ferry_shared::api::Row;
 use redis::Value;
 
@@ -50,7 +50,7 @@ impl Cache {
             return w.written;
         }
         // A failure to connect has tripped the breaker: nothing was written.
-        match lost::query::<Vec<i64>>(pools, &w.pipe, true) {
+        match redis_lost::query::<Vec<i64>>(pools, &w.pipe, true) {
             Ok(result) => w.finish(pools, result),
             Err(_) => w.written,
         }
@@ -79,7 +79,8 @@ impl Cache {
             };
             // Conditional writes: a second run writes nothing the first did not.
             let again = || Some(w.pipe.clone());
-            let (result, _) = lost::query_async(pools, &mut conn, &w.pipe, false, again).await;
+            let (result, _) =
+                redis_lost::query_async(pools, &mut conn, &w.pipe, false, again).await;
             let result =
                 result.and_then(|v| redis::from_redis_value(Value::Array(v)).map_err(Into::into));
             return w.finish(pools, result).first().copied();

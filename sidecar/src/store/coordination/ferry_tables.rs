@@ -3,8 +3,8 @@
 //! role (`postgres.owner_url`), in a schema it owns (scripts/demo.sql makes `ferry` for it);
 //! no request role is granted anything on them.
 
+use crate::store::pools::session::rollback;
 use crate::store::postgres::failure::Failure;
-use crate::store::postgres::session::rollback;
 use crate::store::postgres::PgSession;
 
 /// Creates `table` (validated: `schema.table`, unquoted identifiers) with `columns` unless it

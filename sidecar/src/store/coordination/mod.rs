@@ -1,10 +1,9 @@
 //! What every sidecar agrees on through the shared stores. `nonces`: replay protection across
-//! sidecars (Redis, and Postgres's nonce table); `write_outcome`: did a write commit? (its nonce
-//! row says, or is fenced); `leases`: single flight across sidecars; `rate_limit`: each end
+//! sidecars (Redis, and Postgres's nonce table), and `nonces::outcome`: did a write commit? (its
+//! nonce row says, or is fenced); `leases`: single flight across sidecars; `rate_limit`: each end
 //! user's request rate; `ferry_tables`: Ferry's own tables in Postgres.
 
 pub mod ferry_tables;
 pub mod leases;
 pub mod nonces;
 pub mod rate_limit;
-pub mod write_outcome;

@@ -1,8 +1,8 @@
-//! Ferry's Postgres sessions. Here: the pooled session type and its manager (a poisoned session
-//! is closed, not reused), the connection settings (session defaults, TLS, loopback), and the
-//! check of the role Ferry connects as. `session`: a pooled session checked out for one request
-//! and reset before anyone else gets it; `loop_session`: sessions on a worker's own event loop,
-//! for plain reads; `own_sessions`: the proof that a session is Ferry's own (no pooler between);
+//! Ferry's Postgres connections. Here: the pooled session type and its manager (a poisoned
+//! session is closed, not reused), the connection settings (session defaults, TLS, loopback),
+//! and the check of the role Ferry connects as. `loop_session`: sessions on a worker's own
+//! event loop, for plain reads; `param_types`: what Postgres said about each statement's
+//! parameters; `own_sessions`: the proof that a session is Ferry's own (no pooler between);
 //! `roles`: trust levels as roles, audited; `identity`: a statement run as an end user;
 //! `deadline`: a request's deadline cancels its statements; `failure`: Postgres errors as the
 //! caller sees them.
@@ -12,8 +12,8 @@ pub mod failure;
 pub mod identity;
 pub mod loop_session;
 pub mod own_sessions;
+pub mod param_types;
 pub mod roles;
-pub mod session;
 
 use crate::config::Config;
 use crate::error::ApiError;
@@ -116,7 +116,7 @@ pub fn pg_tls(c: &crate::config::PostgresConfig) -> Result<MakeRustlsConnect, St
                 .map_err(|e| format!("postgres.tls_ca_path {}: {e}", c.tls_ca_path))?;
         }
     }
-    crate::http::tls::install_crypto_provider();
+    crate::tls::install_crypto_provider();
     let tls = rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_no_client_auth();

@@ -7,7 +7,6 @@
 //! slots is split: by node on the pooled connection (`RedisSession::query_pipe`), by slot on a
 //! multiplexed one, the groups sent at once (`AsyncConn::query_pipe`).
 
-pub mod lost;
 mod multiplexed;
 mod pooled;
 

@@ -16,11 +16,11 @@
 use crate::config::ReadLimits;
 use crate::error::ApiError;
 use crate::store::coordination::nonces::{self, WriteNonce};
+use crate::store::pools::session::rollback;
+use crate::store::pools::session::RESET;
 use crate::store::pools::{PgConn, Pools};
 use crate::store::postgres::failure::commit_lost;
 use crate::store::postgres::failure::Failure;
-use crate::store::postgres::session::rollback;
-use crate::store::postgres::session::RESET;
 use crate::store::statements::class::{self, Route};
 use crate::store::statements::pooled::{check_columns, read_rows, run_prepared};
 use crate::store::statements::transaction::TxPlan;

@@ -5,14 +5,14 @@
 
 use crate::config::ReadLimits;
 use crate::error::ApiError;
+use crate::store::pools::session::Reset;
+use crate::store::pools::session::RESET;
 use crate::store::pools::Pools;
 use crate::store::postgres::failure::Failure;
 use crate::store::postgres::identity::SessionIdentity;
 use crate::store::postgres::loop_session::{AsyncSession, Prepared};
-use crate::store::postgres::session::Reset;
-use crate::store::postgres::session::RESET;
+use crate::store::postgres::param_types::{self, ParamTypes};
 use crate::store::statements::class::{self, Route};
-use crate::store::statements::param_types::{self, ParamTypes};
 use crate::store::statements::pooled::{self, RowBudget};
 use ferry_shared::api::Row;
 use futures_util::StreamExt;

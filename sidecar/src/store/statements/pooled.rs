@@ -3,17 +3,17 @@
 use crate::config::ReadLimits;
 use crate::error::ApiError;
 use crate::store::coordination::nonces::{self, WriteNonce};
+use crate::store::pools::session::with_read_session;
+use crate::store::pools::session::Reset;
+use crate::store::pools::session::{rollback, with_sent_session};
 use crate::store::pools::Pools;
 use crate::store::postgres::failure::commit_lost;
 use crate::store::postgres::failure::Failure;
 use crate::store::postgres::identity::SessionIdentity;
-use crate::store::postgres::session::with_read_session;
-use crate::store::postgres::session::Reset;
-use crate::store::postgres::session::{rollback, with_sent_session};
+use crate::store::postgres::param_types::{self, ParamTypes};
 use crate::store::postgres::PgSession;
 use crate::store::statements::class::{self, Route};
 use crate::store::statements::json::{self, Raw};
-use crate::store::statements::param_types::{self, ParamTypes};
 use crate::store::statements::params::{self, TextParam};
 use ferry_shared::api::Row;
 use postgres::fallible_iterator::FallibleIterator;
@@ -67,7 +67,7 @@ pub fn query_replica(
     who: Option<&SessionIdentity>,
 ) -> Result<Vec<Row>, ApiError> {
     class::check(sql, Route::Read)?;
-    crate::store::postgres::session::with_conn(replica.get(wait), |s| {
+    crate::store::pools::session::with_conn(replica.get(wait), |s| {
         if let Some(who) = who {
             who.assume(&mut s.client)?;
         }
@@ -277,7 +277,7 @@ fn run_kept<T>(
         match rows.map_err(Failure::from).and_then(&mut take) {
             // A failed run all the same: what it left on the session goes first.
             Err(Failure::Pg(e)) if param_types::stale_prepared(&e) => {
-                crate::store::postgres::session::reset_now(session)?
+                crate::store::pools::session::reset_now(session)?
             }
             other => return other,
         }

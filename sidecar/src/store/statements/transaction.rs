@@ -4,10 +4,10 @@
 use crate::config::ReadLimits;
 use crate::error::ApiError;
 use crate::store::coordination::nonces::{self, WriteNonce};
+use crate::store::pools::session::{rollback, with_sent_session};
 use crate::store::pools::Pools;
 use crate::store::postgres::failure::Failure;
 use crate::store::postgres::identity::SessionIdentity;
-use crate::store::postgres::session::{rollback, with_sent_session};
 use crate::store::statements::class::{self, Route};
 use crate::store::statements::pooled::{check_columns, read_rows, run_prepared};
 use ferry_shared::api::{Isolation, StatementResult};

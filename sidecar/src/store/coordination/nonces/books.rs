@@ -16,8 +16,8 @@
 //! request role USAGE on the schema and EXECUTE on the function, nothing else.
 
 use crate::store::coordination::ferry_tables;
+use crate::store::pools::session::rollback;
 use crate::store::postgres::failure::Failure;
-use crate::store::postgres::session::rollback;
 use crate::store::postgres::PgSession;
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, OnceLock};

@@ -31,10 +31,10 @@
 
 use crate::error::ApiError;
 use crate::store::coordination::nonces::seen::Seen;
+use crate::store::pools::session::rollback;
 use crate::store::pools::Pools;
 use crate::store::postgres::failure::Failure;
 use crate::store::postgres::failure::{commit_lost, connection_lost};
-use crate::store::postgres::session::rollback;
 use crate::store::postgres::PgSession;
 use postgres::error::SqlState;
 use std::sync::{Arc, Weak};
@@ -42,6 +42,7 @@ use std::time::Duration;
 
 mod books;
 mod check;
+pub mod outcome;
 pub mod seen;
 pub use books::Books;
 pub use check::{settle, NonceCheck};
@@ -121,20 +122,19 @@ impl SharedNonces {
                 let Some(pools) = pools.upgrade() else {
                     return false;
                 };
-                let swept =
-                    crate::store::postgres::session::with_owner_session(&pools, |session| {
-                        s.books.make_sure(session)?;
-                        session
-                            .client
-                            .batch_execute(&format!(
-                                "BEGIN READ WRITE; DELETE FROM {} WHERE expires_at < now(); COMMIT",
-                                s.books.table
-                            ))
-                            .map_err(|e| {
-                                rollback(session);
-                                Failure::from(e)
-                            })
-                    });
+                let swept = crate::store::pools::session::with_owner_session(&pools, |session| {
+                    s.books.make_sure(session)?;
+                    session
+                        .client
+                        .batch_execute(&format!(
+                            "BEGIN READ WRITE; DELETE FROM {} WHERE expires_at < now(); COMMIT",
+                            s.books.table
+                        ))
+                        .map_err(|e| {
+                            rollback(session);
+                            Failure::from(e)
+                        })
+                });
                 if let Err(e) = swept {
                     tracing::debug!(error = %e.into_api(), "nonce sweep skipped");
                 }
@@ -182,7 +182,7 @@ impl WriteNonce {
             return Ok(());
         }
         let made = if pools.has_owner_pool() {
-            crate::store::postgres::session::with_owner_session(pools, |o| self.books.make_sure(o))
+            crate::store::pools::session::with_owner_session(pools, |o| self.books.make_sure(o))
         } else {
             self.books.make_sure(s)
         };
@@ -246,7 +246,7 @@ pub(in crate::store) fn commit(
     };
     if connection_lost(&e) {
         s.poisoned = true;
-        return match crate::store::coordination::write_outcome::outcome_patiently(pools, n) {
+        return match crate::store::coordination::nonces::outcome::outcome_patiently(pools, n) {
             Ok(Some(_)) => Ok(()),
             Ok(None) => Err(Failure::Api(ApiError::DatabaseUnavailable {
                 internal: format!("connection lost before the commit; it did not commit: {e}"),

@@ -2,9 +2,9 @@
 //! runs once more on a fresh connection where running it twice is harmless, instead of the
 //! cache being taken for down (`Pools::redis_failed` keeps the breaker closed for them).
 
-use super::{connection_lost, AsyncConn};
 use crate::error::ApiError;
 use crate::store::pools::Pools;
+use crate::store::redis::{connection_lost, AsyncConn};
 use redis::{FromRedisValue, Pipeline, RedisResult, Value};
 
 /// Runs `pipe` on a pooled connection; on one Redis ended, once more on a fresh one when the

@@ -3,15 +3,20 @@
 //! Pools never open more than `pool_size` connections, whatever the load: a request that cannot
 //! get one within the checkout timeout is answered 503. Redis failures also trip a short
 //! circuit breaker, so that while Redis is down reads go straight to Postgres instead of each
-//! paying a connect timeout.
+//! paying a connect timeout. `session`: how a request holds a Postgres session from them
+//! (checked out, used, reset before anyone else gets it); `redis_lost`: a Redis connection
+//! Redis ended while it stays up. The connections themselves are `postgres` and `redis`.
+
+pub mod redis_lost;
+pub mod session;
 
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::store::postgres::loop_session::{AsyncPg, AsyncSession};
 use crate::store::postgres::own_sessions::OwnSessions;
+use crate::store::postgres::param_types::ParamTypes;
 use crate::store::postgres::{pg_async_config, pg_config, pg_tls, PgManager};
 use crate::store::redis::{store_client, AsyncConn, AsyncRedis, RedisManager};
-use crate::store::statements::param_types::ParamTypes;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -344,7 +349,7 @@ impl Pools {
 
     /// A Redis connection, or why not. Trips the breaker on failure.
     pub fn redis_conn(&self) -> Result<RedisConn, ApiError> {
-        let m = crate::http::metrics::global();
+        let m = crate::metrics::global();
         m.redis_waiting.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
         let got = self.fresh_redis_conn();
@@ -402,7 +407,7 @@ impl Pools {
             .await;
         // Timed like a pooled checkout (waiting for a session of the worker's share included).
         if matches!(got, Ok(Some(_))) {
-            crate::http::metrics::global().checkout("postgres", start.elapsed());
+            crate::metrics::global().checkout("postgres", start.elapsed());
         }
         got
     }
@@ -428,7 +433,7 @@ impl Pools {
                 false,
             )
             .await?;
-        crate::http::metrics::global().checkout("postgres", start.elapsed());
+        crate::metrics::global().checkout("postgres", start.elapsed());
         got.ok_or(ApiError::Overloaded {
             what: "postgres sessions (this thread has none)",
         })
@@ -448,7 +453,7 @@ impl Pools {
             .pg
             .as_ref()
             .ok_or_else(|| ApiError::internal("postgres pool used after shutdown"))?;
-        let m = crate::http::metrics::global();
+        let m = crate::metrics::global();
         m.pg_waiting.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
         let got = pool.get();

@@ -5,14 +5,11 @@
 //! latency histogram per route, cache outcomes, single-flight waits, pool state and checkout
 //! time for each pool, and upstream errors by code.
 
-use actix_web::body::MessageBody;
-use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::middleware::Next;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Histogram bucket upper bounds, in seconds.
 const BUCKETS: [f64; 12] = [
@@ -100,7 +97,7 @@ impl Metrics {
             .observe(waited.as_secs_f64());
     }
 
-    fn request(&self, route: &str, status: u16, took: Duration) {
+    pub fn request(&self, route: &str, status: u16, took: Duration) {
         *lock(&self.requests)
             .entry((route.to_string(), status))
             .or_default() += 1;
@@ -176,30 +173,6 @@ impl Metrics {
         }
         out
     }
-}
-
-/// Records every request's route (the matched pattern, so ids never explode the label set),
-/// status and latency, and writes its access line (target `ferry::access`, at info). The line
-/// is formatted only when that level is on: actix's own Logger rendered every request's line
-/// up front, about 4,000 instructions a request, even with access lines filtered out.
-pub async fn middleware(
-    req: ServiceRequest,
-    next: Next<impl MessageBody>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let start = Instant::now();
-    let route = req.match_pattern().unwrap_or_else(|| "unmatched".into());
-    let line = tracing::enabled!(target: "ferry::access", tracing::Level::INFO).then(|| {
-        let head = req.head();
-        format!("{} {} {:?}", head.method, head.uri, head.version)
-    });
-    let res = next.call(req).await?;
-    let (status, took) = (res.status().as_u16(), start.elapsed());
-    global().request(&route, status, took);
-    if let Some(line) = line {
-        let ms = took.as_secs_f64() * 1000.0;
-        tracing::info!(target: "ferry::access", "{line} {status} {ms:.3}ms");
-    }
-    Ok(res)
 }
 
 #[cfg(test)]

@@ -4,10 +4,10 @@
 
 use crate::error::ApiError;
 use crate::store::coordination::nonces::WriteNonce;
+use crate::store::pools::session::rollback;
+use crate::store::pools::session::with_owner_session;
 use crate::store::pools::Pools;
 use crate::store::postgres::failure::Failure;
-use crate::store::postgres::session::rollback;
-use crate::store::postgres::session::with_owner_session;
 
 /// Whether the write with this nonce committed: Some(rows it affected), or None, in which case
 /// it never will (the nonce's row is inserted now, so the write, if still running, fails on it

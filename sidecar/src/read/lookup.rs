@@ -1,0 +1,110 @@
+//! What the engine works with ([`Reads`]), and lookups: many reads' entries in one Redis
+//! round trip, on the worker's event loop when it can, through the blocking pool otherwise.
+
+use crate::error::ApiError;
+use crate::read::flight::Flights;
+use crate::read::plan::{CachePlan, ReadPlan};
+use crate::store::blocking::Blocking;
+use crate::store::cache::{Cache, Lookup, Probe};
+use crate::store::coordination::nonces::NonceCheck;
+use crate::store::pools::Pools;
+use std::sync::Arc;
+
+/// What the engine works with: the pools, the cache, the single flights and the rule for
+/// blocking work. Cheap to clone (shared handles).
+#[derive(Clone)]
+pub struct Reads {
+    pub pools: Arc<Pools>,
+    pub cache: Arc<Cache>,
+    pub flights: Arc<Flights>,
+    pub blocking: Blocking,
+    /// Single flight across sidecars (`read::shared_flight`).
+    pub leases: Arc<crate::store::coordination::leases::Leases>,
+    /// Streaming replicas, for reads that skip the cache (`store::replicas`).
+    pub replicas: Arc<crate::store::replicas::Replicas>,
+}
+
+type State = Reads;
+
+/// Looks many reads up in one Redis pipeline (reads without a cache plan get `None`).
+pub async fn lookup_many(
+    state: &State,
+    plans: &[&ReadPlan],
+) -> Result<Vec<Option<Lookup>>, ApiError> {
+    lookup_many_checked(state, plans, None).await.1
+}
+
+/// [`lookup_many`] with the request's shared replay check in front of the lookup, one message
+/// to Redis for both. The check's verdict comes first; None when it was not sent (no lookup
+/// went to Redis on the event loop) or its pipeline failed, and `store::coordination::nonces::settle` then
+/// runs it on its own.
+pub async fn lookup_many_checked(
+    state: &State,
+    plans: &[&ReadPlan],
+    check: Option<&NonceCheck>,
+) -> (
+    Option<Result<(), ApiError>>,
+    Result<Vec<Option<Lookup>>, ApiError>,
+) {
+    let probes: Vec<(usize, CachePlan)> = plans
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| p.cache.clone().map(|c| (i, c)))
+        .collect();
+    let n = plans.len();
+    if probes.is_empty() {
+        return (None, Ok((0..n).map(|_| None).collect()));
+    }
+    {
+        let list = probe_list(&probes);
+        // On the event loop when this worker has its multiplexed connection: a hit then
+        // never leaves the worker thread.
+        let found = state
+            .cache
+            .lookup_many_async(&state.pools, &list, check)
+            .await;
+        if let Some((verdict, found)) = found {
+            drop(list);
+            return (verdict, Ok(place(n, &probes, found)));
+        }
+    }
+    (None, lookup_pooled(state, n, probes).await)
+}
+
+/// The lookup on a pooled connection, through the blocking pool.
+async fn lookup_pooled(
+    state: &State,
+    n: usize,
+    probes: Vec<(usize, CachePlan)>,
+) -> Result<Vec<Option<Lookup>>, ApiError> {
+    let s = state.clone();
+    let found = state
+        .blocking
+        .run(move || {
+            let found = s.cache.lookup_many(&s.pools, &probe_list(&probes));
+            Ok((probes, found))
+        })
+        .await?;
+    let (probes, found) = found;
+    Ok(place(n, &probes, found))
+}
+
+/// Each lookup back at its read's position (reads without a cache plan get None).
+fn place(n: usize, probes: &[(usize, CachePlan)], found: Vec<Lookup>) -> Vec<Option<Lookup>> {
+    let mut out: Vec<Option<Lookup>> = (0..n).map(|_| None).collect();
+    for ((i, _), l) in probes.iter().zip(found) {
+        out[*i] = Some(l);
+    }
+    out
+}
+
+fn probe_list(probes: &[(usize, CachePlan)]) -> Vec<Probe<'_>> {
+    probes
+        .iter()
+        .map(|(_, c)| Probe {
+            key: &c.key,
+            fingerprint: &c.fingerprint,
+            tags: &c.tags,
+        })
+        .collect()
+}
