@@ -143,3 +143,48 @@ fn keyed_mistakes_are_4xx() {
         assert_eq!(r.body["error"]["field"], field, "{body}");
     }
 }
+
+/// Another spelling of an id ("07", " 7") is not row 7: Postgres would find row 7 for it, but
+/// the invalidations of row 7 name `counted:7`, never `counted:07`, so such an entry would
+/// never be dropped. Not found, alone or among others, and row 7 itself is unaffected.
+#[test]
+fn another_spelling_of_an_id_is_not_found() {
+    let stack = common::Stack::start_with(counted);
+    let c = &stack.client;
+    let statuses = |ids: serde_json::Value| -> Vec<serde_json::Value> {
+        let r = keyed(c, ids);
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        r.body["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .map(|x| {
+                assert!(x["status"] != "not_found" || x["row"].is_null(), "{x:?}");
+                x["status"].clone()
+            })
+            .collect()
+    };
+    assert_eq!(statuses(json!(["07"])), vec![json!("not_found")]);
+    assert_eq!(
+        statuses(json!(["07", " 7", 8])),
+        vec![json!("not_found"), json!("not_found"), json!("miss")]
+    );
+    assert_eq!(
+        statuses(json!([7, "7"])),
+        vec![json!("miss"), json!("miss")]
+    );
+}
+
+/// A keyed read whose grouped statement fails fails whole, at once: its ids are not run one by
+/// one (49 good ids and one Postgres cannot take cost 49 statements before, then failed anyway).
+#[test]
+fn a_failed_keyed_read_is_not_run_id_by_id() {
+    let stack = common::Stack::start_with(counted);
+    let c = &stack.client;
+    let mut ids: Vec<serde_json::Value> = (1..=49).map(|i| json!(i)).collect();
+    ids.push(json!("abc"));
+    let before = stack.pg.reads();
+    let r = keyed(c, json!(ids));
+    assert_eq!(r.status, 400, "{:?}", r.body);
+    assert_eq!(stack.pg.reads(), before, "no statement ran id by id");
+}

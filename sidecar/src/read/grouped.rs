@@ -21,6 +21,7 @@
 use super::lookup::Reads;
 use super::plan::ReadPlan;
 use crate::config::{NamedQuery, ReadLimits};
+use crate::error::ApiError;
 use crate::store::cache::Lookup;
 use ferry_shared::api::Row;
 use serde_json::Value;
@@ -72,14 +73,17 @@ fn key_text(v: &Value) -> String {
 }
 
 /// For each of `plans` (with its lookup), the rows its read gets from a grouped statement; None
-/// where it was not grouped (a hit, a read of its own, a group of one) or the group failed.
+/// where it was not grouped (a hit, a read of its own, a group of one) or the group of a named
+/// query failed (each read then runs on its own, so one bad parameter fails only its read).
+/// A keyspace's group that failed answers each of its reads with the failure: a keyed read
+/// fails whole anyway, and running each id alone would only repeat the failure id by id.
 pub async fn prefetch(
     state: &Reads,
     plans: &[&ReadPlan],
     lookups: &[Option<Lookup>],
     budget_bytes: usize,
-) -> Vec<Option<Vec<Row>>> {
-    let mut out: Vec<Option<Vec<Row>>> = vec![None; plans.len()];
+) -> Vec<Option<Result<Vec<Row>, ApiError>>> {
+    let mut out: Vec<Option<Result<Vec<Row>, ApiError>>> = vec![None; plans.len()];
     let mut groups: HashMap<&str, (Arc<BatchForm>, Vec<usize>)> = HashMap::new();
     for (i, (plan, lookup)) in plans.iter().zip(lookups).enumerate() {
         let Some(form) = &plan.batch else { continue };
@@ -117,6 +121,12 @@ pub async fn prefetch(
         };
         let rows = match super::postgres::run_query(state, statement).await {
             Ok(rows) => rows,
+            Err(e) if form.element => {
+                for &i in &members {
+                    out[i] = Some(Err(e.clone()));
+                }
+                continue;
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "a grouped read failed; each read runs on its own");
                 continue;
@@ -131,7 +141,10 @@ pub async fn prefetch(
             let Some(value) = form.value(&plans[i].params) else {
                 continue;
             };
-            out[i] = Some(by_key.get(&key_text(value)).cloned().unwrap_or_default());
+            out[i] = Some(Ok(by_key
+                .get(&key_text(value))
+                .cloned()
+                .unwrap_or_default()));
         }
     }
     out

@@ -34,6 +34,9 @@ pub struct KeyedPlan {
     /// For each id, its distinct read's index in `reads`.
     answered_by: Vec<usize>,
     reads: Vec<ReadPlan>,
+    /// Each read's id as text, and the column a row carries it in.
+    texts: Vec<String>,
+    key_column: String,
 }
 
 /// Checks the request before any I/O (one config snapshot).
@@ -59,6 +62,7 @@ pub fn plan(config: &Config, req: KeyedRequest) -> Result<KeyedPlan, ApiError> {
     let mut distinct: HashMap<String, usize> = HashMap::new();
     let mut answered_by = Vec::with_capacity(req.ids.len());
     let mut reads = Vec::new();
+    let mut texts = Vec::new();
     for (i, id) in req.ids.iter().enumerate() {
         let text = id_text(id).ok_or_else(|| {
             ApiError::invalid(
@@ -92,6 +96,7 @@ pub fn plan(config: &Config, req: KeyedRequest) -> Result<KeyedPlan, ApiError> {
                 reset: Reset::Always,
                 batch: Some(form.clone()),
             });
+            texts.push(text);
         }
         answered_by.push(read);
     }
@@ -99,6 +104,8 @@ pub fn plan(config: &Config, req: KeyedRequest) -> Result<KeyedPlan, ApiError> {
         ids: req.ids,
         answered_by,
         reads,
+        texts,
+        key_column: ks.key_column.clone(),
     })
 }
 
@@ -112,12 +119,21 @@ pub async fn run(
         ids,
         answered_by,
         reads,
+        texts,
+        key_column,
     } = plan;
     let mut answers = Vec::with_capacity(reads.len());
-    for answer in read_many(state, reads.into_iter().map(Ok).collect(), bounds).await? {
+    let read = read_many(state, reads.into_iter().map(Ok).collect(), bounds).await?;
+    for (answer, text) in read.into_iter().zip(&texts) {
         // A read's failure fails the keyed read (it has no per-id error shape).
-        let mut resp = answer?;
-        let row = resp.rows.pop();
+        let resp = answer?;
+        // The row whose key is this id, as the id was given: Postgres also finds row 7 for
+        // "07" or " 7", but no invalidation of row 7 reaches the entry `items:07`, so that
+        // spelling is not found, alone or in a group.
+        let row = resp
+            .rows
+            .into_iter()
+            .find(|r| r.get(&key_column).and_then(id_text).as_deref() == Some(text));
         let status = match (&row, resp.cache) {
             (None, _) => KeyedStatus::NotFound,
             (Some(_), CacheStatus::Hit | CacheStatus::Stale) => KeyedStatus::Hit,

@@ -29,11 +29,13 @@ pub async fn read_many(
     bounds: Bounds,
 ) -> Result<Vec<Result<QueryResponse, ApiError>>, ApiError> {
     let timeout = || ApiError::Timeout { what: "the batch" };
+    // One deadline for the lookups, the grouped statements and every read together.
+    let until = tokio::time::Instant::now() + bounds.deadline;
     let valid: Vec<&ReadPlan> = plans.iter().filter_map(|p| p.as_ref().ok()).collect();
     let lookups = lookup_many(state, &valid).await?;
     // Misses of one statement with a batch form: one statement for all of them.
-    let prefetched = tokio::time::timeout(
-        bounds.deadline,
+    let prefetched = tokio::time::timeout_at(
+        until,
         super::grouped::prefetch(state, &valid, &lookups, bounds.max_bytes),
     )
     .await
@@ -46,7 +48,15 @@ pub async fn read_many(
                 Ok(_) => found.next().unwrap_or((None, None)),
                 Err(_) => (None, None),
             };
-            async move { engine::answer_prefetched(state, p?, lookup, rows).await }
+            async move {
+                match rows {
+                    Some(Err(e)) => Err(e),
+                    rows => {
+                        engine::answer_prefetched(state, p?, lookup, rows.and_then(Result::ok))
+                            .await
+                    }
+                }
+            }
         })
         .collect();
     let max_bytes = bounds.max_bytes;
@@ -66,7 +76,7 @@ pub async fn read_many(
             }
             Err(e) => Err(e),
         });
-    tokio::time::timeout(bounds.deadline, collect.collect())
+    tokio::time::timeout_at(until, collect.collect())
         .await
         .map_err(|_| timeout())
 }
