@@ -1,43 +1,46 @@
 //! Ferry's sidecar: an actix-web service that owns bounded r2d2 pools to Redis and Postgres and
-//! serves signed reads (read-through cached), writes (with invalidation) and cache commands.
+//! serves signed reads (read-through cached), writes (with invalidation) and cache commands,
+//! and the Neon- and Upstash-compatible doors.
 //!
-//! `main.rs` reads the config and calls [`run`]; tests call [`run`] with a listener on port 0,
-//! so they exercise the real app.
+//! Its public surface is what the binary and the tests need: [`config`] (the configuration,
+//! its loading and validation), [`startup`] (the checks before serving), [`run`] and [`admin`]
+//! (the listeners; tests call [`run`] with a listener on port 0, so they exercise the real
+//! app), [`AppState`], and [`metrics`]. Everything else is the crate's own:
 //!
-//! The modules, and the way imports run (routes → read → store; http and config at the side):
-//! - [`routes`]: one file per endpoint, each parse → plan → run → respond.
-//! - [`read`]: plans, the read-through engine, single-flight, keyed batches.
-//! - [`changes`]: change-stream invalidation (logical decoding), between state and read.
-//! - [`upstash`]: Upstash's Redis REST protocol: the command policy and reply shapes.
-//! - [`neon`]: Neon's SQL-over-HTTP protocol: requests to plans, statements run with text
+//! The modules, and the way imports run (routes → read → store; http at the side):
+//! - `routes`: one file per endpoint, each parse → plan → run → respond.
+//! - `read`: plans, the read-through engine, single-flight, many reads and keyed reads.
+//! - `changes`: change-stream invalidation (logical decoding), between state and read.
+//! - `upstash`: Upstash's Redis REST protocol: the command policy and reply shapes.
+//! - `neon`: Neon's SQL-over-HTTP protocol: requests to plans, statements run with text
 //!   results.
-//! - [`store`]: one folder per store or concept: Postgres sessions, statements, Redis clients,
-//!   the cache, coordination across sidecars (nonces, leases, rate limits), replicas.
-//! - [`error`]: every failure in the engine's words, with its stable code (no HTTP).
-//! - [`http`]: authentication and the replay store, JSON bodies, request ids, the access
+//! - `store`: one folder per store or concept: Postgres connections, pools, statements, Redis
+//!   clients, the cache, coordination across sidecars (nonces, leases, rate limits), replicas.
+//! - `error`: every failure in the engine's words, with its stable code (no HTTP).
+//! - `http`: authentication and the replay store, JSON bodies, request ids, the access
 //!   middleware, errors → HTTP (the one place).
-//! - [`metrics`]: the process's counters and histograms (Prometheus text); [`tls`]: rustls
-//!   for the listener and the clients. Leaves: every layer may count and connect.
-//! - [`config`]: the configuration, its loading and validation.
-//! - [`state`]: `AppState`, everything a handler needs, built once.
+//! - [`metrics`]: the process's counters and histograms (Prometheus text); `tls`: rustls for
+//!   the listener and the clients. Leaves: every layer may count and connect.
+//! - `state`: `AppState`, everything a handler needs, built once.
 
 // A panic is an outage here (a dead request, or on the edge a dead isolate).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod background;
-pub mod changes;
+pub(crate) mod background;
+pub(crate) mod changes;
 pub mod config;
-pub mod error;
-pub mod http;
+pub(crate) mod error;
+pub(crate) mod http;
 pub mod metrics;
-pub mod neon;
-pub mod read;
-pub mod routes;
-pub mod state;
-pub mod store;
-pub mod tls;
-pub mod upstash;
-pub mod write;
+pub(crate) mod neon;
+pub(crate) mod read;
+pub(crate) mod routes;
+pub mod startup;
+pub(crate) mod state;
+pub(crate) mod store;
+pub(crate) mod tls;
+pub(crate) mod upstash;
+pub(crate) mod write;
 
 pub use config::Config;
 pub use routes::configure;

@@ -34,10 +34,10 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    ferry_sidecar::tls::install_crypto_provider();
+    ferry_sidecar::startup::install_crypto_provider();
     let env: BTreeMap<String, String> = std::env::vars().collect();
     let loaded = Config::load(args.config.as_deref(), &env)
-        .and_then(|c| ferry_sidecar::state::check(&c).map(|()| c));
+        .and_then(|c| ferry_sidecar::startup::check_config(&c).map(|()| c));
     let config = match loaded {
         Ok(c) => c,
         Err(e) => {
@@ -47,9 +47,9 @@ fn main() -> ExitCode {
     };
     // With [changes] on, a server or role that cannot stream stops the sidecar here, naming
     // what is missing; an unreachable Postgres does not (reads bypass until the stream runs).
-    match ferry_sidecar::changes::check(&config) {
+    match ferry_sidecar::startup::check_change_stream(&config) {
         Ok(()) => {}
-        Err(ferry_sidecar::changes::SetupError::Connect(e)) => {
+        Err(ferry_sidecar::startup::SetupError::Connect(e)) => {
             eprintln!(
                 "ferry-sidecar: warning: the change stream's prerequisites were not checked: {e}"
             );
@@ -60,21 +60,18 @@ fn main() -> ExitCode {
         }
     }
     if args.check_config {
-        use ferry_sidecar::store::postgres::own_sessions::{OwnSessions, Problem};
-        let audit = ferry_sidecar::store::postgres::roles::Audit::for_config(&config);
-        let own = OwnSessions::for_config(&config).map_err(|e| e.to_string());
-        let sessions = own.map(|o| o.with_audit(audit).check());
-        if let Ok(Err(e)) = &sessions {
-            if e.is_final() {
+        let sessions = match ferry_sidecar::startup::check_sessions(&config) {
+            Ok(unchecked) => unchecked,
+            Err(e) => {
                 eprintln!("ferry-sidecar: {e}");
                 return ExitCode::from(2);
             }
-        }
+        };
         println!("config ok");
-        if let Err(e) | Ok(Err(Problem::Unreachable(e))) = sessions {
+        if let Some(e) = sessions {
             println!("warning: the Postgres sessions were not checked: {e}");
         }
-        match ferry_sidecar::store::postgres::role_warnings(&config) {
+        match ferry_sidecar::startup::role_warnings(&config) {
             Ok(warnings) => warnings.iter().for_each(|w| println!("warning: {w}")),
             Err(e) => println!("warning: the database role was not checked: {e}"),
         }
@@ -87,7 +84,7 @@ fn main() -> ExitCode {
         let _ = std::thread::Builder::new()
             .name("ferry-role-check".into())
             .spawn(move || {
-                if let Ok(warnings) = ferry_sidecar::store::postgres::role_warnings(&config) {
+                if let Ok(warnings) = ferry_sidecar::startup::role_warnings(&config) {
                     warnings.iter().for_each(|w| tracing::warn!("{w}"));
                 }
             });
@@ -125,7 +122,9 @@ fn init_tracing(format: &str, level: &str) -> LogHandle {
 /// what needs a restart. A config that does not load is refused whole (the old one stays).
 fn reload(state: &AppState, path: Option<&std::path::Path>, log: &LogHandle) {
     let env: BTreeMap<String, String> = std::env::vars().collect();
-    match Config::load(path, &env).and_then(|c| ferry_sidecar::state::check(&c).map(|()| c)) {
+    match Config::load(path, &env)
+        .and_then(|c| ferry_sidecar::startup::check_config(&c).map(|()| c))
+    {
         Err(e) => tracing::error!(error = %e, "SIGHUP: configuration not reloaded"),
         Ok(new) => {
             let level = new.server.log_level.clone();

@@ -21,5 +21,5 @@ pub mod replica_read;
 pub mod shared_flight;
 pub mod text_plan;
 
-pub use engine::{answer, answer_prefetched, approx_bytes, read};
+pub use engine::answer;
 pub use lookup::{lookup_many, lookup_many_checked, Reads};

@@ -11,7 +11,7 @@ mod multiplexed;
 mod pooled;
 
 pub use multiplexed::{send_by_slot, AsyncConn, AsyncRedis, SlotPipes};
-pub use pooled::{slot, RedisManager, RedisSession};
+pub use pooled::{slot, RedisManager};
 
 use crate::config::RedisConfig;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
@@ -84,22 +84,6 @@ pub fn redis_client(c: &RedisConfig) -> Result<redis::Client, String> {
     let info = redis::IntoConnectionInfo::into_connection_info(c.url.as_str())
         .map_err(|_| "not a valid redis:// or rediss:// URL".to_string())?;
     client_for(c, info)
-}
-
-/// The same server, as another Redis user (the Upstash tokens' script users).
-pub fn redis_client_as(
-    c: &RedisConfig,
-    user: &str,
-    password: &str,
-) -> Result<redis::Client, String> {
-    let info = redis::IntoConnectionInfo::into_connection_info(c.url.as_str())
-        .map_err(|_| "not a valid redis:// or rediss:// URL".to_string())?;
-    let settings = info
-        .redis_settings()
-        .clone()
-        .set_username(user)
-        .set_password(password);
-    client_for(c, info.set_redis_settings(settings))
 }
 
 fn read_ca(c: &RedisConfig) -> Result<Vec<u8>, String> {

@@ -234,10 +234,6 @@ impl AsyncRedis {
         }
     }
 
-    pub fn max(&self) -> usize {
-        self.max
-    }
-
     /// This worker's connection, opened on first use; None when every slot is taken. One
     /// opened before failure `generation` is replaced.
     pub async fn conn(&self, generation: u64) -> RedisResult<Option<AsyncConn>> {

@@ -1,0 +1,26 @@
+//! What the binary checks and reports before it serves (`main.rs`, `--check-config`): the
+//! library's whole surface for it, with the config, `run` and `admin`.
+
+use crate::config::Config;
+use crate::store::postgres::own_sessions::{OwnSessions, Problem};
+use crate::store::postgres::roles::Audit;
+
+pub use crate::changes::{check as check_change_stream, SetupError};
+pub use crate::state::check as check_config;
+pub use crate::store::postgres::role_warnings;
+pub use crate::tls::install_crypto_provider;
+
+/// The sessions Ferry would serve with, asked once: are they its own (no pooler between), and
+/// are the roles kept apart? `Err`: refused for good (the sidecar must not start).
+/// `Ok(Some(why))`: Postgres could not be asked. `Ok(None)`: checked and fine.
+pub fn check_sessions(config: &Config) -> Result<Option<String>, String> {
+    let own = match OwnSessions::for_config(config) {
+        Ok(own) => own,
+        Err(e) => return Ok(Some(e.to_string())),
+    };
+    match own.with_audit(Audit::for_config(config)).check() {
+        Ok(()) => Ok(None),
+        Err(Problem::Unreachable(e)) => Ok(Some(e)),
+        Err(e) => Err(e.to_string()),
+    }
+}
