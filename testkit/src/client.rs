@@ -84,6 +84,12 @@ impl Client {
         self.headers_for(method, path, body, now_s(), &nonce())
     }
 
+    /// Whether `/readyz` answers 200; a refused connection is "not yet", not a failure.
+    pub async fn ready(&self) -> bool {
+        let url = format!("{}/readyz", self.base);
+        matches!(self.http.get(url).send().await, Ok(r) if r.status() == 200)
+    }
+
     /// Sends raw bytes with the given headers (no signing).
     pub async fn send_raw(
         &self,

@@ -29,8 +29,63 @@ impl SidecarProcess {
         env: &[(&str, &str)],
         stderr: Stdio,
     ) -> SidecarProcess {
-        let port = free_port();
-        let admin_port = free_port();
+        // A port free when picked can be taken before the binary binds it (other tests start
+        // servers too): a binary that exits while starting is started again on new ports.
+        let mut attempts = 0;
+        // The caller's stderr goes to the first start; a start again shows its own.
+        let mut stderr = Some(stderr);
+        loop {
+            attempts += 1;
+            let port = free_port();
+            let admin_port = free_port();
+            let err = stderr.take().unwrap_or_else(Stdio::inherit);
+            let mut child = Self::spawn(bin, redis_url, pg_url, env, port, admin_port, err);
+            let secret = env
+                .iter()
+                .find(|(k, _)| *k == "FERRY_SECRET")
+                .map_or(SECRET, |(_, v)| *v);
+            let client = Client::new(&format!("http://127.0.0.1:{port}"), secret);
+            let mut exited = None;
+            wait_until(
+                "the binary to become ready",
+                Duration::from_secs(20),
+                || {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        exited = Some(status);
+                        return true;
+                    }
+                    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+                        && client.block_on(client.ready())
+                },
+            );
+            match exited {
+                None => {
+                    return SidecarProcess {
+                        child,
+                        port,
+                        admin_port,
+                        client,
+                    }
+                }
+                Some(status) if attempts < 3 => {
+                    eprintln!("the sidecar exited while starting ({status}); again on new ports");
+                }
+                Some(status) => {
+                    panic!("the sidecar exited while starting, {attempts} times: {status}")
+                }
+            }
+        }
+    }
+
+    fn spawn(
+        bin: &str,
+        redis_url: &str,
+        pg_url: &str,
+        env: &[(&str, &str)],
+        port: u16,
+        admin_port: u16,
+        stderr: Stdio,
+    ) -> Child {
         let mut cmd = Command::new(bin);
         cmd.env_clear()
             .env("FERRY_LISTEN", format!("127.0.0.1:{port}"))
@@ -55,26 +110,7 @@ impl SidecarProcess {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let child = cmd.spawn().expect("start the sidecar binary");
-        let secret = env
-            .iter()
-            .find(|(k, _)| *k == "FERRY_SECRET")
-            .map_or(SECRET, |(_, v)| *v);
-        let client = Client::new(&format!("http://127.0.0.1:{port}"), secret);
-        wait_until(
-            "the binary to become ready",
-            Duration::from_secs(20),
-            || {
-                std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-                    && client.get("/readyz").status == 200
-            },
-        );
-        SidecarProcess {
-            child,
-            port,
-            admin_port,
-            client,
-        }
+        cmd.spawn().expect("start the sidecar binary")
     }
 
     /// One sample of this sidecar's own /metrics, by name and labels as exported
