@@ -51,7 +51,10 @@ if [ -n "$ROOT" ]; then
   exit 0
 fi
 chown -R root:ferry /etc/ferry
-"$ROOT/usr/local/bin/ferry-sidecar" --config /etc/ferry/ferry.toml --check-config \
+# Checked as the service will run it: with ferry.env (its FERRY_SECRET and URLs) loaded, as
+# systemd's EnvironmentFile loads it.
+( set -a; . /etc/ferry/ferry.env; set +a
+  "$ROOT/usr/local/bin/ferry-sidecar" --config /etc/ferry/ferry.toml --check-config ) \
   || { echo "fix /etc/ferry/ferry.toml or ferry.env, then run this again" >&2; exit 1; }
 systemctl daemon-reload
 systemctl enable --now ferry-sidecar

@@ -43,7 +43,7 @@ pub enum ApiError {
     /// The same, with every field Postgres gave (`/sql` answers them, as Neon's proxy does).
     #[error("sql error {}: {}", .0.code, .0.message)]
     Postgres(Box<PgFields>),
-    /// The statement's class is refused on this route (see `statement.rs`).
+    /// The statement's class is refused on this route (see `store/statements/class.rs`).
     #[error("statement not allowed ({class}): {advice}")]
     StatementNotAllowed {
         class: &'static str,

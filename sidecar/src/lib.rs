@@ -43,7 +43,7 @@ pub(crate) mod upstash;
 pub(crate) mod write;
 
 pub use config::Config;
-pub use routes::configure;
+use routes::configure;
 pub use state::AppState;
 
 use actix_web::{dev::Server, middleware, web, App, HttpServer};

@@ -14,7 +14,7 @@ use tracing_subscriber::{prelude::*, reload, EnvFilter};
 
 /// mimalloc instead of glibc's malloc: each request allocates and frees many small buffers
 /// across two worker threads, and glibc's malloc and free took about 15% of the sidecar's
-/// CPU under load (perf, Upstash GET). The figures are in ARCHITECTURE.md, "the hot path".
+/// CPU under load (perf, Upstash GET). The figures: bench/results/experiments/2026-11-30-mimalloc.md.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

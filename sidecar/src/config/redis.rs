@@ -12,7 +12,7 @@ pub struct RedisConfig {
     /// PEM CA certificate(s) to trust for rediss:// (a private CA); empty: the system's roots.
     pub tls_ca_path: String,
     /// Redis Cluster (the redis crate's cluster client). Ferry's keys then carry hash tags so
-    /// that each script's keys share a slot (ARCHITECTURE.md, "Redis Cluster").
+    /// that each script's keys share a slot (docs/design/2026-12-many-sidecars.md).
     pub cluster: bool,
     /// Cluster only: replicas that must hold an invalidation (WAIT) before it counts as done,
     /// so that a master dying right after answering cannot take it with it. Not acknowledged

@@ -4,7 +4,7 @@
 //! the request (transaction control, session settings, cursors, prepared statements, LISTEN,
 //! temp tables, locks) are refused up front with a 400 naming their class. This is the first
 //! line only: functions (`set_config`, `pg_advisory_lock`...) change the session too and no
-//! text check sees them, so every connection is also reset after each use (`db.rs`), and reads
+//! text check sees them, so every connection is also reset after each use (`pooled.rs`), and reads
 //! run in read-only transactions, which Postgres itself enforces.
 //!
 //! The check reads only the leading keywords, after comments and opening parentheses, the way
