@@ -64,6 +64,8 @@ ensure_services() {
   command -v redis-cli >/dev/null || apt_install redis-tools
   [ -n "$(pg_bindir)" ] || apt_install postgresql
   command -v runuser >/dev/null || apt_install util-linux
+  # The test command's import-cycle check (scripts/check-imports.py).
+  command -v python3 >/dev/null || apt_install python3
   # PgBouncer: the pooler the tests put between the sidecar and Postgres (pooler_between.rs).
   [ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null || apt_install_stopped pgbouncer
   [ -n "$(pg_bindir)" ] || die "PostgreSQL server binaries not found after install"
