@@ -25,6 +25,8 @@
 
 // A panic is an outage here (a dead request, or on the edge a dead isolate).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+// Crate-private modules' items are `pub(crate)`: what is `pub` is the library's surface.
+#![warn(unreachable_pub)]
 
 pub(crate) mod background;
 pub(crate) mod changes;

@@ -14,7 +14,10 @@ pub fn install_crypto_provider() {
 }
 
 /// The rustls server config from PEM files: a certificate chain and its private key.
-pub fn server_config(cert_path: &str, key_path: &str) -> Result<rustls::ServerConfig, String> {
+pub(crate) fn server_config(
+    cert_path: &str,
+    key_path: &str,
+) -> Result<rustls::ServerConfig, String> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert_path)
         .map_err(|e| format!("server.tls_cert_path {cert_path}: {e}"))?
         .collect::<Result<_, _>>()

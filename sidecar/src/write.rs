@@ -10,13 +10,13 @@ use crate::state::AppState;
 use ferry_shared::api::{InvalidationStatus, Position};
 
 /// What a committed write answers with, besides its own result.
-pub struct Committed {
+pub(crate) struct Committed {
     pub invalidation: InvalidationStatus,
     pub position: Option<Position>,
 }
 
 /// Runs the epilogue of a write that committed (blocking: call it inside `Blocking::run`).
-pub fn committed(state: &AppState, keys: &[String], tags: &[String]) -> Committed {
+pub(crate) fn committed(state: &AppState, keys: &[String], tags: &[String]) -> Committed {
     state.flights.forget(keys, tags);
     let invalidation = state.cache.invalidate(&state.pools, keys, tags);
     Committed {
@@ -26,7 +26,7 @@ pub fn committed(state: &AppState, keys: &[String], tags: &[String]) -> Committe
 }
 
 /// The answer of a write that did not commit: nothing to invalidate, no position.
-pub fn not_committed() -> Committed {
+pub(crate) fn not_committed() -> Committed {
     Committed {
         invalidation: InvalidationStatus::None,
         position: None,

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// The watched tables and the keyspaces reading each.
 #[derive(Debug, Clone, Default)]
-pub struct Watched {
+pub(super) struct Watched {
     tables: BTreeMap<String, Vec<KeyedRows>>,
 }
 
@@ -27,7 +27,7 @@ struct KeyedRows {
 /// What one or more transactions invalidate, coalesced: a burst of changes costs Redis work
 /// in proportion to the distinct keys and tables, not to the changes.
 #[derive(Debug, Default)]
-pub struct Invalidations {
+pub(super) struct Invalidations {
     pub keys: BTreeSet<String>,
     pub tags: BTreeSet<String>,
     /// Everything cached (a new or lost slot: nothing says what changed meanwhile).
@@ -35,17 +35,17 @@ pub struct Invalidations {
 }
 
 impl Invalidations {
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.keys.is_empty() && self.tags.is_empty() && !self.everything
     }
 
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.keys.len() + self.tags.len()
     }
 }
 
 impl Watched {
-    pub fn from_config(config: &Config) -> Watched {
+    pub(super) fn from_config(config: &Config) -> Watched {
         let mut tables: BTreeMap<String, Vec<KeyedRows>> = config
             .watched_tables()
             .into_iter()
@@ -62,12 +62,12 @@ impl Watched {
         Watched { tables }
     }
 
-    pub fn tables(&self) -> impl Iterator<Item = &String> {
+    pub(super) fn tables(&self) -> impl Iterator<Item = &String> {
         self.tables.keys()
     }
 
     /// Adds what `event` makes stale to `into`.
-    pub fn note(&self, event: &Event<'_>, into: &mut Invalidations) {
+    pub(super) fn note(&self, event: &Event<'_>, into: &mut Invalidations) {
         match event {
             Event::Row { relation, old, new } => self.row(relation, old, new, into),
             Event::Truncate { tables } => {
@@ -81,7 +81,7 @@ impl Watched {
     }
 
     /// TRUNCATE, DDL: every entry that depends on `table`, keyspace rows included.
-    pub fn whole_table(&self, table: &str, into: &mut Invalidations) {
+    pub(super) fn whole_table(&self, table: &str, into: &mut Invalidations) {
         if self.tables.contains_key(table) {
             into.tags.insert(table_tag(table));
             into.tags.insert(table_reset_tag(table));

@@ -175,7 +175,7 @@ impl Status {
 
 /// The stream's status; starts the consumer thread when `[changes]` is on. The thread stops
 /// once the cache and pools are dropped.
-pub fn start(
+pub(crate) fn start(
     config: &Config,
     cache: &Arc<Cache>,
     pools: &Arc<Pools>,

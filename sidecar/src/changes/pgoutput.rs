@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 /// A relation as the stream last described it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Relation {
+pub(super) struct Relation {
     /// `schema.table`.
     pub table: String,
     pub columns: Vec<Column>,
@@ -17,7 +17,7 @@ pub struct Relation {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Column {
+pub(super) struct Column {
     pub name: String,
     /// Part of the replica identity: its old value comes with an UPDATE that changes it.
     pub in_identity: bool,
@@ -25,7 +25,7 @@ pub struct Column {
 
 /// One column's value in a tuple.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Cell {
+pub(super) enum Cell {
     Null,
     /// An unchanged TOASTed value that the stream did not repeat.
     Unchanged,
@@ -34,7 +34,7 @@ pub enum Cell {
 
 /// What a change message says, with its relation resolved.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Event<'a> {
+pub(super) enum Event<'a> {
     /// INSERT, UPDATE or DELETE of one row. `old` is the replica identity (or the full old row)
     /// when the stream sends it: always for DELETE, for UPDATE only when the identity changed
     /// (or with REPLICA IDENTITY FULL).
@@ -56,11 +56,11 @@ pub enum Event<'a> {
 
 #[derive(Debug, thiserror::Error)]
 #[error("pgoutput: {0}")]
-pub struct DecodeError(&'static str);
+pub(super) struct DecodeError(&'static str);
 
 /// Decodes a stream's messages, remembering its relations.
 #[derive(Debug, Default)]
-pub struct Decoder {
+pub(super) struct Decoder {
     relations: HashMap<u32, Relation>,
 }
 
@@ -115,7 +115,7 @@ impl<'a> Reader<'a> {
 }
 
 impl Decoder {
-    pub fn decode(&mut self, data: &[u8]) -> Result<Event<'_>, DecodeError> {
+    pub(super) fn decode(&mut self, data: &[u8]) -> Result<Event<'_>, DecodeError> {
         let mut r = Reader(data);
         match r.u8()? {
             b'R' => {

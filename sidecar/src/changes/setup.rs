@@ -37,7 +37,7 @@ fn pg(e: tokio_postgres::Error) -> SetupError {
 
 /// Opens the control session (writes allowed: it creates the slot and emits the stream's
 /// marks; no statement timeout: creating a slot waits for running transactions).
-pub async fn connect(config: &Config) -> Result<Client, SetupError> {
+pub(super) async fn connect(config: &Config) -> Result<Client, SetupError> {
     let mut pg_config = pg_async_config(config).map_err(|e| SetupError::Connect(e.to_string()))?;
     pg_config.application_name("ferry-changes");
     // synchronous_commit=local: a mark is flushed as it commits, so the WAL sender (which
@@ -63,7 +63,7 @@ pub async fn connect(config: &Config) -> Result<Client, SetupError> {
 
 /// What `changes.enabled` needs from the server and the role, checked at startup so a missing
 /// one stops the sidecar with its name rather than leaving reads to bypass forever.
-pub async fn check(client: &Client, watched: &[String]) -> Result<(), SetupError> {
+pub(super) async fn check(client: &Client, watched: &[String]) -> Result<(), SetupError> {
     let level: String = client
         .query_one("SHOW wal_level", &[])
         .await
@@ -102,7 +102,7 @@ pub async fn check(client: &Client, watched: &[String]) -> Result<(), SetupError
 /// Whether no connection streams from the slot now (a missing slot is free too: the one who
 /// leads makes it). Two sidecars may both find it free; the slot then takes one of them, and
 /// the other follows ([`slot_taken`]).
-pub async fn slot_free(client: &Client, c: &ChangesConfig) -> Result<bool, SetupError> {
+pub(super) async fn slot_free(client: &Client, c: &ChangesConfig) -> Result<bool, SetupError> {
     Ok(client
         .query_one(
             "SELECT NOT coalesce((SELECT active FROM pg_replication_slots WHERE slot_name = $1), \
@@ -116,14 +116,14 @@ pub async fn slot_free(client: &Client, c: &ChangesConfig) -> Result<bool, Setup
 
 /// Whether a refusal to stream (or to make the slot) says that another sidecar got there
 /// first: then this one follows.
-pub fn slot_taken(message: &str) -> bool {
+pub(super) fn slot_taken(message: &str) -> bool {
     message.contains("is active for PID") || message.contains("already exists")
 }
 
 /// What the publication no longer covers of what the watched tables need: tables it lacks,
 /// and operations it does not publish (`ALTER PUBLICATION ... SET (publish = ...)`). Empty:
 /// every change reaches the stream.
-pub async fn uncovered(
+pub(super) async fn uncovered(
     client: &Client,
     c: &ChangesConfig,
     watched: &[String],
@@ -155,7 +155,7 @@ pub async fn uncovered(
 /// Makes sure the publication covers the watched tables and the slot exists and is usable.
 /// Returns true when the slot is new (created now, or re-created after Postgres invalidated
 /// it): what changed before it is unknown, so everything cached must go.
-pub async fn prepare(
+pub(super) async fn prepare(
     client: &Client,
     c: &ChangesConfig,
     watched: &[String],
@@ -244,7 +244,7 @@ pub async fn prepare(
 
 /// Each watched table's definition, hashed (its columns and types, and its storage, which
 /// TRUNCATE and table rewrites replace); None for a table that no longer exists.
-pub async fn definitions(
+pub(super) async fn definitions(
     client: &Client,
     watched: &[String],
 ) -> Result<BTreeMap<String, Option<String>>, SetupError> {
@@ -266,7 +266,7 @@ pub async fn definitions(
 /// Writes a mark into the WAL. Transactional: it is decoded at its commit, after every commit
 /// before it, and its commit flushes the WAL (a non-transactional message waits for the next
 /// flush: up to `wal_writer_delay` on an idle server before Postgres 17).
-pub async fn mark(client: &Client, mark_ms: u64) -> Result<(), SetupError> {
+pub(super) async fn mark(client: &Client, mark_ms: u64) -> Result<(), SetupError> {
     client
         .execute(
             "SELECT pg_logical_emit_message(true, 'ferry.mark', $1)",
@@ -278,7 +278,10 @@ pub async fn mark(client: &Client, mark_ms: u64) -> Result<(), SetupError> {
 }
 
 /// Bytes of WAL the slot holds back (what it costs the database's disk).
-pub async fn slot_lag_bytes(client: &Client, c: &ChangesConfig) -> Result<Option<i64>, SetupError> {
+pub(super) async fn slot_lag_bytes(
+    client: &Client,
+    c: &ChangesConfig,
+) -> Result<Option<i64>, SetupError> {
     Ok(client
         .query_opt(
             "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::int8 \

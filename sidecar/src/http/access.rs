@@ -11,7 +11,7 @@ use std::time::Instant;
 /// status and latency, and writes its access line (target `ferry::access`, at info). The line
 /// is formatted only when that level is on: actix's own Logger rendered every request's line
 /// up front, about 4,000 instructions a request, even with access lines filtered out.
-pub async fn middleware(
+pub(crate) async fn middleware(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {

@@ -108,7 +108,7 @@ impl ApiError {
 /// Retry-After on 503s, in seconds. Set once at startup from config (`server.retry_after_s`).
 static RETRY_AFTER_S: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-pub fn set_retry_after_s(s: u64) {
+pub(crate) fn set_retry_after_s(s: u64) {
     RETRY_AFTER_S.store(s.max(1), std::sync::atomic::Ordering::Relaxed);
 }
 

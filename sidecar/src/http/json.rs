@@ -5,7 +5,7 @@ use serde::de::DeserializeOwned;
 
 /// Parses a JSON body into `T`. Errors say what is wrong and where (`cache.ttl_s`), never
 /// echoing the body back.
-pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if body.is_empty() {
         return Err(ApiError::bad_request(
             "the body is empty; a JSON object is expected",

@@ -6,7 +6,7 @@
 use ferry_shared::api::CacheReply;
 
 /// The JSON body of a cache command's answer.
-pub fn cache_reply(reply: &CacheReply) -> Vec<u8> {
+pub(crate) fn cache_reply(reply: &CacheReply) -> Vec<u8> {
     let values: &[Option<String>] = match reply {
         CacheReply::Get { value } => std::slice::from_ref(value),
         CacheReply::Mget { values } => values,
@@ -40,7 +40,7 @@ pub fn cache_reply(reply: &CacheReply) -> Vec<u8> {
 }
 
 /// Appends `s` as a JSON string, escaped as serde_json escapes it.
-pub fn push_str(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn push_str(out: &mut Vec<u8>, s: &str) {
     let b = s.as_bytes();
     out.push(b'"');
     let mut at = 0;

@@ -9,16 +9,16 @@ use actix_web::middleware::Next;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tracing::Instrument;
 
-pub const HEADER: &str = ferry_shared::api::REQUEST_ID_HEADER;
+pub(crate) const HEADER: &str = ferry_shared::api::REQUEST_ID_HEADER;
 
 /// 1 to 64 characters of `[A-Za-z0-9_-]`: safe to log and to echo (the rule is shared).
-pub use ferry_shared::api::valid_request_id as valid;
+pub(crate) use ferry_shared::api::valid_request_id as valid;
 
 /// 16 hex characters, unique within the process: a counter, offset by a random start and
 /// mixed by splitmix64's finalizer, which is a bijection on 64 bits (so two requests never get
 /// one id) and costs no system call or hash per request. The random start keeps ids apart
 /// across restarts and sidecars.
-pub fn generate() -> String {
+pub(crate) fn generate() -> String {
     static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let start = *START.get_or_init(rand::random);
@@ -33,7 +33,7 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-pub async fn middleware(
+pub(crate) async fn middleware(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {

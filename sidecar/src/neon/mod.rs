@@ -18,7 +18,7 @@ use serde_json::Value;
 
 /// A request ready to run.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub(crate) struct Request {
     pub plan: SqlPlan,
     /// Seconds to cache the result (`Ferry-Cache-TTL`), and the tables it reads.
     pub cache: Option<(u64, Vec<String>)>,
@@ -42,7 +42,7 @@ enum Body {
 }
 
 /// The configured token the connection string's password matches (constant time), or 401.
-pub fn authenticate(headers: &HeaderMap, config: &Config) -> Result<NeonToken, ApiError> {
+pub(crate) fn authenticate(headers: &HeaderMap, config: &Config) -> Result<NeonToken, ApiError> {
     let conn = header(headers, "neon-connection-string").ok_or_else(|| {
         ApiError::bad_request("send the connection string in the Neon-Connection-String header")
     })?;
@@ -58,7 +58,7 @@ pub fn authenticate(headers: &HeaderMap, config: &Config) -> Result<NeonToken, A
 
 /// Checks the body and headers; every refusal names what is wrong, before anything runs.
 /// `user`: the end user the driver's `authToken` named (`http::end_user`, already verified).
-pub fn plan(
+pub(crate) fn plan(
     headers: &HeaderMap,
     body: &[u8],
     config: &Config,

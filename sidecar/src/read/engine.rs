@@ -15,13 +15,13 @@ use serde_json::Value;
 type State = Reads;
 
 /// One read from start to answer.
-pub async fn read(state: &State, plan: ReadPlan) -> Result<QueryResponse, ApiError> {
+pub(crate) async fn read(state: &State, plan: ReadPlan) -> Result<QueryResponse, ApiError> {
     let lookup = lookup_many(state, &[&plan]).await?.pop().flatten();
     answer(state, plan, lookup).await
 }
 
 /// Answers a read whose lookup (if it has a cache plan) is done, and counts the outcome.
-pub async fn answer(
+pub(crate) async fn answer(
     state: &State,
     plan: ReadPlan,
     lookup: Option<Lookup>,
@@ -31,7 +31,7 @@ pub async fn answer(
 
 /// [`answer`], with the rows Postgres already gave for this read (`grouped`): where it would
 /// go to Postgres, it takes them instead (its write-back as usual).
-pub async fn answer_prefetched(
+pub(crate) async fn answer_prefetched(
     state: &State,
     plan: ReadPlan,
     lookup: Option<Lookup>,
@@ -131,7 +131,7 @@ async fn answer_inner(
 }
 
 /// About how many bytes `rows` take as JSON: what batch budgets count.
-pub fn approx_bytes(rows: &[Row]) -> usize {
+pub(crate) fn approx_bytes(rows: &[Row]) -> usize {
     fn value(v: &Value) -> usize {
         match v {
             Value::String(s) => s.len() + 2,

@@ -22,7 +22,7 @@ pub struct Fetched {
     pub too_large: bool,
 }
 
-pub type Outcome = Result<Arc<Fetched>, ApiError>;
+pub(crate) type Outcome = Result<Arc<Fetched>, ApiError>;
 
 struct Flight {
     id: u64,

@@ -31,7 +31,7 @@ use std::sync::Arc;
 /// A statement's batch form: `sql` takes every read's key value as an array in `$1`, and
 /// `key_column` carries the value in each row.
 #[derive(Debug, PartialEq, Eq)]
-pub struct BatchForm {
+pub(crate) struct BatchForm {
     pub sql: String,
     pub key_column: String,
     /// Each read's own parameter is already an array of its one value (a keyspace's statement
@@ -42,7 +42,11 @@ pub struct BatchForm {
 impl BatchForm {
     /// The batch form a read of `q` with `params` may use: one parameter, and run as the
     /// sidecar's own role (an end user's reads keep their own statements).
-    pub fn of(q: &NamedQuery, params: &[Value], as_end_user: bool) -> Option<Arc<BatchForm>> {
+    pub(crate) fn of(
+        q: &NamedQuery,
+        params: &[Value],
+        as_end_user: bool,
+    ) -> Option<Arc<BatchForm>> {
         match (&q.batch_sql, &q.batch_key, params.len(), as_end_user) {
             (Some(sql), Some(key), 1, false) => Some(Arc::new(BatchForm {
                 sql: sql.clone(),
@@ -77,7 +81,7 @@ fn key_text(v: &Value) -> String {
 /// query failed (each read then runs on its own, so one bad parameter fails only its read).
 /// A keyspace's group that failed answers each of its reads with the failure: a keyed read
 /// fails whole anyway, and running each id alone would only repeat the failure id by id.
-pub async fn prefetch(
+pub(crate) async fn prefetch(
     state: &Reads,
     plans: &[&ReadPlan],
     lookups: &[Option<Lookup>],

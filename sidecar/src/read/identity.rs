@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 /// `raw_sql`: the statement came as SQL in the request rather than from `[queries.NAME]`.
 /// `field` prefixes error fields (`"reads[3]."` in batches).
-pub fn identity(
+pub(crate) fn identity(
     config: &Config,
     asked: Option<Identity>,
     raw_sql: bool,

@@ -9,7 +9,7 @@ use ferry_shared::api::Invalidate;
 /// What a write invalidates after its commit, checked: the caller's keys and tags, and for
 /// each table both of its tags (the entries that declared it, and the keyspace rows read from
 /// it). Returns (keys, tags).
-pub fn plan(
+pub(crate) fn plan(
     config: &Config,
     inv: Option<Invalidate>,
 ) -> Result<(Vec<String>, Vec<String>), ApiError> {

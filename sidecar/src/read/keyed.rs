@@ -29,7 +29,7 @@ fn id_text(id: &Value) -> Option<String> {
 }
 
 /// A keyed read, checked: the ids as given, which distinct read answers each, and the reads.
-pub struct KeyedPlan {
+pub(crate) struct KeyedPlan {
     ids: Vec<Value>,
     /// For each id, its distinct read's index in `reads`.
     answered_by: Vec<usize>,
@@ -40,7 +40,7 @@ pub struct KeyedPlan {
 }
 
 /// Checks the request before any I/O (one config snapshot).
-pub fn plan(config: &Config, req: KeyedRequest) -> Result<KeyedPlan, ApiError> {
+pub(crate) fn plan(config: &Config, req: KeyedRequest) -> Result<KeyedPlan, ApiError> {
     let ks = config.keyspaces.get(&req.keyspace).ok_or_else(|| {
         ApiError::invalid(
             "keyspace",
@@ -110,7 +110,7 @@ pub fn plan(config: &Config, req: KeyedRequest) -> Result<KeyedPlan, ApiError> {
 }
 
 /// The whole keyed read: each id answered with its row (or not_found), in request order.
-pub async fn run(
+pub(crate) async fn run(
     state: &Reads,
     plan: KeyedPlan,
     bounds: Bounds,

@@ -27,7 +27,7 @@ pub struct Reads {
 type State = Reads;
 
 /// Looks many reads up in one Redis pipeline (reads without a cache plan get `None`).
-pub async fn lookup_many(
+pub(crate) async fn lookup_many(
     state: &State,
     plans: &[&ReadPlan],
 ) -> Result<Vec<Option<Lookup>>, ApiError> {
@@ -38,7 +38,7 @@ pub async fn lookup_many(
 /// to Redis for both. The check's verdict comes first; None when it was not sent (no lookup
 /// went to Redis on the event loop) or its pipeline failed, and `store::coordination::nonces::settle` then
 /// runs it on its own.
-pub async fn lookup_many_checked(
+pub(crate) async fn lookup_many_checked(
     state: &State,
     plans: &[&ReadPlan],
     check: Option<&NonceCheck>,

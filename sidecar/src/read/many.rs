@@ -12,7 +12,7 @@ use futures_util::stream::{self, StreamExt};
 use std::time::Duration;
 
 /// What bounds a whole batch of reads.
-pub struct Bounds {
+pub(crate) struct Bounds {
     /// Reads running at once (each may hold a pooled Postgres connection).
     pub concurrency: usize,
     /// The bytes of rows the whole answer may carry (`limits.max_batch_bytes`): past it, the
@@ -23,7 +23,7 @@ pub struct Bounds {
 }
 
 /// Each of `plans` answered (or its planning error passed on), in order.
-pub async fn read_many(
+pub(crate) async fn read_many(
     state: &Reads,
     plans: Vec<Result<ReadPlan, ApiError>>,
     bounds: Bounds,

@@ -7,19 +7,19 @@
 //! statement with a batch form as one statement. `postgres` runs what Postgres answers;
 //! `replica_read` sends a read that skips the cache to a streaming replica that may serve it.
 
-pub mod engine;
-pub mod flight;
-pub mod grouped;
-pub mod identity;
-pub mod invalidation;
-pub mod keyed;
-pub mod lookup;
-pub mod many;
-pub mod plan;
+pub(crate) mod engine;
+pub(crate) mod flight;
+pub(crate) mod grouped;
+pub(crate) mod identity;
+pub(crate) mod invalidation;
+pub(crate) mod keyed;
+pub(crate) mod lookup;
+pub(crate) mod many;
+pub(crate) mod plan;
 mod postgres;
-pub mod replica_read;
-pub mod shared_flight;
-pub mod text_plan;
+pub(crate) mod replica_read;
+pub(crate) mod shared_flight;
+pub(crate) mod text_plan;
 
-pub use engine::answer;
-pub use lookup::{lookup_many, lookup_many_checked, Reads};
+pub(crate) use engine::answer;
+pub(crate) use lookup::{lookup_many, lookup_many_checked, Reads};

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 /// A read ready to run.
 #[derive(Debug, Clone)]
-pub struct ReadPlan {
+pub(crate) struct ReadPlan {
     pub sql: String,
     pub params: Vec<Value>,
     /// The read bounds in force when it was planned.
@@ -32,7 +32,7 @@ pub struct ReadPlan {
 
 /// How a read's rows come back.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum ReadFormat {
+pub(crate) enum ReadFormat {
     /// Rows as JSON objects with typed values (`/v1`).
     #[default]
     Json,
@@ -47,7 +47,7 @@ pub enum ReadFormat {
 
 /// The cache policy of one read, resolved from the request and the named query's defaults.
 #[derive(Debug, Clone)]
-pub struct CachePlan {
+pub(crate) struct CachePlan {
     pub key: String,
     /// Hash of the statement and parameters: with `key` and `tags`, the entry's identity.
     pub fingerprint: String,
@@ -57,7 +57,7 @@ pub struct CachePlan {
 }
 
 /// The statement to run: raw SQL (if allowed) or a named one. `field` prefixes error fields.
-pub fn statement<'c>(
+pub(crate) fn statement<'c>(
     config: &'c Config,
     sql: Option<String>,
     query: Option<String>,
@@ -95,7 +95,7 @@ pub fn statement<'c>(
 }
 
 /// Resolves and validates one read. `field` prefixes error fields (`"reads[3]."` in batches).
-pub fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan, ApiError> {
+pub(crate) fn read(config: &Config, req: QueryRequest, field: &str) -> Result<ReadPlan, ApiError> {
     let (sql, named) = statement(config, req.sql, req.query, field)?;
     let who = super::identity::identity(config, req.identity, named.is_none(), field)?;
     let defaults = named.cloned().unwrap_or_default();
@@ -236,7 +236,7 @@ impl Display for CacheField<'_> {
 impl CachePlan {
     /// What a single flight for this read is keyed by: reads that differ in key, statement,
     /// parameters or tags never share one.
-    pub fn flight_identity(&self) -> String {
+    pub(crate) fn flight_identity(&self) -> String {
         format!(
             "{}\u{0}{}\u{0}{}",
             self.key,

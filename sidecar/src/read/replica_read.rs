@@ -14,7 +14,7 @@ use serde_json::Value;
 /// failed for its own reasons (it is then out of use until its next check finds it well).
 /// The caller's own mistakes (SQL errors, bad parameters, results too large) are answered as
 /// they are: the primary would say the same.
-pub fn run(
+pub(crate) fn run(
     state: &Reads,
     after: Option<Position>,
     sql: &str,

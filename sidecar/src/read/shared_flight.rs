@@ -14,7 +14,7 @@ use crate::store::coordination::leases::Lease;
 use std::future::Future;
 use std::pin::Pin;
 
-pub type Fill = Pin<Box<dyn Future<Output = Result<Fetched, ApiError>>>>;
+pub(crate) type Fill = Pin<Box<dyn Future<Output = Result<Fetched, ApiError>>>>;
 
 /// `work` (a fill of `plan`) behind the read's lease. Behind the lease, the entry is looked up
 /// again: another sidecar may have filled it (and let its lease go) since this read looked,
@@ -23,7 +23,7 @@ pub type Fill = Pin<Box<dyn Future<Output = Result<Fetched, ApiError>>>>;
 /// `single_flight_across_sidecars.rs` when the two were sent apart and unordered). On a single
 /// Redis both go in one message on one connection, which Redis runs in order (one round trip);
 /// on a cluster the lookup waits for the lease's answer.
-pub fn leased(
+pub(crate) fn leased(
     state: &Reads,
     plan: &ReadPlan,
     identity: String,

@@ -18,7 +18,7 @@ use std::sync::Arc;
 /// `role`: the Neon token's `postgres_url` (None: `postgres.url`'s role). Entries are the
 /// role's own: a token whose role may read less never gets what another role's read filled.
 /// `identity`: the end user it runs as (the driver's `authToken`): entries are theirs alone.
-pub fn text_read(
+pub(crate) fn text_read(
     config: &Config,
     query: Query,
     ttl_s: u64,

@@ -9,7 +9,7 @@ use ferry_shared::api::{BatchRequest, BatchResponse, BatchResult, KeyedRequest};
 
 /// Lookups in one pipeline; misses of one named query with a batch form as one statement, the
 /// rest concurrently, answered in request order.
-pub async fn batch(
+pub(crate) async fn batch(
     state: State,
     req: HttpRequest,
     payload: web::Payload,
@@ -68,7 +68,7 @@ fn bounds(config: &crate::config::Config) -> read::many::Bounds {
     }
 }
 
-pub async fn keyed(
+pub(crate) async fn keyed(
     state: State,
     req: HttpRequest,
     payload: web::Payload,

@@ -7,7 +7,7 @@ use crate::store::coordination::nonces;
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::CacheCommand;
 
-pub async fn cache(
+pub(crate) async fn cache(
     state: State,
     req: HttpRequest,
     payload: web::Payload,

@@ -8,7 +8,7 @@ use crate::store::statements::pooled;
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::{ExecuteRequest, ExecuteResponse};
 
-pub async fn execute(
+pub(crate) async fn execute(
     state: State,
     req: HttpRequest,
     payload: web::Payload,

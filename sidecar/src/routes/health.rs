@@ -5,12 +5,12 @@ use super::State;
 use actix_web::HttpResponse;
 use ferry_shared::api::{ChangesReadiness, DependencyState, Readiness};
 
-pub async fn healthz() -> HttpResponse {
+pub(crate) async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
 }
 
 /// From the background probe's snapshot (see `readiness.rs`): no pool work per request.
-pub async fn readyz(state: State) -> HttpResponse {
+pub(crate) async fn readyz(state: State) -> HttpResponse {
     let snap = state.readiness.snapshot().unwrap_or_default();
     let (redis, postgres) = (snap.redis, snap.postgres);
     let pending = state.cache.pending_count();
@@ -52,7 +52,7 @@ fn changes(state: &State) -> Option<ChangesReadiness> {
 }
 
 /// `GET /metrics` on the admin listener.
-pub async fn metrics(state: State) -> HttpResponse {
+pub(crate) async fn metrics(state: State) -> HttpResponse {
     let r = state.pools.redis.state();
     let (pg_open, pg_idle) = state.pools.pg_state();
     let (redis_max, pg_max) = state.pools.sizes();

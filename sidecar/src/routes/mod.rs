@@ -1,15 +1,15 @@
 //! HTTP routes: one file per endpoint. Handlers authenticate first, then parse, then do the
 //! blocking work through `Blocking::run`.
 
-pub mod batch;
-pub mod cache;
-pub mod execute;
-pub mod health;
-pub mod neon;
-pub mod outcome;
-pub mod query;
-pub mod transaction;
-pub mod upstash;
+pub(crate) mod batch;
+pub(crate) mod cache;
+pub(crate) mod execute;
+pub(crate) mod health;
+pub(crate) mod neon;
+pub(crate) mod outcome;
+pub(crate) mod query;
+pub(crate) mod transaction;
+pub(crate) mod upstash;
 
 use crate::error::ApiError;
 use crate::http::auth::Signer;
@@ -17,7 +17,7 @@ use crate::state::AppState;
 use actix_web::{web, HttpResponse, ResponseError};
 use ferry_shared::api::paths;
 
-pub type State = web::Data<AppState>;
+pub(crate) type State = web::Data<AppState>;
 
 /// Counts a request against its end user's rate (`identity.rate_per_s`), when it has an
 /// identity and the limit is on: 429 `rate_limited` past it. Each request counts once,
@@ -87,7 +87,7 @@ async fn admit(
 }
 
 /// Mounts every route, and JSON 404/405 for everything else.
-pub fn configure(cfg: &mut web::ServiceConfig) {
+pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::resource(paths::HEALTHZ)
             .route(web::get().to(health::healthz))
@@ -162,7 +162,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .default_service(web::to(not_found));
 }
 
-pub fn not_found_response() -> HttpResponse {
+pub(crate) fn not_found_response() -> HttpResponse {
     ApiError::NotFound.error_response()
 }
 
@@ -184,7 +184,7 @@ async fn method_not_allowed() -> HttpResponse {
 
 /// Authenticates a request, checks its content type, and parses its JSON body: in that
 /// order, so nothing of an unauthenticated body is ever parsed.
-pub async fn signed_json<T: serde::de::DeserializeOwned>(
+pub(crate) async fn signed_json<T: serde::de::DeserializeOwned>(
     state: &State,
     req: &actix_web::HttpRequest,
     payload: web::Payload,
@@ -194,7 +194,7 @@ pub async fn signed_json<T: serde::de::DeserializeOwned>(
 
 /// The same, with who signed the request (`Verifier::authenticate_as`). The nonce is checked
 /// against every other sidecar's (`store::coordination::nonces`) before the body is parsed.
-pub async fn signed_json_as<T: serde::de::DeserializeOwned>(
+pub(crate) async fn signed_json_as<T: serde::de::DeserializeOwned>(
     state: &State,
     req: &actix_web::HttpRequest,
     payload: web::Payload,
@@ -208,16 +208,16 @@ pub async fn signed_json_as<T: serde::de::DeserializeOwned>(
 /// yet to be asked about: nothing it asks for may take effect before [`Unshared::check`]. A
 /// read joins that check with its Redis lookup, so both go in one write and one wake-up.
 #[must_use = "the shared replay check must run before the request takes effect"]
-pub struct Unshared(crate::store::coordination::nonces::seen::Seen);
+pub(crate) struct Unshared(crate::store::coordination::nonces::seen::Seen);
 
 impl Unshared {
-    pub async fn check(self, state: &State) -> Result<(), ApiError> {
+    pub(crate) async fn check(self, state: &State) -> Result<(), ApiError> {
         state.nonces.check(&state.pools, self.0).await
     }
 
     /// The check for a request whose effect Redis alone guards: never skipped
     /// (`SharedNonces::require`).
-    pub async fn require(self, state: &State) -> Result<(), ApiError> {
+    pub(crate) async fn require(self, state: &State) -> Result<(), ApiError> {
         state
             .nonces
             .require(&state.pools, &state.blocking, self.0)
@@ -226,13 +226,16 @@ impl Unshared {
 
     /// The check, to send in front of a read's own commands; `store::coordination::nonces::settle` then
     /// takes its verdict, or runs it alone when it was not sent.
-    pub fn prepare(self, state: &State) -> Option<crate::store::coordination::nonces::NonceCheck> {
+    pub(crate) fn prepare(
+        self,
+        state: &State,
+    ) -> Option<crate::store::coordination::nonces::NonceCheck> {
         state.nonces.prepare(&self.0)
     }
 }
 
 /// [`signed_json`] for reads without effects: the shared replay check is the caller's.
-pub async fn signed_json_unshared<T: serde::de::DeserializeOwned>(
+pub(crate) async fn signed_json_unshared<T: serde::de::DeserializeOwned>(
     state: &State,
     req: &actix_web::HttpRequest,
     payload: web::Payload,

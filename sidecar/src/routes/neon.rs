@@ -15,7 +15,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::CacheStatus;
 use serde_json::{json, Value};
 
-pub async fn sql(state: State, req: HttpRequest, payload: web::Payload) -> HttpResponse {
+pub(crate) async fn sql(state: State, req: HttpRequest, payload: web::Payload) -> HttpResponse {
     if !state.config().neon.enabled {
         return crate::routes::not_found_response();
     }

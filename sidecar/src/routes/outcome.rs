@@ -9,7 +9,7 @@ use crate::read::invalidation;
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::{OutcomeRequest, OutcomeResponse};
 
-pub async fn outcome(
+pub(crate) async fn outcome(
     state: State,
     req: HttpRequest,
     payload: web::Payload,

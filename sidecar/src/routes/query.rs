@@ -7,7 +7,7 @@ use crate::store::coordination::nonces;
 use actix_web::{web, HttpRequest, HttpResponse};
 use ferry_shared::api::QueryRequest;
 
-pub async fn query(
+pub(crate) async fn query(
     state: State,
     req: HttpRequest,
     payload: web::Payload,

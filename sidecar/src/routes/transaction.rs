@@ -16,7 +16,7 @@ use ferry_shared::api::{
 };
 use std::sync::Arc;
 
-pub async fn transaction(
+pub(crate) async fn transaction(
     state: State,
     req: HttpRequest,
     payload: web::Payload,
@@ -104,7 +104,7 @@ fn owner(
 }
 
 /// `POST /v1/transaction/begin`: an interactive transaction on one pooled connection.
-pub async fn begin(
+pub(crate) async fn begin(
     state: State,
     req: HttpRequest,
     payload: web::Payload,
@@ -133,7 +133,7 @@ pub async fn begin(
 }
 
 /// `POST /v1/transaction/query`: one statement in an open transaction.
-pub async fn query(
+pub(crate) async fn query(
     state: State,
     req: HttpRequest,
     payload: web::Payload,
@@ -156,7 +156,7 @@ pub async fn query(
 }
 
 /// `POST /v1/transaction/commit`: then the invalidations, as for `/v1/execute`.
-pub async fn commit(
+pub(crate) async fn commit(
     state: State,
     req: HttpRequest,
     payload: web::Payload,
@@ -165,7 +165,7 @@ pub async fn commit(
 }
 
 /// `POST /v1/transaction/rollback`.
-pub async fn rollback(
+pub(crate) async fn rollback(
     state: State,
     req: HttpRequest,
     payload: web::Payload,

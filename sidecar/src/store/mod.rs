@@ -21,12 +21,12 @@
 //! - `replicas`: streaming replicas for plain reads, and the positions that give
 //!   read-your-writes.
 
-pub mod blocking;
-pub mod cache;
-pub mod coordination;
-pub mod pools;
-pub mod postgres;
-pub mod readiness;
-pub mod redis;
-pub mod replicas;
-pub mod statements;
+pub(crate) mod blocking;
+pub(crate) mod cache;
+pub(crate) mod coordination;
+pub(crate) mod pools;
+pub(crate) mod postgres;
+pub(crate) mod readiness;
+pub(crate) mod redis;
+pub(crate) mod replicas;
+pub(crate) mod statements;

@@ -122,7 +122,7 @@ fn pooled_pair(pools: &Pools) -> Option<(PgConn, PgConn)> {
 const UNCHECKED_RETRY: Duration = Duration::from_millis(200);
 
 /// Probes at once, then every `every`, until the state is dropped.
-pub fn spawn_probe(
+pub(crate) fn spawn_probe(
     background: &crate::background::Background,
     readiness: Weak<Readiness>,
     pools: Weak<Pools>,

@@ -22,7 +22,7 @@ pub struct Bounds {
 /// What `args` may make Redis allocate beyond what it carries, in bytes (0 for most
 /// commands), or why it is refused. A request's commands together are held to the same bound
 /// (`Commands::prepare`'s caller sums them): a hundred SETBITs in one pipeline are one request.
-pub fn check(name: &str, args: &[Vec<u8>], b: Bounds) -> Result<usize, Refused> {
+pub(super) fn check(name: &str, args: &[Vec<u8>], b: Bounds) -> Result<usize, Refused> {
     let made = made_by(name, args, b)?;
     if made > b.max_bytes as u128 {
         return Err(Refused(format!(

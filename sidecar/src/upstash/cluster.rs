@@ -11,7 +11,10 @@ use redis::Value;
 
 /// Refuses what a cluster cannot run: scripts; for a MULTI/EXEC, keys in different slots
 /// (Redis's own words). Err: the whole request's refusal.
-pub fn admit(prepared: &mut [Result<Prepared, Refused>], atomic: bool) -> Result<(), String> {
+pub(crate) fn admit(
+    prepared: &mut [Result<Prepared, Refused>],
+    atomic: bool,
+) -> Result<(), String> {
     for p in prepared.iter_mut() {
         if p.as_ref().is_ok_and(|p| p.script) {
             *p = Err(Refused(
@@ -31,7 +34,7 @@ pub fn admit(prepared: &mut [Result<Prepared, Refused>], atomic: bool) -> Result
 
 /// Runs the admitted commands (in order, refused ones skipped) on this worker's multiplexed
 /// cluster connection: Ok(None) when it has none (the breaker is open, or every slot is taken).
-pub async fn run(
+pub(crate) async fn run(
     pools: &Pools,
     prepared: &[Result<Prepared, Refused>],
     atomic: bool,

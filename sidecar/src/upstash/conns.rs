@@ -38,7 +38,7 @@ struct Target {
 }
 
 /// One connection.
-pub struct Conn {
+pub(crate) struct Conn {
     io: BufReader<Box<dyn Io>>,
     user: String,
 }

@@ -8,7 +8,7 @@ use super::wire::Reply;
 use base64::Engine as _;
 use serde_json::Value;
 
-pub fn to_json(v: &Reply, base64: bool) -> Value {
+pub(crate) fn to_json(v: &Reply, base64: bool) -> Value {
     let text = |b: &[u8]| {
         if base64 {
             Value::String(base64::engine::general_purpose::STANDARD.encode(b))
@@ -28,7 +28,7 @@ pub fn to_json(v: &Reply, base64: bool) -> Value {
 }
 
 /// A reply the redis crate read (the cluster path), as the door's own.
-pub fn from_redis(v: &redis::Value) -> Reply {
+pub(crate) fn from_redis(v: &redis::Value) -> Reply {
     match v {
         redis::Value::Nil => Reply::Nil,
         redis::Value::Int(i) => Reply::Int(*i),

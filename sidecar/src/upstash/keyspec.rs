@@ -8,7 +8,7 @@ use super::wire::Reply;
 
 /// One key specification.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeySpec {
+pub(super) struct KeySpec {
     begin: Begin,
     find: Find,
 }
@@ -34,7 +34,7 @@ enum Find {
 
 /// The specs of one command; Err(why) when one of them cannot say where its keys are (Redis
 /// marks those `unknown` or `incomplete`: SORT's BY and GET patterns, MIGRATE's KEYS).
-pub fn parse(specs: Option<&Reply>) -> Result<Vec<KeySpec>, String> {
+pub(super) fn parse(specs: Option<&Reply>) -> Result<Vec<KeySpec>, String> {
     let Some(Reply::Array(list)) = specs else {
         return Ok(Vec::new());
     };
@@ -79,7 +79,7 @@ fn one(spec: &Reply) -> Result<KeySpec, String> {
 
 /// The positions of the keys in `args` (`args[0]` is the command's name), in order and each
 /// once. Err: the arguments do not fit the specs (Redis would refuse them too).
-pub fn positions(specs: &[KeySpec], args: &[Vec<u8>]) -> Result<Vec<usize>, String> {
+pub(super) fn positions(specs: &[KeySpec], args: &[Vec<u8>]) -> Result<Vec<usize>, String> {
     let argc = args.len() as i64;
     let mut out: Vec<usize> = Vec::new();
     let bad = || "ERR syntax error".to_string();
@@ -201,7 +201,7 @@ pub(super) mod tests {
     }
 
     /// A spec as `COMMAND` sends it.
-    pub fn index_range(index: i64, last: i64, step: i64, limit: i64) -> Reply {
+    pub(crate) fn index_range(index: i64, last: i64, step: i64, limit: i64) -> Reply {
         spec(
             vec![
                 b("type"),
@@ -213,7 +213,7 @@ pub(super) mod tests {
         )
     }
 
-    pub fn keyword_range(keyword: &str, last: i64, step: i64, limit: i64) -> Reply {
+    pub(crate) fn keyword_range(keyword: &str, last: i64, step: i64, limit: i64) -> Reply {
         spec(
             vec![
                 b("type"),
@@ -230,7 +230,7 @@ pub(super) mod tests {
         )
     }
 
-    pub fn index_keynum(index: i64, keynum: i64, first: i64, step: i64) -> Reply {
+    pub(crate) fn index_keynum(index: i64, keynum: i64, first: i64, step: i64) -> Reply {
         spec(
             vec![
                 b("type"),

@@ -7,20 +7,20 @@
 //! RANDOMKEY, PUBLISH, FLUSHDB); scripts have rules of their own (`scripts`). Replies that name
 //! keys are given back without the namespace (`Then`).
 
-pub mod acl;
+pub(crate) mod acl;
 mod bounds;
-pub mod cluster;
+pub(crate) mod cluster;
 mod commands;
-pub mod conns;
+pub(crate) mod conns;
 mod encode;
 mod keyspec;
-pub mod scoped;
+pub(crate) mod scoped;
 mod scripts;
-pub mod wire;
+pub(crate) mod wire;
 
-pub use bounds::Bounds;
-pub use commands::Commands;
-pub use encode::{from_redis, to_json};
+pub(crate) use bounds::Bounds;
+pub(crate) use commands::Commands;
+pub(crate) use encode::{from_redis, to_json};
 use wire::Reply;
 
 use crate::config::UpstashToken;
@@ -188,7 +188,7 @@ fn prefix(key: &mut Vec<u8>, namespace: &str) {
 }
 
 /// `namespace` as a Redis glob that matches only itself.
-pub fn glob_escape(namespace: &str) -> String {
+pub(crate) fn glob_escape(namespace: &str) -> String {
     let mut out = String::with_capacity(namespace.len());
     for c in namespace.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {
@@ -200,7 +200,7 @@ pub fn glob_escape(namespace: &str) -> String {
 }
 
 /// A JSON array of strings and numbers as command arguments.
-pub fn arguments(v: &serde_json::Value) -> Result<Vec<Vec<u8>>, Refused> {
+pub(crate) fn arguments(v: &serde_json::Value) -> Result<Vec<Vec<u8>>, Refused> {
     let serde_json::Value::Array(items) = v else {
         return Err(Refused("ERR a command is a JSON array".into()));
     };

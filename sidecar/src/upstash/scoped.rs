@@ -19,7 +19,7 @@ use std::time::Duration;
 
 /// The entries one SCAN round may examine: short enough that Redis answers it in well under
 /// a millisecond.
-pub const ROUND: u64 = 1000;
+pub(crate) const ROUND: u64 = 1000;
 
 /// A keyspace command the sidecar runs as a walk (`run`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +37,11 @@ pub enum Walk {
 }
 
 /// None: not one of these (the command table decides).
-pub fn prepare(name: &str, args: &[Vec<u8>], door: &Door<'_>) -> Option<Result<Prepared, Refused>> {
+pub(crate) fn prepare(
+    name: &str,
+    args: &[Vec<u8>],
+    door: &Door<'_>,
+) -> Option<Result<Prepared, Refused>> {
     let ns = door.namespace;
     let whole = ns.is_empty();
     let args = args.to_vec();
@@ -180,7 +184,7 @@ fn scan_args(
 
 /// Runs a walk on the door's connections, every round within `budget` bytes and the whole
 /// within `deadline`; the reply Redis's own command would have given.
-pub async fn run(
+pub(crate) async fn run(
     conns: &Conns,
     walk: &Walk,
     budget: usize,

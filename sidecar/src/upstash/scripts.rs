@@ -53,11 +53,15 @@ fn mapped() -> std::sync::MutexGuard<'static, Mapped> {
         .unwrap_or_else(|p| p.into_inner())
 }
 
-pub fn is_script(name: &str) -> bool {
+pub(super) fn is_script(name: &str) -> bool {
     SCRIPTS.contains(&name)
 }
 
-pub fn prepare(name: String, mut args: Vec<Vec<u8>>, door: &Door<'_>) -> Result<Prepared, Refused> {
+pub(super) fn prepare(
+    name: String,
+    mut args: Vec<Vec<u8>>,
+    door: &Door<'_>,
+) -> Result<Prepared, Refused> {
     let (token, namespace) = (door.token, door.namespace);
     if !door.own_redis {
         return Err(Refused(format!(

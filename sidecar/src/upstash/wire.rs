@@ -24,7 +24,7 @@ pub enum Reply {
 
 /// Why an exchange gave no replies.
 #[derive(Debug, thiserror::Error)]
-pub enum WireError {
+pub(crate) enum WireError {
     /// The replies would pass the budget: the connection is closed, Redis is fine.
     #[error("the reply is larger than {0} bytes")]
     TooLarge(usize),
@@ -40,7 +40,7 @@ const MAX_DEPTH: usize = 16;
 const MAX_LINE: usize = 64 * 1024;
 
 /// Commands in RESP (an array of bulk strings each), appended to `out`.
-pub fn encode(commands: &[&[Vec<u8>]], out: &mut Vec<u8>) {
+pub(crate) fn encode(commands: &[&[Vec<u8>]], out: &mut Vec<u8>) {
     for args in commands {
         out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
         for a in *args {
@@ -52,7 +52,7 @@ pub fn encode(commands: &[&[Vec<u8>]], out: &mut Vec<u8>) {
 }
 
 /// Reads one reply, taking what it uses from `budget` (bytes of the wire).
-pub async fn read<R: AsyncBufRead + Unpin>(
+pub(crate) async fn read<R: AsyncBufRead + Unpin>(
     r: &mut R,
     budget: &mut usize,
     limit: usize,

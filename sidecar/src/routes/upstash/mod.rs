@@ -31,20 +31,20 @@ enum Shape {
     Path,
 }
 
-pub async fn single(s: State, r: HttpRequest, p: web::Payload) -> HttpResponse {
+pub(crate) async fn single(s: State, r: HttpRequest, p: web::Payload) -> HttpResponse {
     serve(s, r, p, Shape::Single).await
 }
 
-pub async fn pipeline(s: State, r: HttpRequest, p: web::Payload) -> HttpResponse {
+pub(crate) async fn pipeline(s: State, r: HttpRequest, p: web::Payload) -> HttpResponse {
     serve(s, r, p, Shape::Pipeline).await
 }
 
-pub async fn multi_exec(s: State, r: HttpRequest, p: web::Payload) -> HttpResponse {
+pub(crate) async fn multi_exec(s: State, r: HttpRequest, p: web::Payload) -> HttpResponse {
     serve(s, r, p, Shape::MultiExec).await
 }
 
 /// Any other path, when the door is on (`routes` sends here what no route of Ferry's takes).
-pub async fn path(s: State, r: HttpRequest, p: web::Payload) -> HttpResponse {
+pub(crate) async fn path(s: State, r: HttpRequest, p: web::Payload) -> HttpResponse {
     serve(s, r, p, Shape::Path).await
 }
 

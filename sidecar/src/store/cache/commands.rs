@@ -13,7 +13,7 @@ use redis::Value;
 use std::sync::Arc;
 
 /// Checks keys and TTLs before any Redis work, naming the field at fault.
-pub fn validate(limits: &Limits, cmd: &CacheCommand) -> Result<(), ApiError> {
+pub(crate) fn validate(limits: &Limits, cmd: &CacheCommand) -> Result<(), ApiError> {
     let ttl_ok = |ttl: Option<u64>| ttl.map_or(Ok(()), |t| limits.ttl("ttl_s", t));
     let max = limits.max_batch;
     match cmd {
@@ -167,7 +167,7 @@ fn failed(pools: &Pools, e: redis::RedisError, once: bool) -> Result<CacheReply,
 /// Runs one command on the event loop, over this worker's multiplexed connection (no thread
 /// hop; concurrent commands share the connection, pipelined); on the blocking pool when this
 /// worker has none (see `redis::AsyncRedis`).
-pub async fn run(
+pub(crate) async fn run(
     pools: &Arc<Pools>,
     cache: &Arc<Cache>,
     blocking: &Blocking,
@@ -180,7 +180,7 @@ pub async fn run(
 /// check must settle before anything takes effect). The check's verdict comes first; None
 /// when it was not sent or its pipeline failed, and `store::coordination::nonces::settle` then runs it on
 /// its own.
-pub async fn run_checked(
+pub(crate) async fn run_checked(
     pools: &Arc<Pools>,
     cache: &Arc<Cache>,
     blocking: &Blocking,

@@ -11,7 +11,7 @@ use redis::{RedisResult, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A lookup pipeline built, waiting for Redis' answer.
-pub struct Prepared<'a> {
+pub(super) struct Prepared<'a> {
     pipe: redis::Pipeline,
     probes: &'a [Probe<'a>],
     entry_keys: Vec<String>,

@@ -31,7 +31,7 @@
 //! sidecar serves no read from Redis, so no read after an acknowledged write can see the old
 //! value through this sidecar.
 
-pub mod commands;
+pub(crate) mod commands;
 mod durable;
 mod entry;
 mod freshness;
@@ -40,8 +40,8 @@ mod lookup;
 mod pending;
 mod write;
 
-pub use entry::Lookup;
-pub use freshness::{Freshness, StreamState};
+pub(crate) use entry::Lookup;
+pub(crate) use freshness::{Freshness, StreamState};
 
 use crate::store::pools::Pools;
 use entry::{classify, Entry};
@@ -53,7 +53,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Prefix of hash-named entries; caller-chosen keys may not start with it.
-pub const HASH_KEY_PREFIX: &str = "sha256:";
+pub(crate) const HASH_KEY_PREFIX: &str = "sha256:";
 
 /// The implicit tag every entry carries: the cache-wide epoch (not a name callers can send:
 /// tags may not contain control characters).
@@ -65,13 +65,13 @@ const TABLE_RESET_TAG: &str = "\u{0}table-reset:";
 
 /// The tag of entries that depend on a whole table (`cache.tables`): moved by every committed
 /// change to the table, whoever made it (see `changes/`).
-pub fn table_tag(table: &str) -> String {
+pub(crate) fn table_tag(table: &str) -> String {
     format!("{TABLE_TAG}{table}")
 }
 
 /// The tag every row of a keyspace on `table` carries: moved only when the table changes as a
 /// whole (TRUNCATE, DDL, a change whose row key is unknown); single rows move their own key.
-pub fn table_reset_tag(table: &str) -> String {
+pub(crate) fn table_reset_tag(table: &str) -> String {
     format!("{TABLE_RESET_TAG}{table}")
 }
 
@@ -139,7 +139,7 @@ pub struct Cache {
     cluster: Option<(u32, u64)>,
 }
 
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

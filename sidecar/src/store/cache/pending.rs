@@ -26,20 +26,20 @@ pub(super) struct Chunk {
 }
 
 impl Chunk {
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.keys.is_empty() && self.tags.is_empty() && self.everything.is_none()
     }
 }
 
 impl Pending {
-    pub fn new(max: usize) -> Self {
+    pub(super) fn new(max: usize) -> Self {
         Pending {
             max: max.max(1),
             ..Default::default()
         }
     }
 
-    pub fn add(&mut self, keys: &[String], tags: &[String]) {
+    pub(super) fn add(&mut self, keys: &[String], tags: &[String]) {
         self.generation += 1;
         let g = self.generation;
         if self.everything.is_some() {
@@ -60,22 +60,22 @@ impl Pending {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.keys.is_empty() && self.tags.is_empty() && self.everything.is_none()
     }
 
     /// Past the bound: the whole cache is to be invalidated.
-    pub fn is_everything(&self) -> bool {
+    pub(super) fn is_everything(&self) -> bool {
         self.everything.is_some()
     }
 
     /// Keys and tags waiting (the whole cache counts as one).
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.keys.len() + self.tags.len() + usize::from(self.everything.is_some())
     }
 
     /// Up to `max` keys and tags to apply next (or the everything mark alone).
-    pub fn chunk(&self, max: usize) -> Chunk {
+    pub(super) fn chunk(&self, max: usize) -> Chunk {
         if self.everything.is_some() {
             return Chunk {
                 everything: self.everything,
@@ -103,7 +103,7 @@ impl Pending {
     }
 
     /// Forgets what `chunk` applied, unless it was deferred again since.
-    pub fn applied(&mut self, chunk: &Chunk) {
+    pub(super) fn applied(&mut self, chunk: &Chunk) {
         if chunk.everything.is_some() && chunk.everything == self.everything {
             self.everything = None;
         }

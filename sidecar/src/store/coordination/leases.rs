@@ -21,7 +21,7 @@ use tokio::sync::watch;
 
 /// How long a lease lasts unless its holder renews it (every `RENEW_EVERY`): a holder that dies
 /// mid-fill frees its read within this.
-pub const LEASE: Duration = Duration::from_millis(2_000);
+pub(crate) const LEASE: Duration = Duration::from_millis(2_000);
 const RENEW_EVERY: Duration = Duration::from_millis(700);
 
 /// KEYS[1] the lease; ARGV[1] the holder's token, ARGV[2] milliseconds.

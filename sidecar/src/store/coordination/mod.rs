@@ -3,7 +3,7 @@
 //! nonce row says, or is fenced); `leases`: single flight across sidecars; `rate_limit`: each end
 //! user's request rate; `ferry_tables`: Ferry's own tables in Postgres.
 
-pub mod ferry_tables;
-pub mod leases;
-pub mod nonces;
-pub mod rate_limit;
+pub(crate) mod ferry_tables;
+pub(crate) mod leases;
+pub(crate) mod nonces;
+pub(crate) mod rate_limit;

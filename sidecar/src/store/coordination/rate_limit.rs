@@ -38,7 +38,7 @@ static GCRA: LazyLock<redis::Script> = LazyLock::new(|| {
 
 /// One user's limit: `per_s` requests a second on average, `burst` at once.
 #[derive(Debug, Clone, Copy)]
-pub struct Rate {
+pub(crate) struct Rate {
     pub per_s: u32,
     pub burst: u32,
 }
@@ -82,7 +82,7 @@ static LOCAL: LazyLock<std::sync::Mutex<std::collections::HashMap<String, u64>>>
 const LOCAL_USERS: usize = 10_000;
 
 /// GCRA in this sidecar's memory, as the Redis script does it.
-pub fn local(user: &str, rate: Rate) -> Result<(), ApiError> {
+pub(crate) fn local(user: &str, rate: Rate) -> Result<(), ApiError> {
     static EPOCH: LazyLock<std::time::Instant> = LazyLock::new(std::time::Instant::now);
     let now = EPOCH.elapsed().as_micros() as u64;
     let (interval, tolerance) = rate.args();
@@ -100,7 +100,7 @@ pub fn local(user: &str, rate: Rate) -> Result<(), ApiError> {
 
 /// On this worker's multiplexed connection; None when it has none (the caller then checks on
 /// the pool, off the event loop).
-pub async fn check_async(
+pub(crate) async fn check_async(
     pools: &Pools,
     prefix: &str,
     user: &str,
@@ -125,7 +125,7 @@ pub async fn check_async(
 }
 
 /// On a pooled connection (blocking).
-pub fn check(pools: &Pools, prefix: &str, user: &str, rate: Rate) -> Result<(), ApiError> {
+pub(crate) fn check(pools: &Pools, prefix: &str, user: &str, rate: Rate) -> Result<(), ApiError> {
     let Ok(mut conn) = pools.redis_conn() else {
         return local(user, rate);
     };

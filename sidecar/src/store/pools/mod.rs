@@ -11,10 +11,10 @@
 
 mod pg_conns;
 mod redis_conns;
-pub mod redis_lost;
-pub mod session;
+pub(crate) mod redis_lost;
+pub(crate) mod session;
 
-pub use pg_conns::PgConn;
+pub(crate) use pg_conns::PgConn;
 
 use crate::config::Config;
 use crate::error::ApiError;
@@ -27,9 +27,9 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub type RedisPool = r2d2::Pool<RedisManager>;
-pub type PgPool = r2d2::Pool<PgManager>;
-pub type RedisConn = r2d2::PooledConnection<RedisManager>;
+pub(crate) type RedisPool = r2d2::Pool<RedisManager>;
+pub(crate) type PgPool = r2d2::Pool<PgManager>;
+pub(crate) type RedisConn = r2d2::PooledConnection<RedisManager>;
 /// Logs connection failures r2d2 meets while filling a pool (it would otherwise drop them).
 #[derive(Debug)]
 pub(crate) struct LogErrors(pub &'static str);

@@ -11,7 +11,7 @@ use redis::{FromRedisValue, Pipeline, RedisResult, Value};
 /// pipeline may run twice (`repeatable`: lookups, write-backs, invalidations with fresh
 /// tokens, commands other than `INCR`). Connecting trips the breaker itself; a failed answer
 /// is left to the caller (`Pools::redis_failed`).
-pub fn query<T: FromRedisValue>(
+pub(crate) fn query<T: FromRedisValue>(
     pools: &Pools,
     pipe: &Pipeline,
     repeatable: bool,
@@ -32,7 +32,7 @@ pub fn query<T: FromRedisValue>(
 /// for itself, see [`AsyncConn::query_pipe_each`]). On a connection Redis ended, `again` (what
 /// may run twice; None when nothing may) goes once on a fresh one. The answer, and whether it
 /// is `again`'s. A failed answer has already dropped the worker's connection.
-pub async fn query_async(
+pub(crate) async fn query_async(
     pools: &Pools,
     conn: &mut AsyncConn,
     pipe: &Pipeline,
@@ -67,7 +67,7 @@ pub async fn query_async(
 
 /// `pipe` without its first `n` commands (what rode in front of a request's own: a replay
 /// check, which must not run twice).
-pub fn without_front(pipe: &Pipeline, n: usize) -> Pipeline {
+pub(crate) fn without_front(pipe: &Pipeline, n: usize) -> Pipeline {
     let mut p = redis::pipe();
     if pipe.is_transaction() {
         p.atomic();

@@ -14,11 +14,11 @@ use crate::store::postgres::PgSession;
 /// front, and a function cannot open one), so should it fail the session is closed instead.
 /// (The reset spelled out as ROLLBACK, BEGIN, ten statements and COMMIT cost Postgres about
 /// four times as much, and its ROLLBACK wrote a warning to the server log on every request.)
-pub const RESET: &str = "DISCARD ALL";
+pub(crate) const RESET: &str = "DISCARD ALL";
 
 /// Whether a session is reset after a read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Reset {
+pub(crate) enum Reset {
     /// After every request: the default.
     #[default]
     Always,
@@ -31,7 +31,7 @@ pub enum Reset {
 impl Reset {
     /// The rule: only the operator's statements may skip it (never raw SQL), and never when
     /// run as an end user, whose role and claims must not outlive the request.
-    pub fn for_read(named_skip_reset: bool, as_end_user: bool) -> Reset {
+    pub(crate) fn for_read(named_skip_reset: bool, as_end_user: bool) -> Reset {
         if named_skip_reset && !as_end_user {
             Reset::OnFailure
         } else {
@@ -40,7 +40,7 @@ impl Reset {
     }
 
     /// Whether a run that ended with `succeeded` still needs the reset.
-    pub fn needed(self, succeeded: bool) -> bool {
+    pub(crate) fn needed(self, succeeded: bool) -> bool {
         self == Reset::Always || !succeeded
     }
 }

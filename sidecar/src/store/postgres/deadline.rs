@@ -18,7 +18,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// One job's deadline: the sessions it holds now, and whether it has passed.
 #[derive(Default)]
-pub struct Deadline {
+pub(crate) struct Deadline {
     state: Mutex<State>,
 }
 
@@ -42,7 +42,7 @@ impl Deadline {
     /// The deadline has passed: every session the job holds has its statement cancelled, and
     /// will be closed when released. Blocking (a connection to Postgres per cancel): call it
     /// off the event loop.
-    pub fn expire(&self) {
+    pub(crate) fn expire(&self) {
         let mut state = self.lock();
         state.expired = true;
         for (_, token, tls) in &state.sessions {
@@ -55,7 +55,7 @@ impl Deadline {
     }
 
     /// Runs `f` on this thread under this deadline.
-    pub fn enter<T>(self: &Arc<Self>, f: impl FnOnce() -> T) -> T {
+    pub(crate) fn enter<T>(self: &Arc<Self>, f: impl FnOnce() -> T) -> T {
         let before = CURRENT.with(|c| c.replace(Some(self.clone())));
         let out = f();
         CURRENT.with(|c| *c.borrow_mut() = before);
@@ -64,7 +64,7 @@ impl Deadline {
 }
 
 /// A session watched by the deadline of the job that holds it.
-pub struct Watched {
+pub(crate) struct Watched {
     deadline: Arc<Deadline>,
     id: u64,
 }
@@ -72,7 +72,7 @@ pub struct Watched {
 impl Watched {
     /// The job lets go of the session: true if the deadline passed meanwhile (the session's
     /// statement was cancelled, and the session must be closed, not pooled).
-    pub fn release(self) -> bool {
+    pub(crate) fn release(self) -> bool {
         let mut state = self.deadline.lock();
         state.sessions.retain(|(id, _, _)| *id != self.id);
         state.expired
@@ -81,11 +81,11 @@ impl Watched {
 
 /// The job's deadline has passed: nothing more may start under it.
 #[derive(Debug)]
-pub struct Expired;
+pub(crate) struct Expired;
 
 /// Watches `client` under the current job's deadline; None outside of one (the background
 /// threads).
-pub fn watch(
+pub(crate) fn watch(
     client: &postgres::Client,
     tls: &MakeRustlsConnect,
 ) -> Result<Option<Watched>, Expired> {

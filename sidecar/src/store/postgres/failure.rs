@@ -63,7 +63,7 @@ impl Failure {
 
 /// A Postgres error for the operator's eyes (logs, `--check-config`): the driver's own text
 /// says only "db error" for what the server said, so the server's message is added.
-pub fn describe(e: &postgres::Error) -> String {
+pub(crate) fn describe(e: &postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{}: {} ({})", db.severity(), db.message(), db.code().code()),
         None => e.to_string(),
@@ -71,7 +71,7 @@ pub fn describe(e: &postgres::Error) -> String {
 }
 
 /// A Postgres failure as the caller sees it (the drivers share one error type).
-pub fn pg_failure(e: postgres::Error) -> ApiError {
+pub(crate) fn pg_failure(e: postgres::Error) -> ApiError {
     Failure::from(e).into_api()
 }
 

@@ -36,9 +36,9 @@ use tokio_postgres::{Client, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// Statements prepared on one connection, by their SQL (see the module's doc).
-pub type Prepared = HashMap<Arc<str>, Statement>;
+pub(crate) type Prepared = HashMap<Arc<str>, Statement>;
 
-pub struct AsyncPg {
+pub(crate) struct AsyncPg {
     /// Tells this sidecar's sessions apart from another's on the same thread (tests).
     id: u64,
     config: tokio_postgres::Config,
@@ -72,7 +72,7 @@ impl Counts {
 
 /// One open connection: the client, and the task that drives it (it ends once the server has
 /// closed the connection).
-pub struct Link {
+pub(crate) struct Link {
     pub client: Client,
     task: tokio::task::JoinHandle<()>,
 }
@@ -120,7 +120,7 @@ pub struct AsyncSession {
 impl AsyncPg {
     /// `(per_worker, workers)`: the bounds (see the module's doc); `opened` counts the
     /// connections opened (`OwnSessions::opened`).
-    pub fn new(
+    pub(crate) fn new(
         config: tokio_postgres::Config,
         tls: MakeRustlsConnect,
         (per_worker, workers): (usize, usize),
@@ -141,17 +141,17 @@ impl AsyncPg {
     }
 
     /// The most sessions one worker holds.
-    pub fn per_worker(&self) -> usize {
+    pub(crate) fn per_worker(&self) -> usize {
         self.per_worker
     }
 
     /// The most connections these sessions can hold open.
-    pub fn max(&self) -> usize {
+    pub(crate) fn max(&self) -> usize {
         self.per_worker * self.workers
     }
 
     /// (open, idle) connections of all the workers' sessions.
-    pub fn state(&self) -> (usize, usize) {
+    pub(crate) fn state(&self) -> (usize, usize) {
         (
             self.counts.open.load(Ordering::Acquire),
             self.counts.idle.load(Ordering::Acquire),
@@ -162,7 +162,7 @@ impl AsyncPg {
     /// it is not one of the workers), or when all of its share is in use and `elsewhere` says
     /// the pooled path has room. Otherwise it waits for one of its share to be given back, up
     /// to `checkout_timeout` (then 503 `overloaded`, as the pool answers).
-    pub async fn session(
+    pub(crate) async fn session(
         &self,
         connect_timeout: Duration,
         checkout_timeout: Duration,

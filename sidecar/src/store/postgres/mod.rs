@@ -7,13 +7,13 @@
 //! `deadline`: a request's deadline cancels its statements; `failure`: Postgres errors as the
 //! caller sees them.
 
-pub mod deadline;
-pub mod failure;
-pub mod identity;
-pub mod loop_session;
-pub mod own_sessions;
-pub mod param_types;
-pub mod roles;
+pub(crate) mod deadline;
+pub(crate) mod failure;
+pub(crate) mod identity;
+pub(crate) mod loop_session;
+pub(crate) mod own_sessions;
+pub(crate) mod param_types;
+pub(crate) mod roles;
 
 use crate::config::Config;
 use crate::error::ApiError;
@@ -36,7 +36,7 @@ pub struct PgSession {
 /// The r2d2 manager of Postgres sessions (one can be discarded by marking it poisoned); the
 /// second field counts the connections it opens (`OwnSessions::opened`: new connections are
 /// probed again).
-pub struct PgManager(
+pub(crate) struct PgManager(
     pub PostgresConnectionManager<MakeRustlsConnect>,
     pub std::sync::Arc<std::sync::atomic::AtomicU64>,
     MakeRustlsConnect,
@@ -51,7 +51,7 @@ impl std::fmt::Debug for PgManager {
 
 impl PgManager {
     /// Connections made with `config` and `tls`, each counted in `opened`.
-    pub fn new(
+    pub(crate) fn new(
         config: postgres::Config,
         tls: MakeRustlsConnect,
         opened: std::sync::Arc<std::sync::atomic::AtomicU64>,
@@ -90,7 +90,7 @@ impl r2d2::ManageConnection for PgManager {
 
 /// libpq's sslmode=verify-ca / verify-full mean "require, and verify": rustls always verifies
 /// the certificate and the host name, so both are `require` for the Rust driver.
-pub fn pg_url(url: &str) -> String {
+pub(crate) fn pg_url(url: &str) -> String {
     url.replace("sslmode=verify-full", "sslmode=require")
         .replace("sslmode=verify-ca", "sslmode=require")
 }
@@ -98,7 +98,7 @@ pub fn pg_url(url: &str) -> String {
 /// TLS for Postgres: rustls trusting `postgres.tls_ca_path` (PEM) or the system's roots.
 /// Whether TLS is used is the URL's `sslmode` (disable / prefer / require); without one, a
 /// loopback server is reached in the clear and any other with `prefer`.
-pub fn pg_tls(c: &crate::config::PostgresConfig) -> Result<MakeRustlsConnect, String> {
+pub(crate) fn pg_tls(c: &crate::config::PostgresConfig) -> Result<MakeRustlsConnect, String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
     let mut roots = rustls::RootCertStore::empty();
@@ -125,7 +125,7 @@ pub fn pg_tls(c: &crate::config::PostgresConfig) -> Result<MakeRustlsConnect, St
 
 /// The login role a `postgres://` URL names (None: it names none, so libpq's default, the OS
 /// user, would apply).
-pub fn login_role(url: &str) -> Option<String> {
+pub(crate) fn login_role(url: &str) -> Option<String> {
     pg_url(url)
         .parse::<postgres::Config>()
         .ok()?
@@ -135,7 +135,7 @@ pub fn login_role(url: &str) -> Option<String> {
 
 /// Whether a host name is this machine: `localhost`, or an address in 127.0.0.0/8 or ::1,
 /// decided on the parsed address (so `127.db.example.com` is not loopback).
-pub fn is_loopback_host(host: &str) -> bool {
+pub(crate) fn is_loopback_host(host: &str) -> bool {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     host.eq_ignore_ascii_case("localhost")
         || bare
@@ -217,18 +217,18 @@ pub fn role_warnings(config: &Config) -> Result<Vec<String>, String> {
 ///
 /// The readiness probe reports role and database settings that appear all the same
 /// (`store::readiness`).
-pub const PINNED: &str = "-c role=none -c synchronous_commit=on -c lock_timeout=0 \
+pub(crate) const PINNED: &str = "-c role=none -c synchronous_commit=on -c lock_timeout=0 \
     -c default_transaction_isolation=read\\ committed -c default_transaction_deferrable=off \
     -c row_security=on -c DateStyle=ISO,\\ MDY -c IntervalStyle=postgres -c bytea_output=hex \
     -c extra_float_digits=1 -c standard_conforming_strings=on";
 
 /// The Postgres connection settings, from the URL plus the sidecar's own settings.
-pub fn pg_config(config: &Config) -> Result<postgres::Config, ApiError> {
+pub(crate) fn pg_config(config: &Config) -> Result<postgres::Config, ApiError> {
     pg_async_config(config).map(postgres::Config::from)
 }
 
 /// The same settings for the async driver (the event-loop sessions of `pg_async`).
-pub fn pg_async_config(config: &Config) -> Result<tokio_postgres::Config, ApiError> {
+pub(crate) fn pg_async_config(config: &Config) -> Result<tokio_postgres::Config, ApiError> {
     let c = &config.postgres;
     let url = pg_url(&c.url);
     let mut pg: tokio_postgres::Config = url

@@ -56,7 +56,7 @@ impl ParamTypes {
 /// Whether a failure of a statement run with remembered types may come from those types being
 /// stale: data exceptions (22: a value no longer reads as the remembered type) and syntax or
 /// name errors (42: no operator for the remembered type, a type that no longer exists).
-pub fn maybe_stale(e: &postgres::Error) -> bool {
+pub(crate) fn maybe_stale(e: &postgres::Error) -> bool {
     e.as_db_error()
         .is_some_and(|db| matches!(&db.code().code()[..2], "22" | "42"))
 }
@@ -64,7 +64,7 @@ pub fn maybe_stale(e: &postgres::Error) -> bool {
 /// Whether a statement prepared by an earlier request failed as such rather than for what it
 /// does: as for remembered types (22/42), or a cached plan whose result type changed under it
 /// after a schema change (0A000). Such a statement is run again freshly prepared.
-pub fn stale_prepared(e: &postgres::Error) -> bool {
+pub(crate) fn stale_prepared(e: &postgres::Error) -> bool {
     maybe_stale(e) || e.code() == Some(&postgres::error::SqlState::FEATURE_NOT_SUPPORTED)
 }
 

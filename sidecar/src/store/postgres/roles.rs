@@ -119,7 +119,7 @@ const EMITTERS: [&str; 3] = [
 /// Runs the audit on any session: it reads only the catalogs (by oid: a schema the session's
 /// role may not use is never looked up by name) and the `has_*_privilege` functions, which
 /// answer for any role. Err: what is wrong, naming the key and the fix.
-pub async fn audit(client: &Client, a: &Audit) -> Result<(), String> {
+pub(crate) async fn audit(client: &Client, a: &Audit) -> Result<(), String> {
     let mut seen: Vec<&str> = Vec::new();
     for r in &a.requests {
         if r.role.is_empty() {

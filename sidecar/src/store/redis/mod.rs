@@ -10,8 +10,8 @@
 mod multiplexed;
 mod pooled;
 
-pub use multiplexed::{send_by_slot, AsyncConn, AsyncRedis, SlotPipes};
-pub use pooled::{slot, RedisManager};
+pub(crate) use multiplexed::{send_by_slot, AsyncConn, AsyncRedis, SlotPipes};
+pub(crate) use pooled::{slot, RedisManager};
 
 use crate::config::RedisConfig;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
@@ -19,7 +19,7 @@ use std::time::Duration;
 
 /// Whether Redis ended the connection (`CLIENT KILL`, an idle `timeout`, a restart): the
 /// connection is lost, which is not yet Redis down (a new one may connect at once).
-pub fn connection_lost(e: &redis::RedisError) -> bool {
+pub(crate) fn connection_lost(e: &redis::RedisError) -> bool {
     e.is_connection_dropped()
 }
 
@@ -42,7 +42,7 @@ impl std::fmt::Debug for RedisClient {
 }
 
 /// The client the pools use: the cluster client with `redis.cluster`, else one server's.
-pub fn store_client(c: &RedisConfig) -> Result<RedisClient, String> {
+pub(crate) fn store_client(c: &RedisConfig) -> Result<RedisClient, String> {
     if !c.cluster {
         return redis_client(c).map(RedisClient::Single);
     }
@@ -68,7 +68,7 @@ pub fn store_client(c: &RedisConfig) -> Result<RedisClient, String> {
 
 /// One server's client: `redis.url`, or with `redis.cluster` each seed node's (the fill
 /// wake-up listener subscribes on any node: a cluster relays PUBLISH to every node).
-pub fn node_clients(c: &RedisConfig) -> Result<Vec<redis::Client>, String> {
+pub(crate) fn node_clients(c: &RedisConfig) -> Result<Vec<redis::Client>, String> {
     c.urls()
         .into_iter()
         .map(|url| {
@@ -80,7 +80,7 @@ pub fn node_clients(c: &RedisConfig) -> Result<Vec<redis::Client>, String> {
 }
 
 /// The client of `redis.url` (one server).
-pub fn redis_client(c: &RedisConfig) -> Result<redis::Client, String> {
+pub(crate) fn redis_client(c: &RedisConfig) -> Result<redis::Client, String> {
     let info = redis::IntoConnectionInfo::into_connection_info(c.url.as_str())
         .map_err(|_| "not a valid redis:// or rediss:// URL".to_string())?;
     client_for(c, info)

@@ -86,7 +86,7 @@ impl AsyncConn {
 
 /// How the per-slot pipelines of [`send_by_slot`] are sent.
 #[derive(Default, Clone, Copy)]
-pub struct SlotPipes {
+pub(crate) struct SlotPipes {
     /// Each command's error is its answer (`Pipeline::ignore_errors`), not the whole call's.
     pub keep_errors: bool,
     /// Each pipeline is one MULTI/EXEC.
@@ -95,7 +95,7 @@ pub struct SlotPipes {
 
 /// Sends commands tagged with their hash slot on a cluster connection: one pipeline per slot,
 /// all at once (each goes whole to its slot's master), and the answers in the order given.
-pub async fn send_by_slot(
+pub(crate) async fn send_by_slot(
     conn: &ClusterConnection,
     cmds: impl Iterator<Item = (u16, Cmd)>,
     how: SlotPipes,
@@ -180,7 +180,7 @@ impl redis::aio::ConnectionLike for AsyncConn {
 /// loop: no thread hop, no pool checkout, and the commands of concurrent requests share the
 /// connection, pipelined. At most `max` are open (they count against `redis.pool_size`; the
 /// r2d2 pool gets the rest); a worker without one uses the pool.
-pub struct AsyncRedis {
+pub(crate) struct AsyncRedis {
     /// Tells this sidecar's connections apart from another's on the same thread (tests).
     id: u64,
     client: RedisClient,
@@ -216,7 +216,7 @@ thread_local! {
 }
 
 impl AsyncRedis {
-    pub fn new(
+    pub(crate) fn new(
         client: RedisClient,
         connect_timeout: Duration,
         io_timeout: Duration,
@@ -236,7 +236,7 @@ impl AsyncRedis {
 
     /// This worker's connection, opened on first use; None when every slot is taken. One
     /// opened before failure `generation` is replaced.
-    pub async fn conn(&self, generation: u64) -> RedisResult<Option<AsyncConn>> {
+    pub(crate) async fn conn(&self, generation: u64) -> RedisResult<Option<AsyncConn>> {
         let held = || {
             HELD.with(|h| {
                 let mut h = h.borrow_mut();
@@ -292,7 +292,7 @@ impl AsyncRedis {
     }
 
     /// Forgets this worker's connection (after a failure on it).
-    pub fn drop_conn(&self) {
+    pub(crate) fn drop_conn(&self) {
         HELD.with(|h| h.borrow_mut().retain(|c| c.id != self.id));
     }
 }

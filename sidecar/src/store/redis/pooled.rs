@@ -187,7 +187,7 @@ impl r2d2::ManageConnection for RedisManager {
 
 /// A key's hash slot, as Redis Cluster computes it: CRC16 (XMODEM) of the key, or of its hash
 /// tag (what lies between the first `{` and the next `}`, when not empty), mod 16384.
-pub fn slot(key: &[u8]) -> u16 {
+pub(crate) fn slot(key: &[u8]) -> u16 {
     let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
         let rest = &key[open + 1..];
         let close = rest.iter().position(|&b| b == b'}')?;

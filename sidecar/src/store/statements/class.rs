@@ -15,7 +15,7 @@ use crate::error::ApiError;
 
 /// Where a statement is going.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
+pub(crate) enum Route {
     /// `/v1/query` and batches: must be a query, and runs read-only.
     Read,
     /// `/v1/execute`: anything that does not control the transaction or change the session.
@@ -24,7 +24,7 @@ pub enum Route {
 
 /// Why a statement is refused; the text is the class named in the error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     TransactionControl,
     SessionState,
     Copy,
@@ -38,7 +38,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    pub fn class(self) -> &'static str {
+    pub(crate) fn class(self) -> &'static str {
         match self {
             Refusal::TransactionControl => "transaction control",
             Refusal::SessionState => "session state",
@@ -73,7 +73,7 @@ impl Refusal {
 }
 
 /// Checks `sql` for `route`: Ok, or 400 `statement_not_allowed` naming the class.
-pub fn check(sql: &str, route: Route) -> Result<(), ApiError> {
+pub(crate) fn check(sql: &str, route: Route) -> Result<(), ApiError> {
     match classify(sql, route) {
         None => Ok(()),
         Some(r) => Err(ApiError::StatementNotAllowed {
@@ -86,7 +86,7 @@ pub fn check(sql: &str, route: Route) -> Result<(), ApiError> {
 /// [`check`], then, for a caller that may only read (a read-only token), DO and CALL refused
 /// too. The read-only transaction it runs in is what Postgres enforces; this is the clear
 /// answer in front of it.
-pub fn check_read_only(sql: &str, route: Route) -> Result<(), ApiError> {
+pub(crate) fn check_read_only(sql: &str, route: Route) -> Result<(), ApiError> {
     check(sql, route)?;
     let first = Words::new(sql).next_upper().unwrap_or_default();
     if matches!(first.as_str(), "DO" | "CALL") {
@@ -100,7 +100,7 @@ pub fn check_read_only(sql: &str, route: Route) -> Result<(), ApiError> {
 }
 
 /// The refusal for `sql` on `route`, if any.
-pub fn classify(sql: &str, route: Route) -> Option<Refusal> {
+pub(crate) fn classify(sql: &str, route: Route) -> Option<Refusal> {
     let mut words = Words::new(sql);
     let first = words.next_upper().unwrap_or_default();
     let refusal = match first.as_str() {
@@ -163,12 +163,12 @@ fn object(words: &mut Words<'_>) -> Object {
 
 /// The leading words of a statement, skipping white space, `--` and nested `/* */` comments,
 /// and opening parentheses.
-pub struct Words<'a> {
+pub(crate) struct Words<'a> {
     rest: &'a str,
 }
 
 impl<'a> Words<'a> {
-    pub fn new(sql: &'a str) -> Self {
+    pub(crate) fn new(sql: &'a str) -> Self {
         Words { rest: sql }
     }
 
@@ -188,7 +188,7 @@ impl<'a> Words<'a> {
         }
     }
 
-    pub fn next_upper(&mut self) -> Option<String> {
+    pub(crate) fn next_upper(&mut self) -> Option<String> {
         self.skip_noise();
         let end = self
             .rest
@@ -205,7 +205,7 @@ impl<'a> Words<'a> {
 
 /// `s` starts with `/*`; returns what follows the matching `*/` (Postgres nests them), or ""
 /// for an unterminated comment.
-pub fn skip_block_comment(s: &str) -> &str {
+pub(crate) fn skip_block_comment(s: &str) -> &str {
     let bytes = s.as_bytes();
     let (mut depth, mut i) = (0usize, 0usize);
     while i + 1 < bytes.len() {

@@ -31,7 +31,7 @@ use serde_json::{Number, Value};
 const MAX_SAFE_INT: i64 = (1 << 53) - 1;
 
 /// A column value as the raw bytes Postgres sent; decoded by [`to_json`].
-pub struct Raw<'a>(pub Option<&'a [u8]>);
+pub(crate) struct Raw<'a>(pub Option<&'a [u8]>);
 
 impl<'a> FromSql<'a> for Raw<'a> {
     fn from_sql(
@@ -51,7 +51,7 @@ impl<'a> FromSql<'a> for Raw<'a> {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum DecodeError {
+pub(crate) enum DecodeError {
     #[error("unsupported type {0}")]
     Unsupported(String),
     #[error("cannot decode {ty}: {message}")]
@@ -59,7 +59,7 @@ pub enum DecodeError {
 }
 
 /// Ok if values of `ty` can be mapped to JSON; otherwise the name of the type at fault.
-pub fn check_supported(ty: &Type) -> Result<(), String> {
+pub(crate) fn check_supported(ty: &Type) -> Result<(), String> {
     match ty.kind() {
         Kind::Array(member) => check_supported(member),
         Kind::Domain(base) => check_supported(base),
@@ -104,7 +104,7 @@ fn invalid(ty: &Type, e: impl std::fmt::Display) -> DecodeError {
 }
 
 /// Decodes one value of type `ty`.
-pub fn to_json(ty: &Type, raw: Option<&[u8]>) -> Result<Value, DecodeError> {
+pub(crate) fn to_json(ty: &Type, raw: Option<&[u8]>) -> Result<Value, DecodeError> {
     let Some(buf) = raw else {
         return Ok(Value::Null);
     };
@@ -259,7 +259,7 @@ fn timestamp_string(micros: i64, suffix: &str) -> String {
 ///
 /// Layout: ndigits i16, weight i16 (of the first base-10000 digit), sign u16, dscale u16
 /// (digits after the point), then ndigits base-10000 digits.
-pub fn numeric_to_string(buf: &[u8]) -> Result<String, String> {
+pub(crate) fn numeric_to_string(buf: &[u8]) -> Result<String, String> {
     let word = |i: usize| -> Result<u16, String> {
         buf.get(i..i + 2)
             .map(|b| u16::from_be_bytes([b[0], b[1]]))

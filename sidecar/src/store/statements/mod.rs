@@ -5,11 +5,11 @@
 //! one call; `interactive`: a transaction held open across calls. `text`: statements with
 //! Postgres's own text output (Neon's `/sql`). `json` and `params`: values both ways.
 
-pub mod class;
-pub mod interactive;
-pub mod json;
-pub mod on_loop;
-pub mod params;
-pub mod pooled;
-pub mod text;
-pub mod transaction;
+pub(crate) mod class;
+pub(crate) mod interactive;
+pub(crate) mod json;
+pub(crate) mod on_loop;
+pub(crate) mod params;
+pub(crate) mod pooled;
+pub(crate) mod text;
+pub(crate) mod transaction;

@@ -25,7 +25,7 @@ use std::task::Poll;
 use tokio::sync::oneshot;
 use tokio_postgres::{Client, RowStream};
 
-pub async fn query(
+pub(crate) async fn query(
     pools: Arc<Pools>,
     sql: String,
     params: Vec<Value>,

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 /// One parameter, already rendered in Postgres text format (`None` is NULL).
 #[derive(Debug)]
-pub struct TextParam(pub Option<String>);
+pub(crate) struct TextParam(pub Option<String>);
 
 impl ToSql for TextParam {
     fn to_sql(
@@ -46,7 +46,7 @@ impl ToSql for TextParam {
 
 /// Renders `value` as Postgres text for a parameter of type `ty`. The error says what is wrong
 /// with the value (the caller prefixes which parameter).
-pub fn to_text(value: &Value, ty: &Type) -> Result<TextParam, String> {
+pub(crate) fn to_text(value: &Value, ty: &Type) -> Result<TextParam, String> {
     if value.is_null() {
         return Ok(TextParam(None));
     }
@@ -93,7 +93,7 @@ fn scalar_text(value: &Value, ty: &Type) -> Result<String, String> {
 /// `[1, null, "a\"b"]` into `{"1",NULL,"a\"b"}`: every element quoted, so commas, braces and
 /// spaces inside strings are data, never syntax.
 /// One element of an array literal, double-quoted with `"` and `\\` escaped.
-pub fn push_element(out: &mut String, text: &str) {
+pub(crate) fn push_element(out: &mut String, text: &str) {
     out.push('"');
     for c in text.chars() {
         if c == '"' || c == '\\' {

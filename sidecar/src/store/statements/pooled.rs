@@ -27,7 +27,7 @@ use serde_json::Value;
 /// A read is idempotent, so when the pooled connection turns out to be dead (Postgres restarted
 /// or ended the session since it was opened) it is run again on another: as many times as the
 /// pool holds sessions that can all be dead (each one found dead is closed, not pooled again).
-pub fn query(
+pub(crate) fn query(
     pools: &Pools,
     sql: &str,
     params: &[Value],
@@ -57,7 +57,7 @@ pub fn query(
 
 /// A plain read on a replica's session, as [`query`] does it. Not retried here: the caller
 /// sends it to the primary instead.
-pub fn query_replica(
+pub(crate) fn query_replica(
     pools: &Pools,
     replica: &crate::store::replicas::Replica,
     wait: std::time::Duration,
@@ -79,7 +79,7 @@ pub fn query_replica(
 /// Runs a write and returns the number of rows it affected; it is committed when this
 /// returns. Never retried: a dead connection may have sent the statement, and only the caller
 /// knows if running it twice is safe.
-pub fn execute(
+pub(crate) fn execute(
     pools: &Pools,
     sql: &str,
     params: &[Value],
@@ -144,7 +144,7 @@ pub fn execute(
 }
 
 /// Postgres ping for /readyz.
-pub fn ping(pools: &Pools) -> Result<(), ApiError> {
+pub(crate) fn ping(pools: &Pools) -> Result<(), ApiError> {
     let mut conn = pools.pg_conn()?;
     conn.client
         .simple_query("SELECT 1")
@@ -155,7 +155,7 @@ pub fn ping(pools: &Pools) -> Result<(), ApiError> {
 /// The settings that the login role and the database carry (`ALTER ROLE ... SET`, `ALTER
 /// DATABASE ... SET`), as `name=value`, in one round trip on a pooled session. Sessions pin
 /// the ones Ferry depends on (`postgres::PINNED`); the probe reports them all.
-pub fn role_settings(pools: &Pools) -> Result<Vec<String>, ApiError> {
+pub(crate) fn role_settings(pools: &Pools) -> Result<Vec<String>, ApiError> {
     let mut conn = pools.pg_conn()?;
     let answer = conn
         .client
@@ -332,7 +332,7 @@ pub(in crate::store) struct RowBudget {
 }
 
 impl RowBudget {
-    pub fn new(limits: ReadLimits) -> Self {
+    pub(crate) fn new(limits: ReadLimits) -> Self {
         RowBudget {
             rows: Vec::new(),
             limits,
@@ -341,7 +341,7 @@ impl RowBudget {
     }
 
     /// Takes one more row; Some(the limit) when it would pass one (the row is not kept).
-    pub fn push(&mut self, row: &postgres::Row) -> Result<Option<String>, Failure> {
+    pub(crate) fn push(&mut self, row: &postgres::Row) -> Result<Option<String>, Failure> {
         let limits = self.limits;
         if self.rows.len() >= limits.max_rows {
             return Ok(Some(format!(

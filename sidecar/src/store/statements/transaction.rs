@@ -57,7 +57,7 @@ impl TxPlan {
 
 /// Refuses, before anything runs, a statement that would control the transaction or outlive
 /// it (the same classes `/v1/execute` refuses), naming its index.
-pub fn check(statements: &[(String, Vec<Value>)]) -> Result<(), ApiError> {
+pub(crate) fn check(statements: &[(String, Vec<Value>)]) -> Result<(), ApiError> {
     for (i, (sql, _)) in statements.iter().enumerate() {
         class::check(sql, Route::Write).map_err(|e| e.in_statement(i))?;
     }
@@ -67,7 +67,7 @@ pub fn check(statements: &[(String, Vec<Value>)]) -> Result<(), ApiError> {
 /// Runs the transaction; committed when this returns Ok. On any failure (a statement, or the
 /// COMMIT itself, e.g. a serialization failure) everything is rolled back and the error names
 /// the statement (the COMMIT counts as the one after the last). Never retried.
-pub fn run(pools: &Pools, plan: &TxPlan) -> Result<Vec<StatementResult>, ApiError> {
+pub(crate) fn run(pools: &Pools, plan: &TxPlan) -> Result<Vec<StatementResult>, ApiError> {
     check(&plan.statements)?;
     with_sent_session(pools, |s| {
         // A read-only transaction cannot insert its nonce: it commits it first. Any other

@@ -29,7 +29,7 @@ const COLUMNS: &str =
 
 /// Where the books are, and the key once read.
 #[derive(Debug)]
-pub struct Books {
+pub(crate) struct Books {
     /// `auth.nonce_table`, validated (`schema.table`, unquoted identifiers).
     pub table: String,
     /// Its schema, where the key table and the function live too.
@@ -40,7 +40,7 @@ pub struct Books {
 }
 
 impl Books {
-    pub fn new(table: &str, grantee: Option<String>) -> Arc<Books> {
+    pub(crate) fn new(table: &str, grantee: Option<String>) -> Arc<Books> {
         let schema = table
             .split_once('.')
             .map_or("public", |(s, _)| s)
@@ -62,12 +62,12 @@ impl Books {
     }
 
     /// Whether the key is known (the books were made sure of).
-    pub fn ready(&self) -> bool {
+    pub(crate) fn ready(&self) -> bool {
         self.key.get().is_some()
     }
 
     /// The proof for `nonce` (hex of its 16 bytes), once the key is known.
-    pub fn proof(&self, nonce_hex: &str) -> Option<String> {
+    pub(crate) fn proof(&self, nonce_hex: &str) -> Option<String> {
         let key = self.key.get()?;
         let nonce = hex::decode(nonce_hex).ok()?;
         let mut h = Sha256::new();
@@ -78,7 +78,7 @@ impl Books {
 
     /// The call that records `nonce_hex` (with a proof) as a write that affected `rows` (None:
     /// did not commit); `if_absent`: a row already there is left as it is.
-    pub fn record_call(
+    pub(crate) fn record_call(
         &self,
         nonce_hex: &str,
         keep_s: u64,

@@ -93,7 +93,7 @@ impl NonceCheck {
 
 /// The verdict of a check that rode in front of a read's commands (`sent`), or else the check
 /// run on its own (the read's commands did not go to Redis on the event loop).
-pub async fn settle(
+pub(crate) async fn settle(
     pools: &Pools,
     check: Option<NonceCheck>,
     sent: Option<Result<(), ApiError>>,

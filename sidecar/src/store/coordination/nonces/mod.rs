@@ -42,10 +42,10 @@ use std::time::Duration;
 
 mod books;
 mod check;
-pub mod outcome;
-pub mod seen;
-pub use books::Books;
-pub use check::{settle, NonceCheck};
+pub(crate) mod outcome;
+pub(crate) mod seen;
+pub(crate) use books::Books;
+pub(crate) use check::{settle, NonceCheck};
 
 /// Where nonces are shared, fixed at startup.
 #[derive(Debug, Clone)]

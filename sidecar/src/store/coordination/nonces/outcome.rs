@@ -13,7 +13,7 @@ use crate::store::postgres::failure::Failure;
 /// it never will (the nonce's row is inserted now, so the write, if still running, fails on it
 /// at its COMMIT; a write between its nonce and its COMMIT is waited for). An error: Postgres
 /// could not say.
-pub fn outcome(pools: &Pools, nonce: &WriteNonce) -> Result<Option<u64>, ApiError> {
+pub(crate) fn outcome(pools: &Pools, nonce: &WriteNonce) -> Result<Option<u64>, ApiError> {
     // As Ferry's own role: the only one that may read and write the books directly.
     with_owner_session(pools, |s| {
         nonce.books.make_sure(s)?;

@@ -23,7 +23,7 @@ impl Seen {
 
 /// 128 bits of SHA-256 of the lower-cased nonce: fixed size whatever the nonce's length, and
 /// no two nonces collide in practice ("ABCD..." and "abcd..." are the same random number).
-pub fn fingerprint(nonce: &str) -> u128 {
+pub(crate) fn fingerprint(nonce: &str) -> u128 {
     // Lower-cased on the stack: a checked nonce has at most NONCE_MAX_LEN characters.
     let mut buf = [0u8; ferry_shared::sign::NONCE_MAX_LEN];
     let digest = match buf.get_mut(..nonce.len()) {

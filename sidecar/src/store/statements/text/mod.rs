@@ -28,7 +28,7 @@ use tokio_postgres::{Client, SimpleQueryMessage, Statement};
 
 /// One statement.
 #[derive(Debug, Clone)]
-pub struct Query {
+pub(crate) struct Query {
     pub sql: String,
     /// Postgres text for each `$n`; None is NULL.
     pub params: Vec<Option<String>>,
@@ -38,7 +38,7 @@ pub struct Query {
 
 /// Statements to run: one, or a batch in one transaction.
 #[derive(Debug, Clone)]
-pub struct SqlPlan {
+pub(crate) struct SqlPlan {
     pub queries: Vec<Query>,
     /// A batch answers `{"results": [...]}` and runs in one transaction.
     pub batch: bool,
@@ -57,7 +57,11 @@ const PREPARE: &str = "PREPARE ferry_sql AS ";
 
 /// Runs the plan on a session of this worker, then resets the session; a session whose result
 /// was cut short or whose reset failed is closed instead.
-pub async fn run(pools: &Pools, plan: &SqlPlan, limits: ReadLimits) -> Result<Value, ApiError> {
+pub(crate) async fn run(
+    pools: &Pools,
+    plan: &SqlPlan,
+    limits: ReadLimits,
+) -> Result<Value, ApiError> {
     let mut session = pools.pg_session_here(plan.role.as_deref()).await?;
     let Some(client) = session.client.as_ref() else {
         return Err(ApiError::internal("session without a client"));

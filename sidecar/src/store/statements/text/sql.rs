@@ -10,7 +10,7 @@
 /// no lead bytes here). An untyped literal takes the parameter type Postgres inferred, exactly
 /// as a text parameter of the extended protocol does. None: the value holds a NUL character,
 /// which Postgres text cannot hold.
-pub fn literal(value: Option<&str>) -> Option<String> {
+pub(super) fn literal(value: Option<&str>) -> Option<String> {
     let Some(v) = value else {
         return Some("NULL".into());
     };
@@ -36,7 +36,7 @@ pub fn literal(value: Option<&str>) -> Option<String> {
 /// statement's keywords outside parentheses, quotes and comments as Postgres would tag it:
 /// `WITH ...` takes the verb its CTEs belong to, and `CREATE TABLE ... AS` / `CREATE
 /// MATERIALIZED VIEW ... AS` are tagged `SELECT n` unless `WITH NO DATA`.
-pub fn command(sql: &str) -> String {
+pub(super) fn command(sql: &str) -> String {
     let words = top_level_words(sql);
     let first = words.first().map(String::as_str).unwrap_or_default();
     if sql.trim_start().starts_with('(') {
@@ -133,7 +133,7 @@ fn top_level_words(sql: &str) -> Vec<String> {
 }
 
 /// Whether a command tag carries a row count (node-postgres gives `rowCount: null` otherwise).
-pub fn counts_rows(command: &str) -> bool {
+pub(super) fn counts_rows(command: &str) -> bool {
     matches!(
         command,
         "SELECT" | "INSERT" | "UPDATE" | "DELETE" | "MERGE" | "FETCH" | "MOVE" | "COPY"
@@ -142,7 +142,7 @@ pub fn counts_rows(command: &str) -> bool {
 
 /// `pg_type.typlen` of the built-in types (`dataTypeSize` in `fields`); -1 (variable length)
 /// for the rest, as node-postgres reports for text, arrays and records.
-pub fn type_size(oid: u32) -> i16 {
+pub(super) fn type_size(oid: u32) -> i16 {
     match oid {
         16 | 18 => 1,                             // bool, "char"
         21 => 2,                                  // int2
