@@ -75,6 +75,13 @@ fn main() -> ExitCode {
             Ok(warnings) => warnings.iter().for_each(|w| println!("warning: {w}")),
             Err(e) => println!("warning: the database role was not checked: {e}"),
         }
+        match ferry_sidecar::startup::named_reads(&config) {
+            Ok(lines) => lines.iter().for_each(|(warn, line)| match warn {
+                true => println!("warning: {line}"),
+                false => println!("{line}"),
+            }),
+            Err(e) => println!("warning: the named reads were not analysed: {e}"),
+        }
         return ExitCode::SUCCESS;
     }
     let log = init_tracing(&config.server.log_format, &config.server.log_level);
@@ -86,6 +93,13 @@ fn main() -> ExitCode {
             .spawn(move || {
                 if let Ok(warnings) = ferry_sidecar::startup::role_warnings(&config) {
                     warnings.iter().for_each(|w| tracing::warn!("{w}"));
+                }
+                // The plain ones are logged as the sidecar finds them; here the warnings.
+                if let Ok(lines) = ferry_sidecar::startup::named_reads(&config) {
+                    lines
+                        .iter()
+                        .filter(|l| l.0)
+                        .for_each(|l| tracing::warn!("{}", l.1));
                 }
             });
     }

@@ -24,3 +24,10 @@ pub fn check_sessions(config: &Config) -> Result<Option<String>, String> {
         Err(e) => Err(e.to_string()),
     }
 }
+
+/// What Postgres says of each named read: plain (no reset after a successful run) or why its
+/// session is reset after it, as `(warning, line)`. `Err`: Postgres could not be asked.
+pub fn named_reads(config: &Config) -> Result<Vec<(bool, String)>, String> {
+    let mut client = crate::store::postgres::check_session(config)?;
+    crate::store::statements::plain::report(config, &mut client)
+}

@@ -120,6 +120,24 @@ impl AppState {
             ),
         );
         spawn_reaper(&background, Arc::downgrade(&transactions));
+        // Named reads skip the reset once Postgres finds them plain: asked now and after every
+        // reload, again every 2 s while Postgres cannot be asked.
+        pools
+            .plain
+            .expect(crate::store::statements::plain::named_reads(&config, false));
+        let weak = Arc::downgrade(&pools);
+        background.every(
+            "ferry-plain-reads",
+            "named queries are reset after every run",
+            Duration::from_secs(2),
+            move || {
+                let Some(pools) = weak.upgrade() else {
+                    return false;
+                };
+                crate::store::statements::plain::analyse_pending(&pools);
+                true
+            },
+        );
         let flights = Arc::new(Flights::default());
         let leases = crate::store::coordination::leases::Leases::new(
             &config.cache.key_prefix,
@@ -293,6 +311,12 @@ impl AppState {
         // Script users' passwords may have changed: their connections are opened anew.
         self.upstash_conns.forget_all();
         self.upstash_acl.forget_all();
+        // Named reads may have changed (or the functions they call): asked again.
+        self.pools
+            .plain
+            .expect(crate::store::statements::plain::named_reads(
+                &r.config, false,
+            ));
         match self.config.write() {
             Ok(mut w) => *w = Arc::new(r.config),
             Err(p) => *p.into_inner() = Arc::new(r.config),

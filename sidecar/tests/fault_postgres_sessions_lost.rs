@@ -5,8 +5,8 @@
 //! answer all succeed, with Postgres's own row, and the others fail fast with a JSON 5xx.
 //! Postgres never holds more of the sidecar's sessions than the pool, nor one left in a
 //! transaction or with a lock. Run twice: with the demo's `[queries.item]`, which skips the
-//! session reset (`skip_reset = true`), so no reset after a read finds its session dead; and
-//! with the reset after every read.
+//! session reset (Postgres finds it plain), so no reset after a read finds its session dead;
+//! and with the reset after every read (`skip_reset = false`).
 use ferry_testkit::DemoBinary;
 use serde_json::json;
 use std::collections::HashMap;
@@ -40,7 +40,7 @@ fn reads_that_skip_the_reset_never_get_a_dead_session() {
     killed_restarted_and_frozen(config, "skip_reset");
 }
 
-/// The same with the reset after every read (the default), which finds no dead session
+/// The same with the reset after every read (asked for), which finds no dead session
 /// either: it runs after the read, on the session the read just used.
 #[test]
 fn reads_with_the_reset_never_get_a_dead_session() {
@@ -48,10 +48,14 @@ fn reads_with_the_reset_never_get_a_dead_session() {
     let file = dir.path().join("ferry.toml");
     let sample = include_str!("../../deploy/ferry.toml");
     assert!(
-        sample.contains("\nskip_reset = true\n"),
-        "the demo's item query skips the reset"
+        sample.contains("\n[queries.item]\n"),
+        "the demo has an item query"
     );
-    std::fs::write(&file, sample.replace("\nskip_reset = true\n", "\n")).expect("config");
+    let reset = sample.replace(
+        "\n[queries.item]\n",
+        "\n[queries.item]\nskip_reset = false\n",
+    );
+    std::fs::write(&file, reset).expect("config");
     killed_restarted_and_frozen(file.to_str().expect("utf-8"), "reset");
 }
 

@@ -1,5 +1,5 @@
-//! Freshness on the path that skips the session reset: the demo's `[queries.item]` opts in
-//! (`skip_reset = true`), so its misses and refreshes run on sessions that are not reset after
+//! Freshness on the path that skips the session reset: the demo's `[queries.item]`, which
+//! Postgres finds plain, so its misses and refreshes run on sessions that are not reset after
 //! them. Against two sidecar binaries sharing one Redis, a writer that bypasses Ferry (psql,
 //! row 1) and a writer through the second sidecar (row 2): a read started after a Ferry write
 //! was acknowledged never returns the row before it, and a read started `changes.max_lag_ms`

@@ -117,9 +117,9 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
     let sql = "SELECT abalance FROM pgbench_accounts WHERE aid = $1";
     for (label, cached, named) in [
         ("query: Ferry cached (/v1/query hit)", true, false),
-        ("query: Ferry uncached (/v1/query)", false, false),
+        ("query: Ferry uncached (/v1/query, raw SQL)", false, false),
         (
-            "query: Ferry uncached, named query with skip_reset (/v1/query)",
+            "query: Ferry uncached named query (/v1/query, found plain: no reset)",
             false,
             true,
         ),

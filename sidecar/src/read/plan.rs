@@ -99,7 +99,7 @@ pub(crate) fn read(config: &Config, req: QueryRequest, field: &str) -> Result<Re
     let (sql, named) = statement(config, req.sql, req.query, field)?;
     let who = super::identity::identity(config, req.identity, named.is_none(), field)?;
     let defaults = named.cloned().unwrap_or_default();
-    let reset = Reset::for_read(defaults.skip_reset, who.is_some());
+    let reset = Reset::for_read(named, who.is_some());
     let batch = named.and_then(|q| super::grouped::BatchForm::of(q, &req.params, who.is_some()));
     let asked = req.cache;
     if asked.is_none() && defaults.ttl_s.is_none() {

@@ -60,6 +60,8 @@ pub struct Pools {
     pg_checkout_timeout: Duration,
     /// Parameter types of the statements seen, so repeated ones run in one round trip.
     pub param_types: ParamTypes,
+    /// Which named reads are plain (no reset after a successful run), as Postgres said.
+    pub(crate) plain: crate::store::postgres::plain::Analyses,
     redis_size: u32,
     redis_cluster: bool,
     /// Whether `redis.pool_size` leaves a connection for fill wake-ups.
@@ -183,6 +185,7 @@ impl Pools {
             pg_connect_timeout: Duration::from_millis(p.connect_timeout_ms),
             pg_checkout_timeout: Duration::from_millis(p.checkout_timeout_ms),
             param_types: ParamTypes::default(),
+            plain: Default::default(),
             redis_size: r.pool_size,
             redis_cluster: r.cluster,
             wakeups: wakeups == 1,

@@ -1,6 +1,7 @@
 //! A pooled Postgres session for one request: checked out, used, and reset before anyone else
 //! gets it (or closed when it cannot be).
 
+use crate::config::NamedQuery;
 use crate::store::pools::Pools;
 use crate::store::postgres::failure::Failure;
 use crate::store::postgres::PgSession;
@@ -19,29 +20,45 @@ pub(crate) const RESET: &str = "DISCARD ALL";
 /// Whether a session is reset after a read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) enum Reset {
-    /// After every request: the default.
+    /// After every request: raw SQL, reads as an end user, a named query that asks for it.
     #[default]
     Always,
-    /// Only after a failed run: a named query with `skip_reset = true`, which its operator
-    /// vouches changes nothing in the session. Every other request still resets the session
-    /// it used, so the session such a read gets is always a fresh one.
+    /// Only after a failed run: a named query that Postgres found plain
+    /// (`statements::plain`), or whose operator vouches for it (`skip_reset = true`). Every
+    /// other request still resets the session it used, so the session such a read gets is
+    /// always a fresh one.
     OnFailure,
+    /// A named query that says nothing: `OnFailure` once Postgres has found it plain, else
+    /// `Always` (see [`Reset::resolve`]).
+    IfPlain,
 }
 
 impl Reset {
-    /// The rule: only the operator's statements may skip it (never raw SQL), and never when
-    /// run as an end user, whose role and claims must not outlive the request.
-    pub(crate) fn for_read(named_skip_reset: bool, as_end_user: bool) -> Reset {
-        if named_skip_reset && !as_end_user {
-            Reset::OnFailure
-        } else {
-            Reset::Always
+    /// The rule: only the operator's statements may skip it (never raw SQL), never when run as
+    /// an end user (whose role and claims must not outlive the request), and never when the
+    /// operator asks for it (`skip_reset = false`).
+    pub(crate) fn for_read(named: Option<&NamedQuery>, as_end_user: bool) -> Reset {
+        match named.map(|q| q.skip_reset) {
+            _ if as_end_user => Reset::Always,
+            None | Some(Some(false)) => Reset::Always,
+            Some(Some(true)) => Reset::OnFailure,
+            Some(None) => Reset::IfPlain,
+        }
+    }
+
+    /// What a read of `sql` runs with, the verdicts known so far applied: the one place
+    /// `IfPlain` is decided, by both paths a read runs on.
+    pub(crate) fn resolve(self, pools: &Pools, sql: &str) -> Reset {
+        match self {
+            Reset::IfPlain if pools.plain.plain(sql) => Reset::OnFailure,
+            Reset::IfPlain => Reset::Always,
+            other => other,
         }
     }
 
     /// Whether a run that ended with `succeeded` still needs the reset.
     pub(crate) fn needed(self, succeeded: bool) -> bool {
-        self == Reset::Always || !succeeded
+        self != Reset::OnFailure || !succeeded
     }
 }
 

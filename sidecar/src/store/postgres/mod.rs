@@ -13,6 +13,7 @@ pub(crate) mod identity;
 pub(crate) mod loop_session;
 pub(crate) mod own_sessions;
 pub(crate) mod param_types;
+pub(crate) mod plain;
 pub(crate) mod roles;
 
 use crate::config::Config;
@@ -143,18 +144,20 @@ pub(crate) fn is_loopback_host(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// A session as `postgres.url`'s role, with the settings every session gets, for the checks
+/// made before serving (`--check-config`, the startup log).
+pub(crate) fn check_session(config: &Config) -> Result<postgres::Client, String> {
+    let pg = pg_config(config).map_err(|e| e.to_string())?;
+    let tls = pg_tls(&config.postgres)?;
+    pg.connect(tls)
+        .map_err(|e| format!("cannot connect: {}", failure::describe(&e)))
+}
+
 /// Problems with the database role the sidecar connects as: a superuser can read files and
 /// run programs through SQL, and a role that bypasses row-level security ignores policies.
 /// Connects once (blocking); Err when Postgres cannot be reached.
 pub fn role_warnings(config: &Config) -> Result<Vec<String>, String> {
-    let pg = pg_config(config).map_err(|e| e.to_string())?;
-    let tls = pg_tls(&config.postgres)?;
-    let mut client = pg.connect(tls).map_err(|e| {
-        format!(
-            "cannot connect: {}",
-            crate::store::postgres::failure::describe(&e)
-        )
-    })?;
+    let mut client = check_session(config)?;
     let row = client
         .query_one(
             "SELECT current_user::text, rolsuper, rolbypassrls FROM pg_roles \

@@ -3,13 +3,15 @@
 //! inside `Blocking::run`), with the checks every result passes. `on_loop`: plain reads on the
 //! worker's own event loop (`postgres::loop_session`). `transaction`: several statements in
 //! one call; `interactive`: a transaction held open across calls. `text`: statements with
-//! Postgres's own text output (Neon's `/sql`). `json` and `params`: values both ways.
+//! Postgres's own text output (Neon's `/sql`). `json` and `params`: values both ways. `plain`:
+//! which named reads Postgres says leave their session as they found it (no reset after them).
 
 pub(crate) mod class;
 pub(crate) mod interactive;
 pub(crate) mod json;
 pub(crate) mod on_loop;
 pub(crate) mod params;
+pub(crate) mod plain;
 pub(crate) mod pooled;
 pub(crate) mod text;
 pub(crate) mod transaction;

@@ -36,6 +36,7 @@ pub(crate) async fn query(
     if let Err(e) = class::check(&sql, Route::Read) {
         return Some(Err(e));
     }
+    let after = after.resolve(&pools, &sql);
     // The session's work runs in a task of its own on this worker: the answer is sent back as
     // soon as the rows are in, and the task goes on to finish the reset (whose answer comes
     // after the rows) before the session is reused. A caller that gives up early (its

@@ -36,6 +36,7 @@ pub(crate) fn query(
     after: Reset,
 ) -> Result<Vec<Row>, ApiError> {
     class::check(sql, Route::Read)?;
+    let after = after.resolve(pools, sql);
     let mut attempts = 0;
     loop {
         attempts += 1;

@@ -1,0 +1,87 @@
+//! The named reads whose session need not be reset after them: which they are
+//! (`named_reads`), asked in the background (`analyse_pending`, at startup and after every
+//! reload) and reported (`report`: `--check-config`, the startup log). What Postgres says of one
+//! statement: `store::postgres::plain`.
+
+use crate::config::Config;
+use crate::store::pools::session::with_session;
+use crate::store::pools::Pools;
+use crate::store::postgres::failure::{describe, Failure};
+use crate::store::postgres::plain::analyse;
+use crate::store::statements::class::{self, Route};
+use postgres::Client;
+
+/// The named reads whose reset is decided by their verdict, as (name, SQL): each named read
+/// that leaves `skip_reset` unset (`all`: every named read), and its batch form.
+pub(crate) fn named_reads(config: &Config, all: bool) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (name, q) in &config.queries {
+        if q.skip_reset.is_some() && !all {
+            continue;
+        }
+        if class::classify(&q.sql, Route::Read).is_none() {
+            out.push((format!("queries.{name}"), q.sql.clone()));
+        }
+        if let Some(b) = &q.batch_sql {
+            out.push((format!("queries.{name}.batch_sql"), b.clone()));
+        }
+    }
+    out
+}
+
+/// Each named read's verdict, asked on `client`, as `--check-config` and the startup log say
+/// them: `(warning, line)`, a warning for a read the operator vouches for (`skip_reset = true`)
+/// that Postgres does not find plain.
+pub(crate) fn report(config: &Config, client: &mut Client) -> Result<Vec<(bool, String)>, String> {
+    let mut out = Vec::new();
+    for (name, sql) in named_reads(config, true) {
+        let skip = config
+            .queries
+            .get(
+                name.trim_start_matches("queries.")
+                    .trim_end_matches(".batch_sql"),
+            )
+            .and_then(|q| q.skip_reset);
+        let verdict = analyse(client, &sql).map_err(|e| describe(&e))?;
+        out.push(match skip {
+            Some(false) => (
+                false,
+                format!("{name}: reset after every run (skip_reset = false)"),
+            ),
+            Some(true) if !verdict.plain() => (
+                true,
+                format!(
+                    "{name}: skip_reset = true, but Postgres does not find it plain ({}): \
+                     what it changes in the session stays for the next request on that \
+                     connection",
+                    verdict.describe()
+                ),
+            ),
+            Some(true) => (
+                false,
+                format!("{name}: no reset after a successful run (skip_reset = true)"),
+            ),
+            None => (false, format!("{name}: {}", verdict.describe())),
+        });
+    }
+    Ok(out)
+}
+
+/// One round of the background analysis: each pending read asked on a pooled session (of
+/// the role named reads run as). A session that fails leaves the rest for the next round.
+pub(crate) fn analyse_pending(pools: &Pools) {
+    let pending = pools.plain.pending();
+    for (name, sql) in pending {
+        let verdict = match with_session(pools, |s| {
+            analyse(&mut s.client, &sql).map_err(Failure::from)
+        }) {
+            Ok(v) => v,
+            Err(f) => {
+                tracing::debug!(error = %f.into_api(), "named reads not analysed yet");
+                return;
+            }
+        };
+        tracing::info!(query = %name, "{}", verdict.describe());
+        pools.plain.record(sql, verdict);
+    }
+}

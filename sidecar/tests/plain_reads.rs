@@ -1,0 +1,208 @@
+//! Named reads skip the session reset by default, only when Postgres finds them plain (every
+//! function they call, directly or through a view, immutable or stable), and keep it
+//! otherwise. The adversary is a careless operator: a named query that calls `set_config`,
+//! directly or hidden in a view, says nothing about the reset. Postgres judges: the setting
+//! must not reach the next request on the same session (`current_setting`), and a plain read
+//! stays prepared between requests (`pg_prepared_statements`, seen from the session itself).
+use ferry_testkit::{PgServer, RedisServer, SidecarProcess};
+use serde_json::{json, Value};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
+
+const CONFIG: &str = r#"
+# The observers, vouched for by the operator (no reset after them, whatever Postgres says).
+# What this session holds prepared from earlier requests (older than 200 ms).
+[queries.held]
+sql = """SELECT count(*)::int AS n FROM pg_prepared_statements
+          WHERE statement_timestamp() - prepare_time > interval '200 ms'"""
+skip_reset = true
+
+# A setting a careless read may have left on the session.
+[queries.left]
+sql = "SELECT coalesce(current_setting('ferry.leak', true), '') AS v"
+skip_reset = true
+
+# Says nothing, calls set_config: volatile, so reset after every run.
+[queries.sets]
+sql = "SELECT set_config('ferry.leak', 'direct', false) AS v"
+
+# Says nothing; the view it reads calls set_config (two views deep).
+[queries.through_view]
+sql = "SELECT v FROM leaky_outer"
+
+# Plain, but its operator asks for the reset.
+[queries.wants_reset]
+sql = "SELECT id FROM plain_items WHERE id = $1 AND id > 0"
+skip_reset = false
+
+# Vouched for by the operator, though Postgres finds a volatile function in it: a warning.
+[queries.vouched]
+sql = "SELECT pg_advisory_xact_lock(7) IS NULL AS v"
+skip_reset = true
+
+# Says nothing and is plain: the default skips the reset (sorts last: its verdict is the last
+# one the background analysis takes).
+[queries.zz_point]
+sql = "SELECT id, upper(name) AS name, now() IS NOT NULL AS t FROM plain_items WHERE id = $1"
+"#;
+
+const SCHEMA: &str = "
+CREATE TABLE plain_items (id int PRIMARY KEY, name text);
+INSERT INTO plain_items VALUES (1, 'one');
+CREATE VIEW leaky_inner AS SELECT set_config('ferry.leak', 'view', false) AS v;
+CREATE VIEW leaky_outer AS SELECT v FROM leaky_inner;
+GRANT SELECT ON plain_items, leaky_inner, leaky_outer TO ferry_app;
+";
+
+fn read(sidecar: &SidecarProcess, body: Value) -> Value {
+    let a = sidecar.client.query(body.clone());
+    assert_eq!(a.status, 200, "{body} -> {:?}", a.body);
+    a.body["rows"][0].clone()
+}
+
+fn config_file(dir: &tempfile::TempDir) -> String {
+    let file = dir.path().join("ferry.toml");
+    std::fs::write(&file, CONFIG).expect("write config");
+    file.to_str().expect("utf-8").to_string()
+}
+
+#[test]
+fn only_reads_postgres_finds_plain_skip_the_reset() {
+    let redis = RedisServer::start();
+    // Counting statements: how many resets Postgres ran is Postgres's to say.
+    let pg = PgServer::start_counting();
+    pg.setup_demo_schema(); // ferry_app, the request role
+    pg.client().batch_execute(SCHEMA).expect("schema");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = config_file(&dir);
+    // One worker with one event-loop session: every read below runs on the same session.
+    let env = [
+        ("FERRY_CONFIG", file.as_str()),
+        ("FERRY_SERVER_WORKERS", "1"),
+        ("FERRY_POSTGRES_POOL_SIZE", "2"),
+        ("FERRY_SERVER_READINESS_INTERVAL_MS", "3600000"),
+    ];
+    let sidecar = SidecarProcess::start(
+        BIN,
+        &redis.url(),
+        &pg.url_as("ferry_app"),
+        &env,
+        Stdio::null(),
+    );
+    let pause = || std::thread::sleep(Duration::from_millis(400));
+    let held = || read(&sidecar, json!({"query": "held"}))["n"].as_i64();
+    let point = || read(&sidecar, json!({"query": "zz_point", "params": [1]}));
+    let left = || read(&sidecar, json!({"query": "left"}))["v"].clone();
+
+    // The plain read, unmarked, stays prepared once its verdict is in: `held` (its own
+    // statement kept from its previous run) then sees two statements from earlier requests.
+    // While the verdict is not in, the plain read's reset drops both, and `held` sees none.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        held();
+        assert_eq!(point()["name"], "ONE");
+        pause();
+        if held() == Some(2) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a plain named read is still reset after it (held sees {:?})",
+            held()
+        );
+    }
+
+    // Then it runs with no reset at all (one more for the observer's, none for the reads').
+    let resets = pg.statements("DISCARD ALL");
+    for _ in 0..20 {
+        point();
+    }
+    assert_eq!(
+        pg.statements("DISCARD ALL"),
+        resets,
+        "plain reads were reset"
+    );
+
+    // A read that calls set_config, said nothing: reset after it, so the setting is gone
+    // before the next request on that session.
+    assert_eq!(read(&sidecar, json!({"query": "sets"}))["v"], "direct");
+    assert_eq!(
+        left(),
+        "",
+        "set_config from a named read outlived its request"
+    );
+    assert_eq!(
+        read(&sidecar, json!({"query": "through_view"}))["v"],
+        "view"
+    );
+    assert_eq!(left(), "", "set_config in a view outlived its request");
+
+    // The plain read whose operator asks for the reset: nothing it ran is kept.
+    held();
+    pause();
+    assert_eq!(
+        read(&sidecar, json!({"query": "wants_reset", "params": [1]}))["id"],
+        1
+    );
+    assert_eq!(held(), Some(0), "skip_reset = false was not reset after");
+
+    // Raw SQL is never spared, however plain.
+    held();
+    pause();
+    let raw = json!({"sql": "SELECT id FROM plain_items WHERE id = $1", "params": [1]});
+    assert_eq!(read(&sidecar, raw)["id"], 1);
+    assert_eq!(held(), Some(0), "raw SQL was not reset after");
+}
+
+#[test]
+fn check_config_says_what_postgres_found() {
+    let pg = PgServer::start();
+    pg.setup_demo_schema();
+    pg.client().batch_execute(SCHEMA).expect("schema");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = config_file(&dir);
+    let out = Command::new(BIN)
+        .args(["--check-config", "--config", &file])
+        .env_clear()
+        .env("FERRY_SECRET", ferry_testkit::SECRET)
+        .env("FERRY_DATABASE_URL", pg.url_as("ferry_app"))
+        .envs(ferry_testkit::process::roles_env(&pg.url_as("ferry_app")))
+        .output()
+        .expect("run binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.contains(&format!("queries.{name}:")))
+            .unwrap_or_else(|| panic!("no line for {name}: {stdout}"))
+            .to_string()
+    };
+    assert!(line("zz_point").contains("plain"), "{stdout}");
+    assert!(line("zz_point").contains("plain_items"), "{stdout}");
+    for careless in ["sets", "through_view"] {
+        let l = line(careless);
+        assert!(
+            l.contains("reset after every run") && l.contains("set_config(text,text,boolean)"),
+            "{l}"
+        );
+    }
+    assert!(
+        line("wants_reset").contains("skip_reset = false"),
+        "{stdout}"
+    );
+    // The operator vouches for `vouched`, which calls a volatile function: a warning; for
+    // `held`, which Postgres finds plain, none.
+    let vouched = line("vouched");
+    assert!(
+        vouched.starts_with("warning: ") && vouched.contains("pg_advisory_xact_lock(bigint)"),
+        "{vouched}"
+    );
+    assert!(line("held").contains("skip_reset = true") && !line("held").starts_with("warning"));
+}
