@@ -238,6 +238,24 @@ pub fn tree_cpu_ticks(pid: u32) -> u64 {
     children + at(&own, 11) + at(&own, 12) + at(&own, 13) + at(&own, 14)
 }
 
+/// `pid` and its children now (Postgres: the postmaster and its backends).
+pub fn tree_pids(pid: u32) -> Vec<u32> {
+    let mut out = vec![pid];
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if at(&stat_fields(&child.to_string()), 1) == u64::from(pid) {
+            out.push(child);
+        }
+    }
+    out
+}
+
 /// How many processes `pid` has as children now.
 pub fn child_count(pid: u32) -> usize {
     children(pid).len()

@@ -45,6 +45,9 @@ enum Which {
     Connections,
     /// Requests per second: Ferry vs webdis vs redis-benchmark; /v1/query vs pgbench -S.
     Throughput,
+    /// The same with the load generator (wrk, pgbench) on core 0 and the servers on core 1,
+    /// then unpinned: requests/s and each side's CPU per request.
+    Pinned,
     /// One client at 0 RTT, each path in turn (also part of `throughput`): a fixed number of
     /// requests, so a run under `valgrind --tool=callgrind` counts instructions per request.
     OneClient,
@@ -101,6 +104,7 @@ fn steps(which: Which) -> u64 {
         Which::Keys => 6,
         Which::Connections => 2,
         Which::Throughput => 10,
+        Which::Pinned => 14,
         Which::OneClient => 1,
         Which::Replay => 1,
         Which::Staleness => 2,
@@ -118,6 +122,7 @@ fn main() {
             Which::Keys,
             Which::Connections,
             Which::Throughput,
+            Which::Pinned,
             Which::Replay,
             Which::Staleness,
             Which::Scale,
@@ -255,6 +260,9 @@ fn main() {
                 Which::Throughput => {
                     scenarios::watch("throughput", pid, scenarios::throughput::run(&ctx, &plan))
                         .await
+                }
+                Which::Pinned => {
+                    scenarios::watch("pinned", pid, scenarios::pinned::run(&ctx, &plan)).await
                 }
                 Which::OneClient => {
                     scenarios::watch("one client", pid, scenarios::one_client::run(&ctx, &plan))

@@ -130,6 +130,37 @@ impl Report {
             }
             s.push('\n');
         }
+        let pinned: Vec<_> = self
+            .measurements
+            .iter()
+            .filter(|m| m.scenario == "pinned")
+            .collect();
+        if !pinned.is_empty() {
+            let _ = writeln!(
+                s,
+                "## pinned (wrk / pgbench on core 0; servers, Redis, Postgres on core 1), then unpinned\n"
+            );
+            let _ = writeln!(
+                s,
+                "| path | requests/s | errors | server CPU µs/req | Redis µs/req | Postgres µs/req | load generator µs/req |\n|---|---|---|---|---|---|---|"
+            );
+            for m in pinned {
+                let f = &m.figures;
+                let us = |k: &str| f[k].as_f64().map_or("-".to_string(), |v| format!("{v:.1}"));
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {} | {} | {} |",
+                    m.path,
+                    f["rps"],
+                    f["errors"],
+                    us("server_cpu_us"),
+                    us("redis_cpu_us"),
+                    us("postgres_cpu_us"),
+                    us("generator_cpu_us")
+                );
+            }
+            s.push('\n');
+        }
         for m in self.measurements.iter().filter(|m| m.scenario == "replay") {
             let f = &m.figures;
             let _ = writeln!(s, "## replay store at full signed load\n");

@@ -248,6 +248,59 @@ impl Report {
                 ))
             })(),
         );
+        // Pinned (wrk on core 0, every server on core 1): Ferry against its peers.
+        let pin = |path: &str, figure: &str| {
+            self.measurements
+                .iter()
+                .find(|m| {
+                    m.scenario == "pinned"
+                        && m.path.starts_with(path)
+                        && m.path.ends_with("[pinned]")
+                })?
+                .figures[figure]
+                .as_f64()
+        };
+        let over_webdis = |path: &str, times: f64, cpu: bool| {
+            let (f, w) = (pin(path, "rps")?, pin("cache GET: webdis", "rps")?);
+            let (fc, wc) = (
+                pin(path, "server_cpu_us")?,
+                pin("cache GET: webdis", "server_cpu_us")?,
+            );
+            Some((
+                f >= times * w && (!cpu || fc <= wc),
+                format!(
+                    "{f:.0} rps vs webdis {w:.0} ({:.2}x); server CPU {fc:.1} vs {wc:.1} µs per request",
+                    f / w
+                ),
+            ))
+        };
+        push(
+            "pinned: signed cache GET >= 1.25x webdis, server CPU per request <= webdis's",
+            over_webdis("cache GET: Ferry (/v1/cache", 1.25, true),
+        );
+        push(
+            "pinned: /v1/query hit >= 1.25x webdis, server CPU per request <= webdis's",
+            over_webdis("query: Ferry cached", 1.25, true),
+        );
+        push(
+            "pinned: Upstash-compatible GET >= 1.5x webdis",
+            over_webdis("cache GET: Ferry (Upstash", 1.5, false),
+        );
+        let of_pgbench_pinned = |path: &str, share: f64| {
+            let (f, p) = (pin(path, "rps")?, pin("query: pgbench", "rps")?);
+            Some((
+                f >= share * p,
+                format!("{f:.0} rps vs {p:.0} tps ({:.2}x)", f / p),
+            ))
+        };
+        push(
+            "pinned: uncached named query >= 0.6x pgbench -S",
+            of_pgbench_pinned("query: Ferry uncached named query", 0.6),
+        );
+        push(
+            "pinned: uncached raw SQL >= 0.35x pgbench -S",
+            of_pgbench_pinned("query: Ferry uncached (/v1/query", 0.35),
+        );
         push(
             "one client, 0 RTT: hit p50 <= webdis p50 + 0.05 ms, miss p50 <= floor + 0.1 ms",
             (|| {

@@ -4,6 +4,7 @@ pub mod connections;
 pub mod keys;
 pub mod one_client;
 pub mod open_connections;
+pub mod pinned;
 pub mod postgres;
 pub mod redis;
 pub mod replay;

@@ -133,7 +133,7 @@ fn cpu_ticks(pids: &[u32]) -> u64 {
 }
 
 /// Redis's own CPU seconds so far (user + system, from `INFO cpu`).
-async fn redis_cpu_s(ctx: &Ctx) -> Option<f64> {
+pub(crate) async fn redis_cpu_s(ctx: &Ctx) -> Option<f64> {
     let mut c = crate::resp::Conn::connect(ctx.redis_addr).await.ok()?;
     c.cmd(&[b"AUTH", ctx.redis_password.as_bytes()])
         .await
@@ -146,4 +146,17 @@ async fn redis_cpu_s(ctx: &Ctx) -> Option<f64> {
             .and_then(|v| v.trim().parse().ok())
     };
     Some(field("used_cpu_sys")? + field("used_cpu_user")?)
+}
+
+/// The bench's Redis's process id (`INFO server`), for `taskset`.
+pub(crate) async fn redis_pid(ctx: &Ctx) -> Option<u32> {
+    let mut c = crate::resp::Conn::connect(ctx.redis_addr).await.ok()?;
+    c.cmd(&[b"AUTH", ctx.redis_password.as_bytes()])
+        .await
+        .ok()?;
+    let info = c.cmd(&[b"INFO", b"server"]).await.ok()?;
+    String::from_utf8_lossy(&info)
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|v| v.trim().parse().ok())
 }
