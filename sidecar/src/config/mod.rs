@@ -5,7 +5,7 @@
 //! `FERRY_LISTEN`, `FERRY_REDIS_URL`, `FERRY_DATABASE_URL`, `FERRY_SECRET`.
 //! `deploy/ferry.toml` is the commented sample; keep it in step with this file.
 //!
-//! Here: the types and their defaults. `load.rs`: file and environment. `validate.rs`: the
+//! Here: the types and their defaults (`queries.rs`: named queries and keyspaces). `load.rs`: file and environment. `validate.rs`: the
 //! rules each key must keep. `secret.rs`: secrets that never print. `limits.rs`: the request
 //! bounds every handler checks with.
 
@@ -14,6 +14,7 @@ mod identity;
 mod limits;
 mod load;
 mod neon;
+mod queries;
 mod redis;
 mod reload;
 mod replicas;
@@ -26,6 +27,7 @@ pub use identity::{IdentityConfig, MAX_CLAIMS_BYTES};
 pub use limits::{Limits, ReadLimits, MAX_TAGS};
 pub use load::ConfigError;
 pub use neon::{NeonConfig, NeonToken};
+pub use queries::{Keyspace, NamedQuery};
 pub use redis::RedisConfig;
 pub use reload::{reload, Reloaded};
 pub use replicas::{ReplicaReads, ReplicasConfig};
@@ -53,69 +55,6 @@ pub struct Config {
     pub queries: BTreeMap<String, NamedQuery>,
     /// Keyspaces for keyed batch reads: `[keyspaces.NAME]`.
     pub keyspaces: BTreeMap<String, Keyspace>,
-}
-
-/// A statement the config names, with an optional default cache policy.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct NamedQuery {
-    pub sql: String,
-    /// Reads of this query are cached this long, in seconds, unless the request says otherwise.
-    #[serde(default)]
-    pub ttl_s: Option<u64>,
-    /// Stale-while-revalidate window after the TTL, in seconds.
-    #[serde(default)]
-    pub swr_s: Option<u64>,
-    /// Stale-if-error grace after the TTL, in seconds.
-    #[serde(default)]
-    pub stale_if_error_s: Option<u64>,
-    /// Tags its cached results carry.
-    #[serde(default)]
-    pub tags: Vec<String>,
-    /// Tables its results depend on: with `[changes]` on, any committed change to one of
-    /// them (from any writer) drops its cached results.
-    #[serde(default)]
-    pub tables: Vec<String>,
-    /// Whether the session is reset (`DISCARD ALL`) after a successful run of this read.
-    /// Unset (the default): skipped once Postgres has found the statement plain (every
-    /// function it calls, directly or through a view, immutable or stable: `statements::plain`),
-    /// which saves Postgres about a third of an uncached point read's CPU and keeps the
-    /// statement prepared on its session. `false`: always reset. `true`: skipped whatever
-    /// Postgres says (the operator vouches that the statement changes nothing in the session;
-    /// startup and `--check-config` warn when Postgres finds a volatile function in it). Runs
-    /// as an end user (`identity`), failed runs and raw SQL are reset all the same, and so is
-    /// every session a raw or other statement used before this one.
-    #[serde(default)]
-    pub skip_reset: Option<bool>,
-    /// Its batch form: the same read for many values of its one parameter at once, taking
-    /// them as an array in `$1` (`... WHERE id = ANY($1)`), each parameter's rows in the
-    /// order the statement itself gives them. With `batch_key`, the column each row carries
-    /// its parameter in. A batch's misses of this query then cost one statement
-    /// (`read::grouped`).
-    #[serde(default)]
-    pub batch_sql: Option<String>,
-    #[serde(default)]
-    pub batch_key: Option<String>,
-}
-
-/// Rows addressed by one key column, read many at a time.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Keyspace {
-    /// Takes the missing ids as an array in `$1`: `SELECT ... FROM items WHERE id = ANY($1)`.
-    pub sql: String,
-    /// The column whose value is the id (`id`).
-    pub key_column: String,
-    /// Seconds each row stays cached.
-    pub ttl_s: u64,
-    /// Tags every row of the keyspace carries (invalidate them all by tag).
-    #[serde(default)]
-    pub tags: Vec<String>,
-    /// The table the rows come from: with `[changes]` on, a change to row 7 drops the entry
-    /// `<keyspace>:7` (its `key_column` must be in the table's replica identity, e.g. the
-    /// primary key, or every change drops the whole keyspace).
-    #[serde(default)]
-    pub table: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -1,10 +1,11 @@
 //! Statements on Ferry's Postgres sessions. `class`: what kind of statement a caller sent,
 //! decided before it reaches Postgres. `pooled`: reads and writes on a pooled session (blocking,
-//! inside `Blocking::run`), with the checks every result passes. `on_loop`: plain reads on the
-//! worker's own event loop (`postgres::loop_session`). `transaction`: several statements in
-//! one call; `interactive`: a transaction held open across calls. `text`: statements with
-//! Postgres's own text output (Neon's `/sql`). `json` and `params`: values both ways. `plain`:
-//! which named reads Postgres says leave their session as they found it (no reset after them).
+//! inside `Blocking::run`). `on_loop`: plain reads on the worker's own event loop
+//! (`postgres::loop_session`). `rows`: parameters bound and rows decoded within the read
+//! limits, for both. `transaction`: several statements in one call; `interactive`: a
+//! transaction held open across calls. `text`: statements with Postgres's own text output
+//! (Neon's `/sql`). `json` and `params`: values both ways. `plain`: which named reads Postgres
+//! says leave their session as they found it (no reset after them).
 
 pub(crate) mod class;
 pub(crate) mod interactive;
@@ -13,5 +14,6 @@ pub(crate) mod on_loop;
 pub(crate) mod params;
 pub(crate) mod plain;
 pub(crate) mod pooled;
+pub(crate) mod rows;
 pub(crate) mod text;
 pub(crate) mod transaction;

@@ -1,5 +1,5 @@
 //! Plain reads on the event loop (`pg_async` sessions): the same statement check, parameter
-//! binding, one-round-trip statements, read limits and reset as `pooled::query`, without the hop to
+//! binding (`rows`), one-round-trip statements, read limits and reset as `pooled::query`, without the hop to
 //! the blocking pool, and the reset finished after the answer is on its way. Returns None when
 //! this worker has no session free; the caller then takes the pooled path.
 
@@ -13,7 +13,7 @@ use crate::store::postgres::identity::SessionIdentity;
 use crate::store::postgres::loop_session::{AsyncSession, Prepared};
 use crate::store::postgres::param_types::{self, ParamTypes};
 use crate::store::statements::class::{self, Route};
-use crate::store::statements::pooled::{self, RowBudget};
+use crate::store::statements::rows::{self, RowBudget};
 use ferry_shared::api::Row;
 use futures_util::StreamExt;
 use postgres_types::ToSql;
@@ -170,8 +170,8 @@ async fn run_prepared(
     limits: ReadLimits,
 ) -> Result<(Vec<Row>, Option<String>), Failure> {
     if let Some(stmt) = prepared.get(sql) {
-        let bound = pooled::bind(stmt.params(), params).map_err(Failure::Api)?;
-        match collect(client.query_raw(stmt, pooled::refs(&bound)).await, limits).await {
+        let bound = rows::bind(stmt.params(), params).map_err(Failure::Api)?;
+        match collect(client.query_raw(stmt, rows::refs(&bound)).await, limits).await {
             Err(Failure::Pg(e)) if param_types::stale_prepared(&e) => {
                 // A failed run all the same: what it left on the session goes first (and with
                 // it every statement prepared there).
@@ -184,9 +184,9 @@ async fn run_prepared(
         }
     }
     let stmt = client.prepare(sql).await?;
-    pooled::check_columns(&stmt)?;
-    let bound = pooled::bind(stmt.params(), params).map_err(Failure::Api)?;
-    let out = collect(client.query_raw(&stmt, pooled::refs(&bound)).await, limits).await;
+    rows::check_columns(&stmt)?;
+    let bound = rows::bind(stmt.params(), params).map_err(Failure::Api)?;
+    let out = collect(client.query_raw(&stmt, rows::refs(&bound)).await, limits).await;
     if out.is_ok() {
         prepared.insert(sql.into(), stmt);
     }
@@ -232,7 +232,7 @@ async fn read_on<'a>(
         );
     }
     if let Some(known) = types.get(sql) {
-        if let Ok(bound) = pooled::bind(&known, params) {
+        if let Ok(bound) = rows::bind(&known, params) {
             let typed = bound
                 .iter()
                 .zip(known.iter())
@@ -261,10 +261,10 @@ async fn read_on<'a>(
     }
     let slow = async {
         let stmt = client.prepare(sql).await?;
-        pooled::check_columns(&stmt)?;
-        let bound = pooled::bind(stmt.params(), params).map_err(Failure::Api)?;
+        rows::check_columns(&stmt)?;
+        let bound = rows::bind(stmt.params(), params).map_err(Failure::Api)?;
         types.remember(sql, stmt.params());
-        collect(client.query_raw(&stmt, pooled::refs(&bound)).await, limits).await
+        collect(client.query_raw(&stmt, rows::refs(&bound)).await, limits).await
     };
     (slow.await, None)
 }
@@ -311,7 +311,7 @@ async fn sent_behind<'a, A: Future>(first: A, reset: ResetFuture<'a>) -> (A::Out
     (out, sent)
 }
 
-/// Decodes rows as they arrive, within the read limits (see `pooled::read_rows`).
+/// Decodes rows as they arrive, within the read limits (see `rows::read_rows`).
 async fn collect(
     rows: Result<RowStream, tokio_postgres::Error>,
     limits: ReadLimits,

@@ -13,12 +13,11 @@ use crate::store::postgres::identity::SessionIdentity;
 use crate::store::postgres::param_types::{self, ParamTypes};
 use crate::store::postgres::PgSession;
 use crate::store::statements::class::{self, Route};
-use crate::store::statements::json::{self, Raw};
-use crate::store::statements::params::{self, TextParam};
+use crate::store::statements::rows::{bind, check_columns, read_rows, refs};
 use ferry_shared::api::Row;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{RowIter, Statement};
-use postgres_types::{ToSql, Type};
+use postgres_types::ToSql;
 use serde_json::Value;
 
 /// Runs a read and returns its rows as JSON objects. It runs in a read-only transaction (the
@@ -200,19 +199,6 @@ fn query_on(
     Ok(rows)
 }
 
-/// Refuses a statement whose result has a column type Ferry cannot put in JSON, before it runs.
-pub(in crate::store) fn check_columns(stmt: &Statement) -> Result<(), Failure> {
-    for col in stmt.columns() {
-        json::check_supported(col.type_()).map_err(|type_name| {
-            Failure::Api(ApiError::UnsupportedType {
-                column: col.name().to_string(),
-                type_name,
-            })
-        })?;
-    }
-    Ok(())
-}
-
 /// Readies the session for the retry after a failed try: begins a write's aborted transaction
 /// again, or resets a read's session that is not reset after it.
 type Restart<'a> = &'a mut dyn FnMut(&mut PgSession) -> Result<(), Failure>;
@@ -307,99 +293,4 @@ pub(in crate::store) fn run_prepared<T>(
     check(&stmt)?;
     let bound = bind(stmt.params(), params).map_err(Failure::Api)?;
     take(conn.query_raw(&stmt, refs(&bound))?)
-}
-
-/// Decodes rows as they arrive (the driver reads the socket only as fast as they are taken),
-/// so an oversized result is stopped before it is buffered: then the limit it passed is
-/// returned beside the rows so far.
-pub(in crate::store) fn read_rows(
-    rows: &mut RowIter<'_>,
-    limits: ReadLimits,
-) -> Result<(Vec<Row>, Option<String>), Failure> {
-    let mut budget = RowBudget::new(limits);
-    while let Some(row) = rows.next()? {
-        if let Some(limit) = budget.push(&row)? {
-            return Ok((budget.rows, Some(limit)));
-        }
-    }
-    Ok((budget.rows, None))
-}
-
-/// Rows decoded to JSON within the read limits, one at a time (both drivers' rows).
-pub(in crate::store) struct RowBudget {
-    pub rows: Vec<Row>,
-    limits: ReadLimits,
-    bytes: usize,
-}
-
-impl RowBudget {
-    pub(crate) fn new(limits: ReadLimits) -> Self {
-        RowBudget {
-            rows: Vec::new(),
-            limits,
-            bytes: 0,
-        }
-    }
-
-    /// Takes one more row; Some(the limit) when it would pass one (the row is not kept).
-    pub(crate) fn push(&mut self, row: &postgres::Row) -> Result<Option<String>, Failure> {
-        let limits = self.limits;
-        if self.rows.len() >= limits.max_rows {
-            return Ok(Some(format!(
-                "limits.max_read_rows ({} rows)",
-                limits.max_rows
-            )));
-        }
-        let mut obj = Row::new();
-        for (i, col) in row.columns().iter().enumerate() {
-            let raw: Raw = row.try_get(i).map_err(Failure::from)?;
-            self.bytes += col.name().len() + raw.0.map_or(4, <[u8]>::len) + 4;
-            let value = json::to_json(col.type_(), raw.0).map_err(|e| {
-                Failure::Api(match e {
-                    json::DecodeError::Unsupported(type_name) => ApiError::UnsupportedType {
-                        column: col.name().to_string(),
-                        type_name,
-                    },
-                    other => ApiError::internal(format!("column {}: {other}", col.name())),
-                })
-            })?;
-            obj.insert(col.name().to_string(), value);
-        }
-        if self.bytes > limits.max_bytes {
-            return Ok(Some(format!(
-                "limits.max_read_bytes ({} bytes)",
-                limits.max_bytes
-            )));
-        }
-        self.rows.push(obj);
-        Ok(None)
-    }
-}
-
-pub(in crate::store) fn bind(types: &[Type], params: &[Value]) -> Result<Vec<TextParam>, ApiError> {
-    if types.len() != params.len() {
-        return Err(ApiError::BadParams {
-            message: format!(
-                "the statement takes {} parameter(s), {} given",
-                types.len(),
-                params.len()
-            ),
-            pg_code: None,
-        });
-    }
-    params
-        .iter()
-        .zip(types)
-        .enumerate()
-        .map(|(i, (v, ty))| {
-            params::to_text(v, ty).map_err(|m| ApiError::BadParams {
-                message: format!("params[{i}] (${}, {}): {m}", i + 1, ty.name()),
-                pg_code: None,
-            })
-        })
-        .collect()
-}
-
-pub(in crate::store) fn refs(params: &[TextParam]) -> Vec<&(dyn ToSql + Sync)> {
-    params.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
 }
