@@ -30,6 +30,11 @@ struct Args {
     /// Validate the configuration, print what is wrong (naming the key) or "config ok", and exit.
     #[arg(long)]
     check_config: bool,
+
+    /// Print what Ferry would do with this read (what Postgres says it reads and calls,
+    /// whether it can be cached and stay fresh, on which tables), and exit.
+    #[arg(long, value_name = "SQL")]
+    explain_cache: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -45,6 +50,18 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(sql) = &args.explain_cache {
+        return match ferry_sidecar::startup::explain_cache(&config, sql) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("ferry-sidecar: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     // With [changes] on, a server or role that cannot stream stops the sidecar here, naming
     // what is missing; an unreachable Postgres does not (reads bypass until the stream runs).
     match ferry_sidecar::startup::check_change_stream(&config) {

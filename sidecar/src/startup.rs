@@ -31,3 +31,17 @@ pub fn named_reads(config: &Config) -> Result<Vec<(bool, String)>, String> {
     let mut client = crate::store::postgres::check_session(config)?;
     crate::store::statements::plain::report(config, &mut client)
 }
+
+/// What Ferry would do with the read `sql` (`--explain-cache`): what Postgres's own parse of
+/// it says it reads and calls, whether a named query of it skips the session reset, and
+/// whether it can be cached and stay fresh, on which tables. Asked on a session of
+/// `postgres.url`'s role, in a transaction rolled back. `Err`: not a read, or Postgres could
+/// not be asked.
+pub fn explain_cache(config: &Config, sql: &str) -> Result<String, String> {
+    use crate::store::statements::class::{check, Route};
+    check(sql, Route::Read).map_err(|e| e.to_string())?;
+    let mut client = crate::store::postgres::check_session(config)?;
+    let verdict = crate::store::postgres::analysis::analyse(&mut client, sql)
+        .map_err(|e| crate::store::postgres::failure::describe(&e))?;
+    Ok(crate::read::inferred::explain(&verdict, config))
+}

@@ -61,7 +61,7 @@ pub struct Pools {
     /// Parameter types of the statements seen, so repeated ones run in one round trip.
     pub param_types: ParamTypes,
     /// Which named reads are plain (no reset after a successful run), as Postgres said.
-    pub(crate) plain: crate::store::postgres::plain::Analyses,
+    pub(crate) plain: crate::store::postgres::analysis::Analyses,
     redis_size: u32,
     redis_cluster: bool,
     /// Whether `redis.pool_size` leaves a connection for fill wake-ups.

@@ -7,13 +7,13 @@
 //! `deadline`: a request's deadline cancels its statements; `failure`: Postgres errors as the
 //! caller sees them.
 
+pub(crate) mod analysis;
 pub(crate) mod deadline;
 pub(crate) mod failure;
 pub(crate) mod identity;
 pub(crate) mod loop_session;
 pub(crate) mod own_sessions;
 pub(crate) mod param_types;
-pub(crate) mod plain;
 pub(crate) mod roles;
 
 use crate::config::Config;

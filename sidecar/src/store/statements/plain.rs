@@ -1,13 +1,13 @@
 //! The named reads whose session need not be reset after them: which they are
 //! (`named_reads`), asked in the background (`analyse_pending`, at startup and after every
 //! reload) and reported (`report`: `--check-config`, the startup log). What Postgres says of one
-//! statement: `store::postgres::plain`.
+//! statement: `store::postgres::analysis`.
 
 use crate::config::Config;
 use crate::store::pools::session::with_session;
 use crate::store::pools::Pools;
+use crate::store::postgres::analysis::analyse;
 use crate::store::postgres::failure::{describe, Failure};
-use crate::store::postgres::plain::analyse;
 use crate::store::statements::class::{self, Route};
 use postgres::Client;
 

@@ -1,18 +1,20 @@
-//! Which named reads may skip the session reset, as Postgres itself says it.
+//! What a statement calls and reads, as Postgres's own parse of it says: the ground both for
+//! a named read that skips the session reset (`statements::plain`) and for a read cached
+//! with no tables named (`read::inferred`).
 //!
 //! A read changes its session only through a function it calls (`set_config`,
 //! `pg_advisory_lock`, `nextval`, a user's PL/pgSQL): statements that would change it themselves
-//! (SET, LISTEN, PREPARE, ...) are refused up front (`statements/class.rs`). Postgres marks every function
-//! immutable, stable or volatile, and only a volatile one may change anything. So a read whose
-//! every function, operator and aggregate, and every one of each view it reads (to any depth),
-//! is immutable or stable leaves its session as it found it: it is *plain*.
+//! (SET, LISTEN, PREPARE, ...) are refused up front (`statements/class.rs`). Postgres marks every
+//! function immutable, stable or volatile, and only a volatile one may change anything. A read
+//! whose result depends on nothing but its tables calls only immutable ones.
 //!
-//! What a statement calls is read from Postgres's own parse of it, never from its text: the
-//! statement becomes the body of a temporary SQL function (`BEGIN ATOMIC`, Postgres 14 and
+//! The statement becomes the body of a temporary SQL function (`BEGIN ATOMIC`, Postgres 14 and
 //! later) in a transaction that is rolled back. Postgres stores that body parsed
-//! (`pg_proc.prosqlbody`), as it stores each view's (`pg_rewrite.ev_action`), and those trees
-//! name every function by oid (`:funcid`, `:opfuncid`, `:aggfnoid`, `:winfnoid`); the views
-//! come from `pg_depend`. A statement Postgres cannot take as such a body is not plain.
+//! (`pg_proc.prosqlbody`), as it stores each view's (`pg_rewrite.ev_action`): those trees name
+//! every relation a statement reads (`:relid`, through CTEs, subqueries and joins) and every
+//! function, operator, aggregate and window function it calls (`:funcid`, `:opfuncid`,
+//! `:aggfnoid`, `:winfnoid`), by oid. The views among the relations are followed to any depth,
+//! system views included. A statement Postgres cannot take as such a body is not analysed.
 //!
 //! Verdicts are remembered by SQL text (`Analyses`), asked in the background at startup and
 //! after every reload (`statements::plain`): until a read's verdict is in, it is reset as any
@@ -26,11 +28,24 @@ use std::sync::Mutex;
 /// What Postgres said about one read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Analysis {
-    /// The volatile functions it calls (`set_config(text,text,boolean)`), directly or through
-    /// a view; empty for a plain read.
-    pub volatile: Vec<String>,
-    /// The relations it reads, directly or through a view (`items`, `public.post_view`).
-    pub relations: Vec<String>,
+    /// The functions it calls that are not immutable, directly or through a view, each with
+    /// its volatility (`s` stable, `v` volatile): `("now()", 's')`.
+    pub functions: Vec<(String, char)>,
+    /// The relations it reads, directly or through a view, as `schema.name`, each with its
+    /// kind (`pg_class.relkind`: `r` table, `p` partitioned table, `v` view, `m` materialized
+    /// view, `f` foreign table, ...).
+    pub relations: Vec<(String, char)>,
+}
+
+impl Analysis {
+    /// The volatile functions it calls: empty for a read that leaves its session as it found it.
+    pub(crate) fn volatile(&self) -> Vec<&str> {
+        self.functions
+            .iter()
+            .filter(|(_, v)| *v == 'v')
+            .map(|(f, _)| f.as_str())
+            .collect()
+    }
 }
 
 /// A read's verdict, or why there is none.
@@ -43,24 +58,25 @@ pub(crate) enum Verdict {
 
 impl Verdict {
     pub(crate) fn plain(&self) -> bool {
-        matches!(self, Verdict::Analysed(a) if a.volatile.is_empty())
+        matches!(self, Verdict::Analysed(a) if a.volatile().is_empty())
     }
 
     /// One line for the log and `--check-config`.
     pub(crate) fn describe(&self) -> String {
         match self {
-            Verdict::Analysed(a) if a.volatile.is_empty() => format!(
+            Verdict::Analysed(a) if a.volatile().is_empty() => format!(
                 "plain (every function it calls is immutable or stable; reads {}): no reset \
                  after a successful run",
                 if a.relations.is_empty() {
                     "no relation".to_string()
                 } else {
-                    a.relations.join(", ")
+                    let names: Vec<&str> = a.relations.iter().map(|(r, _)| r.as_str()).collect();
+                    names.join(", ")
                 }
             ),
             Verdict::Analysed(a) => format!(
                 "reset after every run: it calls volatile {}",
-                a.volatile.join(", ")
+                a.volatile().join(", ")
             ),
             Verdict::Unknown(why) => format!("reset after every run: not analysed ({why})"),
         }
@@ -142,52 +158,48 @@ pub(crate) fn analyse(client: &mut Client, sql: &str) -> Result<Verdict, postgre
     }
     let rows = tx.query(WHAT_IT_CALLS, &[])?;
     let mut analysis = Analysis {
-        volatile: Vec::new(),
+        functions: Vec::new(),
         relations: Vec::new(),
     };
     for row in rows {
-        let (kind, name): (&str, String) = (row.get(0), row.get(1));
-        match kind {
-            "volatile" => analysis.volatile.push(name),
-            _ => analysis.relations.push(name),
+        let (what, name, kind): (&str, String, String) = (row.get(0), row.get(1), row.get(2));
+        let kind = kind.chars().next().unwrap_or('?');
+        match what {
+            "function" => analysis.functions.push((name, kind)),
+            _ => analysis.relations.push((name, kind)),
         }
     }
     tx.rollback()?;
     Ok(Verdict::Analysed(analysis))
 }
 
-/// The probe's body and the views it reads, to any depth (a view's rule depends on what the
-/// view reads), then every function named in their parse trees: the volatile ones, and the
-/// relations.
+/// The relations named in the probe's parse tree, then in the rules of the views among them,
+/// to any depth; then every function named in those trees that is not immutable, and every
+/// relation, with its kind.
 const WHAT_IT_CALLS: &str = "
 WITH RECURSIVE probe AS (
   SELECT oid FROM pg_proc
    WHERE proname = 'ferry_plain_probe' AND pronamespace = pg_my_temp_schema()
-), objs(classid, objid) AS (
-  SELECT 'pg_proc'::regclass::oid, oid FROM probe
+), rels(oid) AS (
+  SELECT m[1]::oid FROM pg_proc p, regexp_matches(p.prosqlbody::text, ':relid (\\d+)', 'g') m
+   WHERE p.oid = (SELECT oid FROM probe)
   UNION
-  SELECT x.classid, x.objid FROM objs o CROSS JOIN LATERAL (
-    SELECT d.refclassid, d.refobjid FROM pg_depend d
-     WHERE d.classid = o.classid AND d.objid = o.objid AND d.deptype = 'n'
-       AND (o.classid = 'pg_rewrite'::regclass OR o.objid = (SELECT oid FROM probe))
-    UNION ALL
-    SELECT 'pg_rewrite'::regclass, r.oid FROM pg_rewrite r
-     WHERE o.classid = 'pg_class'::regclass AND r.ev_class = o.objid
-  ) x(classid, objid)
+  SELECT m[1]::oid FROM rels JOIN pg_rewrite r ON r.ev_class = rels.oid,
+         regexp_matches(r.ev_action::text, ':relid (\\d+)', 'g') m
 ), trees AS (
   SELECT prosqlbody::text AS t FROM pg_proc WHERE oid = (SELECT oid FROM probe)
   UNION ALL
-  SELECT r.ev_action::text FROM pg_rewrite r
-    JOIN objs o ON o.classid = 'pg_rewrite'::regclass AND o.objid = r.oid
+  SELECT r.ev_action::text FROM pg_rewrite r JOIN rels ON r.ev_class = rels.oid
 ), called AS (
   SELECT DISTINCT m[2]::oid AS fn
     FROM trees, regexp_matches(t, ':(funcid|opfuncid|aggfnoid|winfnoid) (\\d+)', 'g') m
 )
-SELECT 'volatile', p.oid::regprocedure::text FROM called JOIN pg_proc p ON p.oid = called.fn
- WHERE p.provolatile = 'v'
+SELECT 'function', p.oid::regprocedure::text, p.provolatile::text
+  FROM called JOIN pg_proc p ON p.oid = called.fn
+ WHERE p.provolatile <> 'i'
 UNION ALL
-SELECT 'relation', c.oid::regclass::text FROM objs
-  JOIN pg_class c ON objs.classid = 'pg_class'::regclass AND c.oid = objs.objid
+SELECT 'relation', n.nspname || '.' || c.relname, c.relkind::text
+  FROM rels JOIN pg_class c ON c.oid = rels.oid JOIN pg_namespace n ON n.oid = c.relnamespace
 ORDER BY 1, 2";
 
 /// A name as an SQL identifier, quoted.

@@ -1,0 +1,130 @@
+//! `ferry-sidecar --explain-cache 'SELECT ...'`: what a read depends on, from Postgres's own
+//! parse of it, and whether it can be cached and stay fresh. The adversary is a statement that
+//! hides what it reads or calls: a view over a view over a join, a CTE and subqueries, a
+//! stable or volatile function, a table the change stream does not watch, a system catalog, a
+//! materialized view, a view redefined to read another table. The binary against a real
+//! Postgres; what Postgres parsed judges, never the statement's text.
+use ferry_testkit::PgServer;
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
+
+const SCHEMA: &str = "
+CREATE TABLE posts (id int PRIMARY KEY, author_id int, title text);
+CREATE TABLE authors (id int PRIMARY KEY, name text);
+CREATE TABLE audit (id int);
+CREATE VIEW post_view AS SELECT p.id, p.title, a.name FROM posts p JOIN authors a ON a.id = p.author_id;
+CREATE VIEW author_page AS SELECT * FROM post_view;
+CREATE MATERIALIZED VIEW post_counts AS SELECT author_id, count(*) AS n FROM posts GROUP BY 1;
+GRANT SELECT ON ALL TABLES IN SCHEMA public TO ferry_app;
+";
+
+/// The explanation of `sql`, with the change stream watching posts and authors (or off).
+fn explain(pg: &PgServer, sql: &str, changes: bool) -> (i32, String) {
+    let out = Command::new(BIN)
+        .args(["--explain-cache", sql])
+        .env_clear()
+        .env("FERRY_SECRET", ferry_testkit::SECRET)
+        .env("FERRY_DATABASE_URL", pg.url_as("ferry_app"))
+        .envs(ferry_testkit::process::roles_env(&pg.url_as("ferry_app")))
+        .env(
+            "FERRY_CHANGES_ENABLED",
+            if changes { "true" } else { "false" },
+        )
+        .env("FERRY_CHANGES_TABLES", "posts,authors")
+        .output()
+        .expect("run binary");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn cache_line(text: &str) -> String {
+    text.lines()
+        .find(|l| l.starts_with("cache: "))
+        .unwrap_or_else(|| panic!("no cache line: {text}"))
+        .to_string()
+}
+
+#[test]
+fn dependencies_come_from_postgres_and_only_what_can_stay_fresh_is_cached() {
+    let pg = PgServer::start();
+    pg.setup_demo_schema();
+    pg.client().batch_execute(SCHEMA).expect("schema");
+    let fresh_on_both = "cache: inferred, fresh on writes to public.authors, public.posts";
+
+    // A view over a view over a join: both base tables, seen through two views.
+    let (code, text) = explain(&pg, "SELECT * FROM author_page WHERE id = $1", true);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(cache_line(&text), fresh_on_both, "{text}");
+    assert!(text.contains("public.post_view (view)"), "{text}");
+
+    // A CTE and subqueries: the tables inside them count.
+    let sql = "WITH recent AS (SELECT id FROM posts ORDER BY id DESC LIMIT 5) \
+               SELECT name FROM authors WHERE id IN \
+               (SELECT author_id FROM posts WHERE id IN (SELECT id FROM recent))";
+    assert_eq!(cache_line(&explain(&pg, sql, true).1), fresh_on_both);
+
+    // A join whose second table is the one that changes: it is a dependency too.
+    let sql = "SELECT p.title FROM posts p JOIN authors a ON a.id = p.author_id WHERE a.id = $1";
+    assert_eq!(cache_line(&explain(&pg, sql, true).1), fresh_on_both);
+
+    // Functions whose result changes with no write: never cached, the reason named.
+    let (_, text) = explain(
+        &pg,
+        "SELECT id FROM posts WHERE created_at_guard(now())",
+        true,
+    );
+    assert!(
+        text.contains("created_at_guard"),
+        "an unknown function must be named: {text}"
+    );
+    assert!(cache_line(&text).starts_with("cache: bypass"), "{text}");
+    let (_, text) = explain(&pg, "SELECT id, now() AS t FROM posts WHERE id = $1", true);
+    assert_eq!(
+        cache_line(&text),
+        "cache: bypass: it calls stable now(): its result can change with no write to any table"
+    );
+    let (_, text) = explain(&pg, "SELECT id FROM post_view WHERE random() < 0.5", true);
+    assert!(cache_line(&text).contains("volatile random()"), "{text}");
+    assert!(text.contains("session reset after it: yes"), "{text}");
+
+    // What the change stream does not see: an unwatched table, a system catalog, a
+    // materialized view.
+    let (_, text) = explain(&pg, "SELECT count(*) FROM audit", true);
+    assert!(cache_line(&text).contains("public.audit, which the change stream does not watch"));
+    let (_, text) = explain(&pg, "SELECT relname FROM pg_class WHERE oid = $1", true);
+    assert!(
+        cache_line(&text).contains("system catalog pg_catalog.pg_class"),
+        "{text}"
+    );
+    let (_, text) = explain(&pg, "SELECT n FROM post_counts WHERE author_id = $1", true);
+    assert!(
+        cache_line(&text).contains("materialized view public.post_counts"),
+        "{text}"
+    );
+
+    // The view redefined to read another table: the next analysis sees it.
+    pg.client()
+        .batch_execute(
+            "CREATE OR REPLACE VIEW post_view AS SELECT p.id, p.title, a.name FROM posts p \
+             JOIN authors a ON a.id = p.author_id WHERE p.id NOT IN (SELECT id FROM audit)",
+        )
+        .expect("redefine the view");
+    let (_, text) = explain(&pg, "SELECT * FROM author_page WHERE id = $1", true);
+    assert!(cache_line(&text).contains("public.audit"), "{text}");
+
+    // The change stream off: nothing can be kept fresh.
+    let (_, text) = explain(&pg, "SELECT title FROM posts WHERE id = $1", false);
+    assert!(
+        cache_line(&text).contains("the change stream is off"),
+        "{text}"
+    );
+
+    // Not a read: refused, as a read request would be.
+    let (code, text) = explain(&pg, "DELETE FROM posts", true);
+    assert_eq!(code, 2, "{text}");
+}
