@@ -120,8 +120,9 @@ impl AppState {
             ),
         );
         spawn_reaper(&background, Arc::downgrade(&transactions));
-        // Named reads skip the reset once Postgres finds them plain: asked now and after every
-        // reload, again every 2 s while Postgres cannot be asked.
+        // Named reads skip the reset once Postgres finds them plain: asked now, after every
+        // reload and every 10 s (a view or function redefined since), again every 2 s while
+        // Postgres cannot be asked.
         pools
             .plain
             .expect(crate::store::statements::plain::named_reads(&config, false));
@@ -134,6 +135,7 @@ impl AppState {
                 let Some(pools) = weak.upgrade() else {
                     return false;
                 };
+                pools.plain.again_every(Duration::from_secs(10));
                 crate::store::statements::plain::analyse_pending(&pools);
                 true
             },

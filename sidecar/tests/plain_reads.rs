@@ -206,3 +206,77 @@ fn check_config_says_what_postgres_found() {
     );
     assert!(line("held").contains("skip_reset = true") && !line("held").starts_with("warning"));
 }
+
+/// The view a plain named read reads is redefined to call `set_config` (by whoever owns it),
+/// with no reload: within the re-analysis period the read is reset again, and the setting
+/// stops reaching the next request.
+#[test]
+fn a_view_redefined_under_a_plain_read_is_seen_without_a_reload() {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    pg.setup_demo_schema();
+    pg.client().batch_execute(SCHEMA).expect("schema");
+    pg.client()
+        .batch_execute(
+            "CREATE VIEW changing AS SELECT id FROM plain_items; \
+             GRANT SELECT ON changing TO ferry_app",
+        )
+        .expect("view");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("ferry.toml");
+    let config = format!("{CONFIG}\n[queries.zzz_view]\nsql = \"SELECT * FROM changing\"\n");
+    std::fs::write(&file, config).expect("write config");
+    let file = file.to_str().expect("utf-8");
+    let env = [
+        ("FERRY_CONFIG", file),
+        ("FERRY_SERVER_WORKERS", "1"),
+        ("FERRY_POSTGRES_POOL_SIZE", "2"),
+        ("FERRY_SERVER_READINESS_INTERVAL_MS", "3600000"),
+    ];
+    let sidecar = SidecarProcess::start(
+        BIN,
+        &redis.url(),
+        &pg.url_as("ferry_app"),
+        &env,
+        Stdio::null(),
+    );
+    let held = || read(&sidecar, json!({"query": "held"}))["n"].as_i64();
+    let view = || read(&sidecar, json!({"query": "zzz_view"}));
+    let left = || read(&sidecar, json!({"query": "left"}))["v"].clone();
+    // Plain at first: it stays prepared (the observer sees it a request later).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        held();
+        view();
+        std::thread::sleep(Duration::from_millis(400));
+        if held() == Some(2) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the plain view read is still reset"
+        );
+    }
+    pg.client()
+        .batch_execute(
+            "CREATE OR REPLACE VIEW changing AS \
+             SELECT id, set_config('ferry.leak', 'redefined', false) AS v FROM plain_items",
+        )
+        .expect("redefine");
+    // Within the period (10 s, and a round of 2 s), the read is reset after every run again.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut clean_in_a_row = 0;
+    while clean_in_a_row < 3 {
+        assert_eq!(view()["v"], "redefined");
+        if left() == "" {
+            clean_in_a_row += 1;
+        } else {
+            clean_in_a_row = 0;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "set_config from a redefined view still reaches the next request"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

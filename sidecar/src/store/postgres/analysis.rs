@@ -16,14 +16,15 @@
 //! `:aggfnoid`, `:winfnoid`), by oid. The views among the relations are followed to any depth,
 //! system views included. A statement Postgres cannot take as such a body is not analysed.
 //!
-//! Verdicts are remembered by SQL text (`Analyses`), asked in the background at startup and
-//! after every reload (`statements::plain`): until a read's verdict is in, it is reset as any
-//! other.
+//! Named reads' verdicts are remembered by SQL text (`Analyses`), asked in the background at
+//! startup, after every reload and every 10 s (`statements::plain`): until a read's verdict is
+//! in, it is reset as any other.
 
 use crate::store::postgres::failure::describe;
 use postgres::Client;
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// What Postgres said about one read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,8 +93,12 @@ pub(crate) struct Analyses {
 #[derive(Default)]
 struct State {
     verdicts: HashMap<String, Verdict>,
-    /// Named reads whose verdict is still to be asked (startup, reload): (name, SQL).
+    /// The named reads to keep verdicts for: (name, SQL).
+    named: Vec<(String, String)>,
+    /// Those whose verdict is (again) still to be asked.
     pending: Vec<(String, String)>,
+    /// When every one of them was last put up to be asked.
+    asked_at: Option<Instant>,
 }
 
 impl Analyses {
@@ -107,7 +112,21 @@ impl Analyses {
     pub(crate) fn expect(&self, named: Vec<(String, String)>) {
         let mut s = self.lock();
         s.verdicts.clear();
-        s.pending = named;
+        s.pending = named.clone();
+        s.named = named;
+        s.asked_at = Some(Instant::now());
+    }
+
+    /// Puts every named read up to be asked again once `period` has passed since the last
+    /// time, keeping the verdicts until the new ones replace them: a function or view
+    /// redefined since (`CREATE OR REPLACE`, `ALTER FUNCTION ... VOLATILE`) is seen within
+    /// about `period`, with no reload.
+    pub(crate) fn again_every(&self, period: Duration) {
+        let mut s = self.lock();
+        if s.pending.is_empty() && s.asked_at.is_none_or(|t| t.elapsed() >= period) {
+            s.pending = s.named.clone();
+            s.asked_at = Some(Instant::now());
+        }
     }
 
     /// The reads still waiting for a verdict, as (name, SQL).
