@@ -336,15 +336,15 @@ fn anonymous_callers_can_only_read() {
     assert_eq!(w.status, 200, "{:?}", w.body);
 
     // /health under load: answered from the sidecar's readiness snapshot, not the pools.
-    let readiness = &stack.sidecar.state.readiness;
-    let (before, start) = (readiness.probes(), std::time::Instant::now());
+    let state = &stack.sidecar.state;
+    let (before, start) = (state.readiness_probes(), std::time::Instant::now());
     let healthy = c.block_on(async {
         let calls = (0..300).map(|_| c.send_raw("GET", "/health", Vec::new(), &[]));
         futures::future::join_all(calls).await
     });
     let took = start.elapsed();
     assert!(healthy.iter().all(|a| a.status == 200));
-    let probes = readiness.probes() - before;
+    let probes = state.readiness_probes() - before;
     println!("FIGURES /health x 300 in {took:?}: {probes} readiness probes");
     assert!(
         probes <= took.as_secs() + 2,

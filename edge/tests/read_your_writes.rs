@@ -33,7 +33,7 @@ fn a_write_position_goes_out_in_a_cookie_and_comes_back_with_the_next_read() {
     kit::wait_until(
         "the change stream",
         std::time::Duration::from_secs(30),
-        || sidecar.state.cache.freshness().serves(),
+        || sidecar.state.cache_serves(),
     );
     let edge = WranglerDev::start(&sidecar.base_url(), kit::SECRET, 5_000);
     let c = Client::new(&edge.url(), kit::SECRET);

@@ -10,14 +10,14 @@ use std::time::{Duration, Instant};
 
 /// What a task waits on between its rounds: the period, or the shutdown, whichever comes first.
 #[derive(Default)]
-pub struct Stop {
+pub(crate) struct Stop {
     stopped: Mutex<bool>,
     wake: Condvar,
 }
 
 impl Stop {
     /// Waits `period`; false once the sidecar is stopping (the task should return).
-    pub fn wait(&self, period: Duration) -> bool {
+    pub(crate) fn wait(&self, period: Duration) -> bool {
         let guard = self.stopped.lock().unwrap_or_else(|p| p.into_inner());
         let (stopped, _) = self
             .wake
@@ -27,14 +27,14 @@ impl Stop {
     }
 
     /// Whether the sidecar is stopping.
-    pub fn stopping(&self) -> bool {
+    pub(crate) fn stopping(&self) -> bool {
         *self.stopped.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 /// The running tasks.
 #[derive(Default)]
-pub struct Background {
+pub(crate) struct Background {
     stop: Arc<Stop>,
     running: Mutex<Vec<(&'static str, JoinHandle<()>)>>,
 }
@@ -42,7 +42,7 @@ pub struct Background {
 impl Background {
     /// Starts `body` on a thread named `name`; `what_if_not` says what is lost when the thread
     /// cannot be started (logged).
-    pub fn spawn(
+    pub(crate) fn spawn(
         &self,
         name: &'static str,
         what_if_not: &'static str,
@@ -60,7 +60,7 @@ impl Background {
 
     /// Runs `round` now and then every `period` until it returns false (what it serves is
     /// gone) or the sidecar stops.
-    pub fn every(
+    pub(crate) fn every(
         &self,
         name: &'static str,
         what_if_not: &'static str,
@@ -77,7 +77,7 @@ impl Background {
     }
 
     /// Asks every task to stop, and waits up to `within` for them; names those still running.
-    pub fn shutdown(&self, within: Duration) {
+    pub(crate) fn shutdown(&self, within: Duration) {
         *self.stop.stopped.lock().unwrap_or_else(|p| p.into_inner()) = true;
         self.stop.wake.notify_all();
         let deadline = Instant::now() + within;
@@ -94,8 +94,9 @@ impl Background {
         }
     }
 
-    /// The names of the tasks started.
-    pub fn names(&self) -> Vec<&'static str> {
+    /// The names of the tasks started (for tests).
+    #[cfg(test)]
+    fn names(&self) -> Vec<&'static str> {
         self.lock().iter().map(|(n, _)| *n).collect()
     }
 

@@ -212,7 +212,7 @@ async fn serve(config: Config, path: Option<PathBuf>, log: LogHandle) -> std::io
     let admin_listen = state.config().server.admin_listen.clone();
     if admin_listen.is_empty() {
         let result = main.await;
-        state.background.shutdown(std::time::Duration::from_secs(5));
+        state.shutdown_background(std::time::Duration::from_secs(5));
         return result;
     }
     let admin = bind(&admin_listen, "server.admin_listen")?;
@@ -225,8 +225,6 @@ async fn serve(config: Config, path: Option<PathBuf>, log: LogHandle) -> std::io
     let result = main.await;
     admin_handle.stop(true).await;
     let _ = admin_task.await;
-    background
-        .background
-        .shutdown(std::time::Duration::from_secs(5));
+    background.shutdown_background(std::time::Duration::from_secs(5));
     result
 }

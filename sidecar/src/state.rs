@@ -11,35 +11,37 @@ use crate::store::pools::Pools;
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
+/// Everything a request needs, shared by the workers. Its fields are the crate's own: tests
+/// and the binary see it through the methods below.
 pub struct AppState {
     /// Swapped whole on a reload (SIGHUP); read it with [`AppState::config`].
     config: RwLock<Arc<Config>>,
-    pub pools: Arc<Pools>,
-    pub cache: Arc<Cache>,
-    pub flights: Arc<Flights>,
-    pub verifier: Verifier,
+    pub(crate) pools: Arc<Pools>,
+    pub(crate) cache: Arc<Cache>,
+    pub(crate) flights: Arc<Flights>,
+    pub(crate) verifier: Verifier,
     /// The nonce stores every sidecar shares (`auth.replay`).
-    pub nonces: crate::store::coordination::nonces::SharedNonces,
-    pub blocking: Blocking,
-    pub readiness: Arc<crate::store::readiness::Readiness>,
+    pub(crate) nonces: crate::store::coordination::nonces::SharedNonces,
+    pub(crate) blocking: Blocking,
+    pub(crate) readiness: Arc<crate::store::readiness::Readiness>,
     /// Interactive transactions held open across requests (a reaper ends abandoned ones).
-    pub transactions: Arc<crate::store::statements::interactive::OpenTransactions>,
+    pub(crate) transactions: Arc<crate::store::statements::interactive::OpenTransactions>,
     /// The change stream's status (its consumer runs on a thread of its own).
-    pub changes: Arc<crate::changes::Status>,
+    pub(crate) changes: Arc<crate::changes::Status>,
     /// Redis's command table for the Upstash protocol, read on first use.
     upstash: std::sync::OnceLock<Arc<crate::upstash::Commands>>,
     /// The Upstash door's own connections to its Redis (`upstash::conns`).
-    pub upstash_conns: crate::upstash::conns::Conns,
+    pub(crate) upstash_conns: crate::upstash::conns::Conns,
     /// The script users' ACLs, as checked (`upstash::acl`).
-    pub upstash_acl: crate::upstash::acl::Checked,
+    pub(crate) upstash_acl: crate::upstash::acl::Checked,
     /// End users' signing keys (`identity.jwks_url`), for the Neon driver's `authToken`.
-    pub end_users: crate::http::end_user::EndUsers,
+    pub(crate) end_users: crate::http::end_user::EndUsers,
     /// Every background task, stopped together at shutdown (`background`).
-    pub background: crate::background::Background,
+    pub(crate) background: crate::background::Background,
     /// Streaming replicas for plain reads (`[replicas]`), and the positions writes return.
-    pub replicas: Arc<crate::store::replicas::Replicas>,
+    pub(crate) replicas: Arc<crate::store::replicas::Replicas>,
     /// The read engine's handles (the same pools, cache, flights and blocking rule).
-    pub reads: crate::read::Reads,
+    pub(crate) reads: crate::read::Reads,
 }
 
 impl AppState {
@@ -293,6 +295,38 @@ impl AppState {
         };
         let commands = Arc::new(crate::upstash::Commands::from_reply(&reply));
         Ok(self.upstash.get_or_init(|| commands).clone())
+    }
+
+    /// Connections the Redis pool holds now (open, idle or in use).
+    pub fn redis_pool_connections(&self) -> u32 {
+        self.pools.redis.state().connections
+    }
+
+    /// Reads that joined another's fill instead of querying Postgres themselves, so far.
+    pub fn flights_joined(&self) -> u64 {
+        self.flights.joined()
+    }
+
+    /// Invalidations waiting for Redis (kept, retried; reads bypass the cache meanwhile).
+    pub fn pending_invalidations(&self) -> usize {
+        self.cache.pending_count()
+    }
+
+    /// Whether cached reads are served now, as far as the change stream's freshness gate says
+    /// (`store/cache/freshness.rs`): false while it is catching up or lagging.
+    pub fn cache_serves(&self) -> bool {
+        self.cache.freshness().serves()
+    }
+
+    /// Readiness probes made so far (each checks out one Redis and one Postgres connection;
+    /// `/readyz` answers from the latest).
+    pub fn readiness_probes(&self) -> u64 {
+        self.readiness.probes()
+    }
+
+    /// Asks every background task to stop, and waits up to `within` for them.
+    pub fn shutdown_background(&self, within: Duration) {
+        self.background.shutdown(within);
     }
 
     /// The configuration in force (a snapshot: a reload does not change it under a request).

@@ -101,6 +101,5 @@ fn three_hundred_concurrent_requests_stay_within_the_pools() {
         pg_peak >= 1 && redis_peak >= 1,
         "the sampler saw the pools in use"
     );
-    let state = &stack.sidecar.state.pools;
-    assert!(state.redis.state().connections <= REDIS_POOL);
+    assert!(stack.sidecar.state.redis_pool_connections() <= REDIS_POOL);
 }

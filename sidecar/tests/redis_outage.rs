@@ -59,7 +59,7 @@ fn redis_killed_then_restarted() {
     stack.redis.restart();
     // The pool reconnects by itself (no sidecar restart) and hits resume.
     read_until_hit(c, 1, "while down", Duration::from_secs(5));
-    assert_eq!(stack.sidecar.state.cache.pending_count(), 0);
+    assert_eq!(stack.sidecar.state.pending_invalidations(), 0);
     let r = c.query(json!({"sql": "SELECT 1 AS one", "cache": {"ttl_s": 5}}));
     assert_eq!(r.body["cache"], "miss");
 }
@@ -89,7 +89,7 @@ fn deferred_invalidation_reaches_a_redis_that_kept_its_data() {
     stack.redis.resume();
     let reads = read_until_hit(c, 11, "new name", Duration::from_secs(10));
     assert!(reads >= 1);
-    assert_eq!(stack.sidecar.state.cache.pending_count(), 0);
+    assert_eq!(stack.sidecar.state.pending_invalidations(), 0);
 }
 
 #[test]

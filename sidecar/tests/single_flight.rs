@@ -30,7 +30,7 @@ fn five_hundred_identical_misses_run_one_query() {
     assert_eq!(stack.pg.reads(), 1, "exactly one query ran on Postgres");
     // Every answer carries the one result.
     assert!(answers.iter().all(|a| a.body["rows"][0]["n"] == 1));
-    let shared = stack.sidecar.state.flights.joined();
+    let shared = stack.sidecar.state.flights_joined();
     println!("500 concurrent identical misses: 1 postgres query, {shared} requests shared it");
     assert!(shared >= 1);
     // Now cached.

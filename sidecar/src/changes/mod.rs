@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 
 /// This sidecar's part in the stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     Off,
     Starting,
     Follower,
@@ -37,7 +37,7 @@ pub enum Role {
 }
 
 impl Role {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Role::Off => "off",
             Role::Starting => "starting",
@@ -48,7 +48,7 @@ impl Role {
 }
 
 /// What /readyz and /metrics report about the stream.
-pub struct Status {
+pub(crate) struct Status {
     role: AtomicU8,
     /// WAL bytes the slot holds back; -1 until measured (the leader measures it).
     slot_lag_bytes: AtomicI64,
@@ -75,7 +75,7 @@ impl Status {
         s
     }
 
-    pub fn role(&self) -> Role {
+    pub(crate) fn role(&self) -> Role {
         match self.role.load(Ordering::Relaxed) {
             1 => Role::Starting,
             2 => Role::Follower,
@@ -122,7 +122,7 @@ impl Status {
     }
 
     /// Prometheus lines for the stream (with the watermark's age from the cache's gate).
-    pub fn render(&self, cache: &Cache, out: &mut String) {
+    pub(crate) fn render(&self, cache: &Cache, out: &mut String) {
         let role = self.role();
         let _ = writeln!(
             out,

@@ -14,12 +14,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Who signed a request: a digest of the secret that matched (stable across reloads, naming
 /// no secret), for what must stay with its caller; and its nonce, for the shared stores.
 #[derive(Debug, Clone)]
-pub struct Signer {
+pub(crate) struct Signer {
     pub credential: String,
     pub nonce: Seen,
 }
 
-pub struct Verifier {
+pub(crate) struct Verifier {
     /// Replaced whole on a reload (`set_secrets`): a secret taken out is refused from then on.
     keys: std::sync::RwLock<std::sync::Arc<Keys>>,
     max_skew_s: u64,
@@ -78,7 +78,7 @@ impl Keys {
 }
 
 impl Verifier {
-    pub fn new(
+    pub(crate) fn new(
         secrets: Vec<Vec<u8>>,
         max_skew_s: u64,
         body_limit: usize,
@@ -93,20 +93,9 @@ impl Verifier {
         }
     }
 
-    /// Reads the body (bounded in size and time) and checks the request's signature over it.
-    /// Returns the body only if the request is authentic, fresh and not a replay.
-    pub async fn authenticate(
-        &self,
-        req: &HttpRequest,
-        payload: web::Payload,
-    ) -> Result<Bytes, ApiError> {
-        self.authenticate_as(req, payload)
-            .await
-            .map(|(body, _)| body)
-    }
-
-    /// The same, with who signed it.
-    pub async fn authenticate_as(
+    /// Reads the body (bounded in size and time) and checks the request's signature over it:
+    /// the body and who signed it, only if the request is authentic, fresh and not a replay.
+    pub(crate) async fn authenticate_as(
         &self,
         req: &HttpRequest,
         payload: web::Payload,
@@ -152,13 +141,13 @@ impl Verifier {
     }
 
     /// The secrets accepted from now on (a reload).
-    pub fn set_secrets(&self, secrets: Vec<Vec<u8>>) {
+    pub(crate) fn set_secrets(&self, secrets: Vec<Vec<u8>>) {
         *self.keys.write().unwrap_or_else(|p| p.into_inner()) =
             std::sync::Arc::new(Keys::new(secrets));
     }
 
     /// The body, within `server.body_limit_bytes` and the body deadline.
-    pub async fn read_body(
+    pub(crate) async fn read_body(
         &self,
         req: &HttpRequest,
         payload: web::Payload,
@@ -195,9 +184,5 @@ impl Verifier {
         tokio::time::timeout(self.body_timeout, read)
             .await
             .map_err(|_| ApiError::bad_request("the body was not received in time"))?
-    }
-
-    pub fn nonces(&self) -> &NonceStore {
-        &self.nonces
     }
 }

@@ -25,7 +25,7 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// made-up `kid`s, or a provider that is down, cause one fetch per `REFETCH_AFTER`, not one
 /// per request).
 #[derive(Default)]
-pub struct EndUsers {
+pub(crate) struct EndUsers {
     keys: Mutex<Option<Fetched>>,
     tried: Mutex<Option<(String, Instant)>>,
 }
@@ -39,7 +39,7 @@ struct Fetched {
 impl EndUsers {
     /// The identity of the request's bearer token; None without an `Authorization` header.
     /// A token that does not check out is refused (401 `unauthorized`, saying why).
-    pub async fn identity(
+    pub(crate) async fn identity(
         &self,
         authorization: Option<&str>,
         config: &Config,

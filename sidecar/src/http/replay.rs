@@ -16,7 +16,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-pub struct NonceStore {
+pub(crate) struct NonceStore {
     /// A ring of per-second buckets; two timestamps inside the window never share a slot.
     buckets: Vec<Mutex<Bucket>>,
     max_skew_s: u64,
@@ -31,7 +31,7 @@ struct Bucket {
 }
 
 impl NonceStore {
-    pub fn new(max_skew_s: u64) -> Self {
+    pub(crate) fn new(max_skew_s: u64) -> Self {
         // Timestamps from now - skew to now + skew are accepted: 2 * skew + 1 seconds, plus one
         // slot for the second being dropped.
         let slots = 2 * max_skew_s as usize + 2;
@@ -50,7 +50,7 @@ impl NonceStore {
 
     /// Records `nonce` (signed with `timestamp`, already checked to be within the window of
     /// `now_s`); refuses one already recorded. Returns it for the shared stores.
-    pub fn check_and_insert(
+    pub(crate) fn check_and_insert(
         &self,
         nonce: &str,
         timestamp: u64,
@@ -97,16 +97,13 @@ impl NonceStore {
         drop(old);
     }
 
-    /// Nonces remembered right now (walks the ring: for metrics and tests, not the hot path).
-    pub fn len(&self) -> usize {
+    /// Nonces remembered right now (walks the ring: for tests, not the hot path).
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.buckets
             .iter()
             .map(|b| b.lock().map(|b| b.seen.len()).unwrap_or(0))
             .sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 /// What a flight produced: the rows, and whether they were too large to cache.
 #[derive(Debug)]
-pub struct Fetched {
+pub(crate) struct Fetched {
     pub rows: Vec<Row>,
     pub too_large: bool,
 }
@@ -33,7 +33,7 @@ struct Flight {
 }
 
 #[derive(Default)]
-pub struct Flights {
+pub(crate) struct Flights {
     map: Mutex<HashMap<String, Flight>>,
     next_id: AtomicU64,
     /// Requests that waited on another's query instead of running their own.
@@ -49,7 +49,7 @@ impl Flights {
     /// `identity` is everything the result depends on (key, statement, parameters, tags), so
     /// reads that differ in any of them never share rows; `key` and `tags` are what
     /// invalidation names.
-    pub async fn run<F, Fut>(
+    pub(crate) async fn run<F, Fut>(
         self: &Arc<Self>,
         identity: &str,
         key: &str,
@@ -78,8 +78,13 @@ impl Flights {
 
     /// Starts `work` for `key` unless a flight for it is already running; does not wait.
     /// Used by stale-while-revalidate, so one refresh runs however many reads see it stale.
-    pub fn start<F, Fut>(self: &Arc<Self>, identity: &str, key: &str, tags: &[String], work: F)
-    where
+    pub(crate) fn start<F, Fut>(
+        self: &Arc<Self>,
+        identity: &str,
+        key: &str,
+        tags: &[String],
+        work: F,
+    ) where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Fetched, ApiError>> + 'static,
     {
@@ -134,7 +139,7 @@ impl Flights {
 
     /// Forgets the flights of these keys and tags: later reads start fresh ones. Those already
     /// waiting keep theirs (they started before the write was acknowledged).
-    pub fn forget(&self, keys: &[String], tags: &[String]) {
+    pub(crate) fn forget(&self, keys: &[String], tags: &[String]) {
         if keys.is_empty() && tags.is_empty() {
             return;
         }
@@ -143,7 +148,7 @@ impl Flights {
     }
 
     /// How many requests shared another request's query so far.
-    pub fn joined(&self) -> u64 {
+    pub(crate) fn joined(&self) -> u64 {
         self.joined.load(Ordering::Relaxed)
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 /// What the engine works with: the pools, the cache, the single flights and the rule for
 /// blocking work. Cheap to clone (shared handles).
 #[derive(Clone)]
-pub struct Reads {
+pub(crate) struct Reads {
     pub pools: Arc<Pools>,
     pub cache: Arc<Cache>,
     pub flights: Arc<Flights>,

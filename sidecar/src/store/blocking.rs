@@ -11,13 +11,13 @@ use tokio::sync::Semaphore;
 /// Postgres statements the job is running are cancelled: `store::postgres::deadline`). The job keeps its
 /// in-flight slot until it ends, so the bound holds.
 #[derive(Clone)]
-pub struct Blocking {
+pub(crate) struct Blocking {
     slots: Arc<Semaphore>,
     timeout: Duration,
 }
 
 impl Blocking {
-    pub fn new(max_in_flight: usize, timeout: Duration) -> Self {
+    pub(crate) fn new(max_in_flight: usize, timeout: Duration) -> Self {
         Blocking {
             slots: Arc::new(Semaphore::new(max_in_flight)),
             timeout,
@@ -25,13 +25,13 @@ impl Blocking {
     }
 
     /// How long a job's answer is awaited (the request deadline).
-    pub fn timeout(&self) -> Duration {
+    pub(crate) fn timeout(&self) -> Duration {
         self.timeout
     }
 
     /// An in-flight slot for work done on the event loop instead (the same bound, the same
     /// 503 when it is full); held until dropped.
-    pub fn admit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+    pub(crate) fn admit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
         self.slots
             .clone()
             .try_acquire_owned()
@@ -40,7 +40,7 @@ impl Blocking {
             })
     }
 
-    pub async fn run<T, F>(&self, f: F) -> Result<T, ApiError>
+    pub(crate) async fn run<T, F>(&self, f: F) -> Result<T, ApiError>
     where
         F: FnOnce() -> Result<T, ApiError> + Send + 'static,
         T: Send + 'static,

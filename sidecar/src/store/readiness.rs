@@ -8,13 +8,13 @@ use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub redis: bool,
     pub postgres: bool,
 }
 
 #[derive(Default)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     /// None until the first probe has finished (reported as not ready).
     last: RwLock<Option<Snapshot>>,
     probes: AtomicU64,
@@ -29,17 +29,17 @@ const SETTINGS_EVERY: Duration = Duration::from_secs(5);
 
 impl Readiness {
     /// The latest probe's result.
-    pub fn snapshot(&self) -> Option<Snapshot> {
+    pub(crate) fn snapshot(&self) -> Option<Snapshot> {
         *self.last.read().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Settings the login role or the database carry (`name=value`), as last probed.
     /// Probes made so far (each checks out one Redis and one Postgres connection).
-    pub fn probes(&self) -> u64 {
+    pub(crate) fn probes(&self) -> u64 {
         self.probes.load(Ordering::Relaxed)
     }
 
-    /// Settings the login role or the database carry (`name=value`), as last probed.
-    pub fn role_settings(&self) -> Vec<String> {
+    pub(crate) fn role_settings(&self) -> Vec<String> {
         self.role_settings
             .read()
             .unwrap_or_else(|p| p.into_inner())

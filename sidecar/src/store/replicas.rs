@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 /// A metric: its name, its help text, and its value for one replica.
 type Series = (&'static str, &'static str, fn(&Replica) -> String);
 
-pub struct Replicas {
+pub(crate) struct Replicas {
     list: Vec<Replica>,
     reads: ReplicaReads,
     max_lag: Duration,
@@ -44,7 +44,7 @@ pub struct Replicas {
 }
 
 /// One replica: its pool and what the latest check saw.
-pub struct Replica {
+pub(crate) struct Replica {
     pool: Option<PgPool>,
     /// Whether its sessions are Ferry's own (a pooler in between keeps it out of use for good).
     own: OwnSessions,
@@ -61,7 +61,7 @@ pub struct Replica {
 
 impl Replicas {
     /// The replicas' pools (connecting lazily: a replica down at startup is only out of use).
-    pub fn new(config: &Config) -> Result<Replicas, ApiError> {
+    pub(crate) fn new(config: &Config) -> Result<Replicas, ApiError> {
         let r = &config.replicas;
         let mut list = Vec::new();
         for url in &r.urls {
@@ -104,13 +104,13 @@ impl Replicas {
     }
 
     /// How long a read or a check waits for a replica's session: a few checks' time.
-    pub fn wait(&self) -> Duration {
+    pub(crate) fn wait(&self) -> Duration {
         (self.poll * 4).max(Duration::from_millis(200))
     }
 
     /// The replica a plain read may go to, or None for the primary: one in use whose replay
     /// was seen past `after`; without `after`, one in use only with `replicas.reads = "any"`.
-    pub fn pick(&self, after: Option<Position>) -> Option<&Replica> {
+    pub(crate) fn pick(&self, after: Option<Position>) -> Option<&Replica> {
         if self.list.is_empty() || (after.is_none() && self.reads != ReplicaReads::Any) {
             return None;
         }
@@ -124,12 +124,12 @@ impl Replicas {
     }
 
     /// A read a replica failed went to the primary.
-    pub fn fell_back(&self) {
+    pub(crate) fn fell_back(&self) {
         self.fallbacks.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The replicas' part of `/metrics` (nothing without replicas).
-    pub fn render(&self, out: &mut String) {
+    pub(crate) fn render(&self, out: &mut String) {
         use std::fmt::Write as _;
         if self.list.is_empty() {
             return;
@@ -171,7 +171,7 @@ impl Replicas {
     }
 
     /// Checks every replica now, then every `poll_ms` until the replicas are dropped.
-    pub fn spawn_monitor(
+    pub(crate) fn spawn_monitor(
         self: &Arc<Self>,
         background: &crate::background::Background,
         pools: Weak<crate::store::pools::Pools>,
@@ -278,7 +278,7 @@ impl Replica {
 
     /// A pooled session on this replica, waiting at most `wait` (a replica that went down is
     /// skipped for the primary, not waited for).
-    pub fn get(&self, wait: Duration) -> Result<PgConn, ApiError> {
+    pub(crate) fn get(&self, wait: Duration) -> Result<PgConn, ApiError> {
         let pool = self
             .pool
             .as_ref()
@@ -290,12 +290,12 @@ impl Replica {
             .and_then(PgConn::checked_out)
     }
 
-    pub fn served(&self) {
+    pub(crate) fn served(&self) {
         self.reads.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Out of use until the next check finds it well (a read on it failed).
-    pub fn failed(&self) {
+    pub(crate) fn failed(&self) {
         self.usable.store(false, Ordering::Release);
     }
 }
@@ -326,7 +326,10 @@ impl Replicas {
     /// replicas or the change stream (no read would use it), or when the primary does not
     /// say: the write stands, and a read without a position goes to the primary (unless
     /// `replicas.reads = "any"`).
-    pub fn position_after_write(&self, pools: &crate::store::pools::Pools) -> Option<Position> {
+    pub(crate) fn position_after_write(
+        &self,
+        pools: &crate::store::pools::Pools,
+    ) -> Option<Position> {
         if !self.positions {
             return None;
         }

@@ -57,7 +57,7 @@ const FORBIDDEN: [&[&str]; 23] = [
 
 /// Verdicts so far, by user and namespace (two tokens may share a user, not a namespace).
 #[derive(Default)]
-pub struct Checked {
+pub(crate) struct Checked {
     verdicts: Mutex<HashMap<(String, String), Result<(), String>>>,
 }
 
@@ -66,13 +66,18 @@ impl Checked {
         self.verdicts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn forget_all(&self) {
+    pub(crate) fn forget_all(&self) {
         self.lock().clear();
     }
 
     /// Ok if `user`'s ACL keeps it to `namespace` (asked once; an unreachable Redis is asked
     /// again next time). Err: why its scripts are refused.
-    pub async fn verdict(&self, conns: &Conns, user: &str, namespace: &str) -> Result<(), String> {
+    pub(crate) async fn verdict(
+        &self,
+        conns: &Conns,
+        user: &str,
+        namespace: &str,
+    ) -> Result<(), String> {
         let key = (user.to_string(), namespace.to_string());
         if let Some(v) = self.lock().get(&key) {
             return v.clone();

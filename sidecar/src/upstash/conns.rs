@@ -45,7 +45,7 @@ pub(crate) struct Conn {
 
 /// Why an exchange failed.
 #[derive(Debug, thiserror::Error)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// The caller asked for a reply past `limits.max_read_bytes`.
     #[error("the reply is larger than limits.max_read_bytes ({0} bytes)")]
     TooLarge(usize),
@@ -57,7 +57,7 @@ pub enum Fault {
     Lost(String),
 }
 
-pub struct Conns {
+pub(crate) struct Conns {
     target: Option<Target>,
     slots: Arc<Semaphore>,
     idle: Mutex<HashMap<String, Vec<Conn>>>,
@@ -66,7 +66,7 @@ pub struct Conns {
 impl Conns {
     /// For `config` (None target when the URL cannot be used: every exchange is then refused
     /// as unavailable; `state::check` names the key at startup).
-    pub fn new(config: &Config) -> Conns {
+    pub(crate) fn new(config: &Config) -> Conns {
         Conns {
             target: target(config).ok(),
             slots: Arc::new(Semaphore::new(config.upstash.pool_size.max(1))),
@@ -78,7 +78,7 @@ impl Conns {
     /// replies within `budget` bytes, all of it within `deadline`. `repeatable`: nothing in
     /// them writes, so on a kept connection Redis had closed meanwhile (its idle `timeout`, a
     /// restart) they are sent once more on a new one.
-    pub async fn exchange(
+    pub(crate) async fn exchange(
         &self,
         user: Option<(&str, &str)>,
         commands: &[&[Vec<u8>]],
@@ -151,7 +151,7 @@ impl Conns {
     }
 
     /// Forgets every idle connection (a reload may have changed the script users' passwords).
-    pub fn forget_all(&self) {
+    pub(crate) fn forget_all(&self) {
         self.lock().clear();
     }
 

@@ -25,7 +25,7 @@ const COLUMNS: &str = "(id bigserial PRIMARY KEY, kind text NOT NULL, name text 
 
 impl Cache {
     /// Keeps deferred invalidations in `table` as well as in memory.
-    pub fn keep_deferred_in(mut self, table: String) -> Cache {
+    pub(crate) fn keep_deferred_in(mut self, table: String) -> Cache {
         self.deferred_table = Some(table);
         self
     }
@@ -63,7 +63,7 @@ impl Cache {
 
     /// Applies what the table holds, a chunk at a time, while Redis takes it. Returns how many
     /// rows were applied.
-    pub fn flush_deferred_table(&self, pools: &Pools) -> usize {
+    pub(crate) fn flush_deferred_table(&self, pools: &Pools) -> usize {
         let Some(table) = &self.deferred_table else {
             return 0;
         };

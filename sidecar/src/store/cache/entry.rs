@@ -28,7 +28,7 @@ pub(super) struct Entry {
     pub rows: Vec<Row>,
 }
 
-pub enum Lookup {
+pub(crate) enum Lookup {
     /// Fresh in Redis.
     Hit {
         rows: Vec<Row>,
@@ -55,7 +55,7 @@ impl Lookup {
     /// TTL (past it, within its stale-while-revalidate: served and refreshed; past that, a
     /// miss, its stale-if-error copy only within its own grace), whatever TTL the reader that
     /// filled the entry asked for. Else a 30-day fill would answer a reader that asked for 10 s.
-    pub fn within(self, p: &super::EntryPolicy) -> Lookup {
+    pub(crate) fn within(self, p: &super::EntryPolicy) -> Lookup {
         let ttl = p.ttl_s.saturating_mul(1000);
         let swr = ttl.saturating_add(p.swr_s.saturating_mul(1000));
         let grace = ttl.saturating_add(p.stale_if_error_s.saturating_mul(1000));

@@ -42,7 +42,7 @@ if ARGV[2] > at then redis.call('SET', KEYS[2], ARGV[2]) end
 return 1";
 
 #[derive(Debug, Default)]
-pub struct Freshness {
+pub(crate) struct Freshness {
     /// None: the change stream is off and the gate always opens.
     watch: Option<Watch>,
 }
@@ -58,7 +58,7 @@ struct Watch {
 
 /// What /readyz and /metrics say about the stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamState {
+pub(crate) enum StreamState {
     Off,
     /// No watermark newer than this sidecar's start yet: replaying what it missed.
     CatchingUp,
@@ -68,7 +68,7 @@ pub enum StreamState {
 }
 
 impl StreamState {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             StreamState::Off => "off",
             StreamState::CatchingUp => "catching_up",
@@ -79,7 +79,7 @@ impl StreamState {
 }
 
 impl Freshness {
-    pub fn watching(max_lag_ms: u64) -> Freshness {
+    pub(crate) fn watching(max_lag_ms: u64) -> Freshness {
         Freshness {
             watch: Some(Watch {
                 started_ms: super::now_ms(),
@@ -91,7 +91,7 @@ impl Freshness {
     }
 
     /// The stream's state, and how old the watermark is in milliseconds.
-    pub fn state(&self) -> (StreamState, Option<u64>) {
+    pub(crate) fn state(&self) -> (StreamState, Option<u64>) {
         let Some(w) = &self.watch else {
             return (StreamState::Off, None);
         };
@@ -111,13 +111,13 @@ impl Freshness {
     }
 
     /// Whether cached rows may be served: the stream is off, or caught up within the bound.
-    pub fn serves(&self) -> bool {
+    pub(crate) fn serves(&self) -> bool {
         matches!(self.state().0, StreamState::Off | StreamState::CaughtUp)
     }
 
     /// Whether every commit up to `after` has been invalidated (always, with the stream off:
     /// then the writes' own invalidations keep the cache fresh).
-    pub fn covers(&self, after: Option<ferry_shared::api::Position>) -> bool {
+    pub(crate) fn covers(&self, after: Option<ferry_shared::api::Position>) -> bool {
         match (&self.watch, after) {
             (Some(w), Some(p)) => w.watermark_at.load(Ordering::Acquire) >= p.0,
             _ => true,
@@ -136,18 +136,23 @@ impl Freshness {
 
 impl Cache {
     /// Turns the freshness gate on (the change stream is enabled).
-    pub fn watch_changes(mut self, max_lag_ms: u64) -> Cache {
+    pub(crate) fn watch_changes(mut self, max_lag_ms: u64) -> Cache {
         self.freshness = Freshness::watching(max_lag_ms);
         self
     }
 
-    pub fn freshness(&self) -> &Freshness {
+    pub(crate) fn freshness(&self) -> &Freshness {
         &self.freshness
     }
 
     /// The consumer's mark: every commit before `mark_ms`, and before `at` in the WAL, is
     /// invalidated. Shared through Redis.
-    pub fn publish_watermark(&self, pools: &Pools, mark_ms: u64, at: u64) -> Result<(), String> {
+    pub(crate) fn publish_watermark(
+        &self,
+        pools: &Pools,
+        mark_ms: u64,
+        at: u64,
+    ) -> Result<(), String> {
         let mut conn = pools.redis_conn().map_err(|e| e.to_string())?;
         redis::Script::new(SET_MAX)
             .key(format!("{}{WATERMARK_KEY}", self.prefix))
@@ -161,7 +166,7 @@ impl Cache {
     }
 
     /// Reads the shared watermark (every sidecar, consumer or not, polls it).
-    pub fn refresh_watermark(&self, pools: &Pools) -> Result<(), String> {
+    pub(crate) fn refresh_watermark(&self, pools: &Pools) -> Result<(), String> {
         let mut conn = pools.redis_conn().map_err(|e| e.to_string())?;
         let (mark, at): (Option<u64>, Option<String>) = redis::cmd("MGET")
             .arg(format!("{}{WATERMARK_KEY}", self.prefix))
@@ -179,7 +184,7 @@ impl Cache {
 impl Cache {
     /// The watched tables' definitions as the last consumer saw them (a new consumer compares,
     /// so DDL while no sidecar consumed still drops what depends on the table).
-    pub fn stored_definitions(
+    pub(crate) fn stored_definitions(
         &self,
         pools: &Pools,
     ) -> Result<std::collections::BTreeMap<String, String>, String> {
@@ -190,7 +195,7 @@ impl Cache {
             .map_err(|e| e.to_string())
     }
 
-    pub fn store_definitions(
+    pub(crate) fn store_definitions(
         &self,
         pools: &Pools,
         defs: &std::collections::BTreeMap<String, String>,

@@ -8,7 +8,7 @@ use ferry_shared::api::InvalidationStatus;
 impl Cache {
     /// Invalidates entries by key and by tag after a write committed. If Redis cannot be
     /// reached they are kept and retried (see the module docs), and the answer says `deferred`.
-    pub fn invalidate(
+    pub(crate) fn invalidate(
         &self,
         pools: &Pools,
         keys: &[String],
@@ -94,7 +94,7 @@ impl Cache {
     /// slot is not confirmed until this succeeds): tags and the epoch first, then the keys, a
     /// MULTI per `FLUSH_CHUNK`, all in one pipeline write per chunk. Err: nothing is known to
     /// be applied; the caller retries the whole set (applying twice is harmless).
-    pub fn invalidate_changes(
+    pub(crate) fn invalidate_changes(
         &self,
         pools: &Pools,
         keys: &[String],
@@ -120,7 +120,7 @@ impl Cache {
     }
 
     /// Applies pending invalidations, a chunk at a time; called periodically in the background.
-    pub fn flush_pending(&self, pools: &Pools) {
+    pub(crate) fn flush_pending(&self, pools: &Pools) {
         loop {
             let chunk = self.pending().chunk(FLUSH_CHUNK);
             if chunk.is_empty() {
@@ -145,7 +145,7 @@ impl Cache {
     }
 
     /// Keys and tags waiting for Redis (the whole-cache mark counts as one).
-    pub fn pending_count(&self) -> usize {
+    pub(crate) fn pending_count(&self) -> usize {
         self.pending().len()
     }
 }

@@ -23,7 +23,7 @@ pub(super) struct Prepared<'a> {
 impl Cache {
     /// Looks up many entries in one Redis round trip on a pooled connection (blocking).
     /// Answers in the order of `probes`.
-    pub fn lookup_many(&self, pools: &Pools, probes: &[Probe<'_>]) -> Vec<Lookup> {
+    pub(crate) fn lookup_many(&self, pools: &Pools, probes: &[Probe<'_>]) -> Vec<Lookup> {
         let Some(prepared) = self.prepare_lookup(pools, probes, |_| ()) else {
             return bypass(probes);
         };
@@ -38,7 +38,7 @@ impl Cache {
     /// this worker has none, so the caller takes the pooled path. A replay check given rides
     /// in front of the lookup (one message to Redis); its verdict comes back when it was sent
     /// and the pipeline answered.
-    pub async fn lookup_many_async(
+    pub(crate) async fn lookup_many_async(
         &self,
         pools: &Pools,
         probes: &[Probe<'_>],
@@ -94,7 +94,7 @@ impl Cache {
     /// None when they cannot go together (a cluster keeps the lease and the entry on different
     /// nodes, which order nothing between them; no multiplexed connection here; the cache not
     /// usable now): the caller then sends the lease, and looks up after its answer.
-    pub async fn lookup_behind(
+    pub(crate) async fn lookup_behind(
         &self,
         pools: &Pools,
         probe: &Probe<'_>,

@@ -81,7 +81,7 @@ const FLUSH_CHUNK: usize = 500;
 
 /// How long an entry lives and what it is tagged with.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EntryPolicy {
+pub(crate) struct EntryPolicy {
     pub ttl_s: u64,
     pub swr_s: u64,
     pub stale_if_error_s: u64,
@@ -91,7 +91,7 @@ pub struct EntryPolicy {
 /// version is a real token: the lookup creates the ones that did not exist, so "absent" is
 /// never a version a write-back can match after an eviction.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Observed {
+pub(crate) struct Observed {
     /// The Redis key of the entry (key and statement fingerprint).
     entry_key: String,
     version: String,
@@ -99,7 +99,7 @@ pub struct Observed {
 }
 
 /// One lookup to make: the entry's key, its statement's fingerprint, the tags the read carries.
-pub struct Probe<'a> {
+pub(crate) struct Probe<'a> {
     pub key: &'a str,
     pub fingerprint: &'a str,
     pub tags: &'a [String],
@@ -107,7 +107,7 @@ pub struct Probe<'a> {
 
 /// What a write-back did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stored {
+pub(crate) enum Stored {
     Written,
     /// Larger than `cache.max_entry_bytes`: answered but not cached.
     TooLarge,
@@ -115,7 +115,7 @@ pub enum Stored {
     NotWritten,
 }
 
-pub struct Cache {
+pub(crate) struct Cache {
     prefix: String,
     /// How long a key version outlives its last replacement, in seconds. It must outlast the
     /// longest read in flight (bounded by the request timeout), or that read could write back.
@@ -175,7 +175,7 @@ fn hex_string(bytes: &[u8]) -> String {
 }
 
 impl Cache {
-    pub fn new(
+    pub(crate) fn new(
         prefix: &str,
         request_timeout_s: u64,
         max_entry_bytes: usize,
@@ -195,13 +195,13 @@ impl Cache {
     }
 
     /// Empty results are kept at most `s` seconds (`cache.negative_ttl_s`).
-    pub fn negative_ttl(mut self, s: u64) -> Cache {
+    pub(crate) fn negative_ttl(mut self, s: u64) -> Cache {
         self.negative_ttl_s = s;
         self
     }
 
     /// Keys for a Redis Cluster (see `slot_tag`), and invalidations that wait for replicas.
-    pub fn on_cluster(mut self, wait_replicas: u32, wait_ms: u64) -> Cache {
+    pub(crate) fn on_cluster(mut self, wait_replicas: u32, wait_ms: u64) -> Cache {
         self.cluster = Some((wait_replicas, wait_ms));
         self
     }
@@ -220,14 +220,14 @@ impl Cache {
     }
 
     /// The hash of a statement and its parameters (hex SHA-256).
-    pub fn fingerprint(sql: &str, params: &[Value]) -> String {
+    pub(crate) fn fingerprint(sql: &str, params: &[Value]) -> String {
         Cache::fingerprint_in(&[], sql, params)
     }
 
     /// The hash of a statement and its parameters within a scope: who it ran as, and in
     /// what output format. Each part goes in with its length first, so no statement text can
     /// make one read hash as a read of another scope.
-    pub fn fingerprint_in(scope: &[&str], sql: &str, params: &[Value]) -> String {
+    pub(crate) fn fingerprint_in(scope: &[&str], sql: &str, params: &[Value]) -> String {
         let mut h = Sha256::new();
         h.update((scope.len() as u64).to_le_bytes());
         for part in scope.iter().copied().chain([sql]) {
@@ -241,7 +241,7 @@ impl Cache {
     }
 
     /// The entry's key as callers name it: theirs, or `sha256:` and the fingerprint.
-    pub fn logical_key(fingerprint: &str, explicit: Option<&str>) -> String {
+    pub(crate) fn logical_key(fingerprint: &str, explicit: Option<&str>) -> String {
         match explicit {
             Some(k) => k.to_string(),
             None => format!("{HASH_KEY_PREFIX}{fingerprint}"),
@@ -280,7 +280,7 @@ impl Cache {
         }
     }
 
-    pub fn plain_key(&self, key: &str) -> String {
+    pub(crate) fn plain_key(&self, key: &str) -> String {
         format!("{}k:{key}", self.prefix)
     }
 
@@ -291,7 +291,7 @@ impl Cache {
 
     /// Whether reads may use Redis right now: it is up, no invalidation waits for it, and
     /// the change stream (when on) has caught up within its bound.
-    pub fn usable(&self, pools: &Pools) -> bool {
+    pub(crate) fn usable(&self, pools: &Pools) -> bool {
         pools.redis_available() && self.pending().is_empty() && self.freshness.serves()
     }
 }

@@ -24,7 +24,7 @@ return 1
 impl Cache {
     /// Writes a freshly read result back, unless an invalidation ran since `observed` was read.
     /// Redis failures only cost a future miss, so they are logged, not returned.
-    pub fn store(
+    pub(crate) fn store(
         &self,
         pools: &Pools,
         key: &str,
@@ -39,7 +39,7 @@ impl Cache {
     }
 
     /// Writes many results back in one pipeline (see [`Cache::store`]).
-    pub fn store_many(
+    pub(crate) fn store_many(
         &self,
         pools: &Pools,
         items: &[(&str, &Observed, &[Row])],
@@ -58,7 +58,7 @@ impl Cache {
 
     /// [`Cache::store`] on this worker's multiplexed connection (no thread hop); None when
     /// this worker has none, so the caller takes the pooled path.
-    pub async fn store_async(
+    pub(crate) async fn store_async(
         &self,
         pools: &Pools,
         key: &str,

@@ -47,7 +47,7 @@ static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
     )
 });
 
-pub struct Leases {
+pub(crate) struct Leases {
     /// False without a connection for wake-ups: misses are then not shared across sidecars
     /// (a waiter would sleep until its wait ran out).
     enabled: bool,
@@ -58,7 +58,7 @@ pub struct Leases {
 }
 
 /// What trying a lease gave.
-pub enum Lease {
+pub(crate) enum Lease {
     /// This sidecar fills; release it when done.
     Held { key: String, token: String },
     /// Another sidecar fills: wait on it.
@@ -69,7 +69,7 @@ pub enum Lease {
 
 /// A lease asked for, not yet sent: its `SET NX PX` goes out on its own ([`Attempt::send`]) or
 /// in front of other commands ([`Attempt::add_to`], then [`Attempt::settle`] with its reply).
-pub struct Attempt {
+pub(crate) struct Attempt {
     key: String,
     token: String,
     waiter: Waiter,
@@ -77,7 +77,7 @@ pub struct Attempt {
 
 impl Attempt {
     /// Adds the lease's `SET NX PX` to `pipe`.
-    pub fn add_to(&self, pipe: &mut redis::Pipeline) {
+    pub(crate) fn add_to(&self, pipe: &mut redis::Pipeline) {
         pipe.cmd("SET")
             .arg(&self.key)
             .arg(&self.token)
@@ -87,7 +87,7 @@ impl Attempt {
     }
 
     /// Sends the `SET` on its own.
-    pub async fn send(self, pools: &Pools) -> Lease {
+    pub(crate) async fn send(self, pools: &Pools) -> Lease {
         let Ok(Some(mut conn)) = pools.redis_async().await else {
             return Lease::Unavailable;
         };
@@ -105,7 +105,7 @@ impl Attempt {
 
     /// What the `SET`'s reply means: OK, ours; nil, another sidecar's; anything else (an
     /// error, no reply) leaves the fill without a lease.
-    pub fn settle(self, reply: Option<redis::Value>) -> Lease {
+    pub(crate) fn settle(self, reply: Option<redis::Value>) -> Lease {
         match reply {
             Some(redis::Value::Okay) => Lease::Held {
                 key: self.key,
@@ -120,14 +120,14 @@ impl Attempt {
     }
 }
 
-pub struct Waiter {
+pub(crate) struct Waiter {
     key: String,
     rx: watch::Receiver<bool>,
     leases: Arc<Leases>,
 }
 
 impl Leases {
-    pub fn new(prefix: &str, enabled: bool) -> Arc<Leases> {
+    pub(crate) fn new(prefix: &str, enabled: bool) -> Arc<Leases> {
         Arc::new(Leases {
             enabled,
             prefix: prefix.to_string(),
@@ -137,7 +137,7 @@ impl Leases {
     }
 
     /// Whether misses are shared across sidecars (a connection is set aside for wake-ups).
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.enabled
     }
 
@@ -147,7 +147,7 @@ impl Leases {
 
     /// The lease of the read `identity` (`CachePlan::flight_identity`), ready to send (None
     /// when misses are not shared).
-    pub fn attempt(self: &Arc<Self>, identity: &str) -> Option<Attempt> {
+    pub(crate) fn attempt(self: &Arc<Self>, identity: &str) -> Option<Attempt> {
         if !self.enabled {
             return None;
         }
@@ -169,7 +169,7 @@ impl Leases {
     }
 
     /// Keeps the lease while the fill runs (never returns: drop it when the fill is done).
-    pub async fn renew(&self, pools: &Pools, key: &str, token: &str) {
+    pub(crate) async fn renew(&self, pools: &Pools, key: &str, token: &str) {
         loop {
             tokio::time::sleep(RENEW_EVERY).await;
             if let Ok(Some(mut conn)) = pools.redis_async().await {
@@ -187,7 +187,7 @@ impl Leases {
     }
 
     /// Whether someone holds the lease `key` now (an error counts as no: fill ourselves).
-    pub async fn held(&self, pools: &Pools, key: &str) -> bool {
+    pub(crate) async fn held(&self, pools: &Pools, key: &str) -> bool {
         let Ok(Some(mut conn)) = pools.redis_async().await else {
             return false;
         };
@@ -199,7 +199,7 @@ impl Leases {
     }
 
     /// Ends a fill (done or failed): deletes the lease if still ours and wakes every waiter.
-    pub async fn release(&self, pools: &Pools, key: &str, token: &str) {
+    pub(crate) async fn release(&self, pools: &Pools, key: &str, token: &str) {
         let Ok(Some(mut conn)) = pools.redis_async().await else {
             return;
         };
@@ -223,7 +223,7 @@ impl Leases {
 
     /// The subscriber: one connection of its own, reconnecting after failures, until the
     /// leases go.
-    pub fn spawn_listener(
+    pub(crate) fn spawn_listener(
         self: &Arc<Self>,
         background: &crate::background::Background,
         clients: Vec<redis::Client>,
@@ -290,7 +290,7 @@ fn listen(
 impl Waiter {
     /// Waits for the holder's fill, at most `most`: woken by its release, or, about once a
     /// second, finding the lease gone (its holder died and the lease lapsed). True when woken.
-    pub async fn wait(mut self, pools: &Pools, most: Duration) -> bool {
+    pub(crate) async fn wait(mut self, pools: &Pools, most: Duration) -> bool {
         let until = tokio::time::Instant::now() + most;
         loop {
             let left = until.saturating_duration_since(tokio::time::Instant::now());

@@ -40,7 +40,7 @@ impl<E: std::fmt::Display> r2d2::HandleError<E> for LogErrors {
     }
 }
 
-pub struct Pools {
+pub(crate) struct Pools {
     pub redis: RedisPool,
     /// Multiplexed connections, one per worker, for commands run on the event loop.
     redis_async: AsyncRedis,
@@ -80,7 +80,7 @@ pub struct Pools {
 impl Pools {
     /// Builds both pools without waiting for Redis or Postgres to answer: the sidecar starts
     /// (and reports not ready) while they are down, and connects when they come up.
-    pub fn new(config: &Config) -> Result<Pools, ApiError> {
+    pub(crate) fn new(config: &Config) -> Result<Pools, ApiError> {
         let r = &config.redis;
         let client = store_client(r).map_err(ApiError::internal)?;
         let redis_generation = Arc::new(AtomicU64::new(0));
@@ -199,7 +199,7 @@ impl Pools {
     }
 
     /// (open, idle) Postgres connections: the r2d2 pool's and the workers' sessions.
-    pub fn pg_state(&self) -> (u32, u32) {
+    pub(crate) fn pg_state(&self) -> (u32, u32) {
         let (pooled_open, pooled_idle) = self
             .pg
             .as_ref()
@@ -214,16 +214,16 @@ impl Pools {
 
     /// How many sessions the r2d2 pool holds at most: how many dead ones a restart of
     /// Postgres can leave in it.
-    pub fn pg_pooled_size(&self) -> u32 {
+    pub(crate) fn pg_pooled_size(&self) -> u32 {
         self.pg_pooled
     }
 
     /// How many event-loop sessions each worker holds at most (the same, for its share).
-    pub fn pg_share(&self) -> usize {
+    pub(crate) fn pg_share(&self) -> usize {
         self.pg_async.per_worker()
     }
 
-    pub fn sizes(&self) -> (u32, u32) {
+    pub(crate) fn sizes(&self) -> (u32, u32) {
         (self.redis_size, self.pg_size)
     }
 }

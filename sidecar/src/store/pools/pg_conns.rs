@@ -10,7 +10,7 @@ use std::time::Instant;
 
 /// A pooled Postgres session, watched by the deadline of the job that holds it
 /// (`store::postgres::deadline`): past it, its statement is cancelled and the session closed, not pooled.
-pub struct PgConn {
+pub(crate) struct PgConn {
     inner: r2d2::PooledConnection<PgManager>,
     watched: Option<crate::store::postgres::deadline::Watched>,
 }
@@ -30,7 +30,7 @@ impl PgConn {
 
     /// Watched by the current job's deadline from now on (an interactive transaction's
     /// statements each run under their own request's). Err: that deadline has passed.
-    pub fn watch_here(&mut self) -> Result<(), ApiError> {
+    pub(crate) fn watch_here(&mut self) -> Result<(), ApiError> {
         self.release();
         match crate::store::postgres::deadline::watch(&self.inner.client, &self.inner.tls) {
             Ok(w) => {
@@ -82,7 +82,10 @@ impl Pools {
     /// uses `pg_conn`, so every connection of `postgres.pool_size` serves reads). With both
     /// in use it waits for one of its share, up to the checkout timeout.
     /// `keep_prepared`: for a `skip_reset` run only, which may find its statement prepared.
-    pub async fn pg_session(&self, keep_prepared: bool) -> Result<Option<AsyncSession>, ApiError> {
+    pub(crate) async fn pg_session(
+        &self,
+        keep_prepared: bool,
+    ) -> Result<Option<AsyncSession>, ApiError> {
         self.own_sessions.gate()?;
         let pooled_has_room = || {
             self.pg.as_ref().is_some_and(|p| {
@@ -110,7 +113,10 @@ impl Pools {
     /// A session of this worker's share, waiting for one up to the checkout timeout (then 503
     /// `overloaded`): for work that needs the async driver (`/sql` streams its text rows).
     /// `role`: a Neon token's `postgres_url`, for a session of its role (None: `postgres.url`).
-    pub async fn pg_session_here(&self, role: Option<&str>) -> Result<AsyncSession, ApiError> {
+    pub(crate) async fn pg_session_here(
+        &self,
+        role: Option<&str>,
+    ) -> Result<AsyncSession, ApiError> {
         self.own_sessions.gate()?;
         let sessions = match role {
             None => &self.pg_async,
@@ -137,12 +143,12 @@ impl Pools {
     /// A Postgres connection. A timeout with every connection in use is overload (503
     /// `overloaded`); a timeout with free slots means connecting failed (503
     /// `database_unavailable`).
-    pub fn pg_conn(&self) -> Result<PgConn, ApiError> {
+    pub(crate) fn pg_conn(&self) -> Result<PgConn, ApiError> {
         self.pg_conn_keeping(false)
     }
 
     /// [`Pools::pg_conn`]; `keep_prepared` for a `skip_reset` read only (see `pg_session`).
-    pub fn pg_conn_keeping(&self, keep_prepared: bool) -> Result<PgConn, ApiError> {
+    pub(crate) fn pg_conn_keeping(&self, keep_prepared: bool) -> Result<PgConn, ApiError> {
         self.own_sessions.gate()?;
         let pool = self
             .pg
@@ -173,18 +179,18 @@ impl Pools {
     }
 
     /// Whether a Neon token's role (its `postgres_url`) has sessions here.
-    pub fn has_neon_role(&self, url: &str) -> bool {
+    pub(crate) fn has_neon_role(&self, url: &str) -> bool {
         self.neon.contains_key(url)
     }
 
     /// Whether Ferry's own role has sessions of its own (`postgres.owner_url`).
-    pub fn has_owner_pool(&self) -> bool {
+    pub(crate) fn has_owner_pool(&self) -> bool {
         self.owner.is_some()
     }
 
     /// A session of Ferry's own role, for its bookkeeping (`postgres.url`'s pool with
     /// `postgres.single_role`). Not before the sessions were found to be Ferry's own.
-    pub fn owner_conn(&self) -> Result<PgConn, ApiError> {
+    pub(crate) fn owner_conn(&self) -> Result<PgConn, ApiError> {
         let Some(pool) = &self.owner else {
             return self.pg_conn();
         };

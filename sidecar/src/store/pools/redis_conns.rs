@@ -16,7 +16,7 @@ impl Pools {
     /// `retry_after_failure_ms`; then it is half-open: one caller per window probes Redis
     /// (this returns true for it alone) while the others keep skipping, until a connection
     /// succeeds and closes the breaker.
-    pub fn redis_available(&self) -> bool {
+    pub(crate) fn redis_available(&self) -> bool {
         let until = self.redis_down_until_ms.load(Ordering::Acquire);
         if until == 0 {
             return true;
@@ -33,7 +33,7 @@ impl Pools {
 
     /// Opens the circuit breaker and retires every pooled connection opened before now: a
     /// Redis that failed one connection has usually lost them all (a restart, a cut).
-    pub fn mark_redis_failed(&self) {
+    pub(crate) fn mark_redis_failed(&self) {
         let until = self.now_ms() + self.redis_retry_after_failure.as_millis() as u64;
         self.redis_down_until_ms
             .store(until.max(1), Ordering::Release);
@@ -45,7 +45,7 @@ impl Pools {
     /// idle timeout ends them all), and the breaker stays closed: Redis may well be up, and
     /// should it be down, the next connect fails and opens the breaker. Anything else (a
     /// timeout, a refusal) opens it now.
-    pub fn redis_failed(&self, e: &redis::RedisError) {
+    pub(crate) fn redis_failed(&self, e: &redis::RedisError) {
         if crate::store::redis::connection_lost(e) {
             tracing::debug!(error = %e, "redis connection lost; replacing the connections");
             self.redis_generation.fetch_add(1, Ordering::AcqRel);
@@ -57,7 +57,7 @@ impl Pools {
 
     /// This worker's multiplexed Redis connection, or None: the breaker is open (the caller
     /// then takes the pooled path, which probes), or every multiplexed slot is taken.
-    pub async fn redis_async(&self) -> Result<Option<AsyncConn>, ApiError> {
+    pub(crate) async fn redis_async(&self) -> Result<Option<AsyncConn>, ApiError> {
         if !self.redis_breaker_closed() {
             return Ok(None);
         }
@@ -71,24 +71,24 @@ impl Pools {
     }
 
     /// Whether Redis is a cluster (`redis.cluster`).
-    pub fn redis_cluster(&self) -> bool {
+    pub(crate) fn redis_cluster(&self) -> bool {
         self.redis_cluster
     }
 
     /// Forgets this worker's multiplexed connection after a failure on it.
-    pub fn drop_redis_async(&self) {
+    pub(crate) fn drop_redis_async(&self) {
         self.redis_async.drop_conn();
     }
 
     /// Whether a connection is set aside for fill wake-ups (`redis.pool_size` ≥ 3).
-    pub fn has_wakeup_connection(&self) -> bool {
+    pub(crate) fn has_wakeup_connection(&self) -> bool {
         self.wakeups
     }
 
     /// True while Redis is considered up (no failure since the last success). While the
     /// breaker is open or half-open, only the pooled path talks to Redis, so that its probe
     /// is the one that closes the breaker.
-    pub fn redis_breaker_closed(&self) -> bool {
+    pub(crate) fn redis_breaker_closed(&self) -> bool {
         self.redis_down_until_ms.load(Ordering::Acquire) == 0
     }
 
@@ -99,7 +99,7 @@ impl Pools {
     }
 
     /// A Redis connection, or why not. Trips the breaker on failure.
-    pub fn redis_conn(&self) -> Result<RedisConn, ApiError> {
+    pub(crate) fn redis_conn(&self) -> Result<RedisConn, ApiError> {
         let m = crate::metrics::global();
         m.redis_waiting.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();

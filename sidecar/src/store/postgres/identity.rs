@@ -18,7 +18,7 @@ const ASSUME: &str = "SELECT set_config('role', $1, false), set_config($2, $3, f
 
 /// Who a statement runs as: a role the config allows, and the claims as JSON.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionIdentity {
+pub(crate) struct SessionIdentity {
     pub role: String,
     /// The claims as JSON (keys sorted: one user's claims always serialize the same way).
     pub claims: String,
@@ -32,7 +32,7 @@ pub struct SessionIdentity {
 impl SessionIdentity {
     /// The cache scope of reads run as this identity: their entries and single flights are
     /// never shared with another role or other claims.
-    pub fn scope(&self) -> [&str; 3] {
+    pub(crate) fn scope(&self) -> [&str; 3] {
         ["as", &self.role, &self.claims]
     }
 

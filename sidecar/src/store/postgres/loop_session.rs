@@ -100,7 +100,7 @@ thread_local! {
 
 /// A session checked out on this worker. Dropped: its connection goes back to the worker's
 /// idle list if it was reset for reuse and is still open; otherwise it is closed.
-pub struct AsyncSession {
+pub(crate) struct AsyncSession {
     pub client: Option<Client>,
     /// The task driving `client`'s connection.
     task: Option<tokio::task::JoinHandle<()>>,

@@ -26,7 +26,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 /// failed, or a result was abandoned mid-stream): r2d2 then closes it instead of pooling it.
 /// `prepared`: the `skip_reset` statements kept prepared on it, as on an event-loop session
 /// (`pg_async`): closed at any other checkout (`Pools::pg_conn`) and with every reset.
-pub struct PgSession {
+pub(crate) struct PgSession {
     pub client: postgres::Client,
     pub poisoned: bool,
     pub prepared: crate::store::postgres::loop_session::Prepared,

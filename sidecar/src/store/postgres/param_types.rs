@@ -23,16 +23,16 @@ const MAX_ENTRIES: usize = 1024;
 const MAX_SQL_BYTES: usize = 4096;
 
 #[derive(Default)]
-pub struct ParamTypes {
+pub(crate) struct ParamTypes {
     map: Mutex<HashMap<Box<str>, Arc<[Type]>>>,
 }
 
 impl ParamTypes {
-    pub fn get(&self, sql: &str) -> Option<Arc<[Type]>> {
+    pub(crate) fn get(&self, sql: &str) -> Option<Arc<[Type]>> {
         self.lock().get(sql).cloned()
     }
 
-    pub fn remember(&self, sql: &str, types: &[Type]) {
+    pub(crate) fn remember(&self, sql: &str, types: &[Type]) {
         if sql.len() > MAX_SQL_BYTES {
             return;
         }
@@ -43,7 +43,7 @@ impl ParamTypes {
         map.insert(sql.into(), types.into());
     }
 
-    pub fn forget(&self, sql: &str) {
+    pub(crate) fn forget(&self, sql: &str) {
         self.lock().remove(sql);
     }
 

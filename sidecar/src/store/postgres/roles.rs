@@ -22,7 +22,7 @@ use tokio_postgres::Client;
 
 /// What the audit checks, from the config (all names validated identifiers or role names).
 #[derive(Debug, Clone, Default)]
-pub struct Audit {
+pub(crate) struct Audit {
     /// Ferry's own role.
     pub owner: String,
     /// The schema and tables of Ferry's books.
@@ -41,7 +41,7 @@ pub struct Audit {
 }
 
 #[derive(Debug, Clone)]
-pub struct RequestRole {
+pub(crate) struct RequestRole {
     pub role: String,
     /// The config key that names it (`postgres.url`, `neon.tokens[0].postgres_url`).
     pub key: String,
@@ -53,7 +53,7 @@ pub struct RequestRole {
 impl Audit {
     /// From the config; None with `postgres.single_role` (or when there are no books and no
     /// tokens to keep apart).
-    pub fn for_config(config: &crate::config::Config) -> Option<Audit> {
+    pub(crate) fn for_config(config: &crate::config::Config) -> Option<Audit> {
         use crate::store::postgres::login_role;
         if config.postgres.single_role {
             return None;

@@ -26,7 +26,7 @@ pub(crate) fn connection_lost(e: &redis::RedisError) -> bool {
 /// One server, or a cluster. (Built once per pool: the variants' sizes do not matter.)
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
-pub enum RedisClient {
+pub(crate) enum RedisClient {
     Single(redis::Client),
     Cluster(ClusterClient),
 }

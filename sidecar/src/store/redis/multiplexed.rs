@@ -13,7 +13,7 @@ use std::time::Duration;
 /// A worker's connection: one server's, or a cluster's. A cluster's pipelines must stay
 /// within one slot (the cluster client sends them whole to one node).
 #[derive(Clone)]
-pub enum AsyncConn {
+pub(crate) enum AsyncConn {
     Single(MultiplexedConnection),
     Cluster(ClusterConnection),
 }
@@ -26,7 +26,7 @@ impl AsyncConn {
     /// over many slots split and joined), and a transaction goes whole to its first key's
     /// slot (its keys must share it). Do not `ignore()` commands: on a cluster their answers
     /// are kept.
-    pub async fn query_pipe<T: FromRedisValue>(
+    pub(crate) async fn query_pipe<T: FromRedisValue>(
         &mut self,
         pipe: &redis::Pipeline,
     ) -> RedisResult<T> {
@@ -52,7 +52,7 @@ impl AsyncConn {
 
 impl AsyncConn {
     /// [`AsyncConn::query_pipe_each`] when `each`, else [`AsyncConn::query_pipe`].
-    pub async fn query_values(
+    pub(crate) async fn query_values(
         &mut self,
         pipe: &redis::Pipeline,
         each: bool,
@@ -67,7 +67,10 @@ impl AsyncConn {
     /// [`AsyncConn::query_pipe`] for a pipeline built with `ignore_errors()`: each command's
     /// own error is its answer (a `Value::ServerError`), on a cluster too, where the pipeline
     /// is split by slot and the flag would be lost.
-    pub async fn query_pipe_each(&mut self, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
+    pub(crate) async fn query_pipe_each(
+        &mut self,
+        pipe: &redis::Pipeline,
+    ) -> RedisResult<Vec<Value>> {
         match self {
             AsyncConn::Single(c) => pipe.query_async(c).await,
             AsyncConn::Cluster(c) => {

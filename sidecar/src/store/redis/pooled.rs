@@ -15,7 +15,7 @@ use std::time::Duration;
 /// r2d2 manager for Redis with connect and I/O timeouts (the redis crate's own manager has
 /// none, so a silent network cut would hang a pool thread forever).
 #[derive(Debug)]
-pub struct RedisManager {
+pub(crate) struct RedisManager {
     pub client: RedisClient,
     pub connect_timeout: Duration,
     pub io_timeout: Duration,
@@ -30,19 +30,15 @@ enum Conn {
 }
 
 /// A pooled Redis connection and the failure generation it was opened in.
-pub struct RedisSession {
+pub(crate) struct RedisSession {
     conn: Conn,
     generation: u64,
 }
 
 impl RedisSession {
     /// Opened before the latest Redis failure: presumed dead with the others.
-    pub fn is_stale(&self, current: u64) -> bool {
+    pub(crate) fn is_stale(&self, current: u64) -> bool {
         self.generation < current
-    }
-
-    pub fn is_cluster(&self) -> bool {
-        matches!(self.conn, Conn::Cluster(_))
     }
 
     /// Runs a pipeline. On a cluster: a transaction runs on its first key's node (its keys
@@ -50,7 +46,10 @@ impl RedisSession {
     /// one pipeline per node, answers in the order sent; a lone command is routed by the
     /// cluster client itself (an MGET or DEL over many slots is split and joined). Do not
     /// `ignore()` commands: on a cluster their answers are kept.
-    pub fn query_pipe<T: FromRedisValue>(&mut self, pipe: &redis::Pipeline) -> RedisResult<T> {
+    pub(crate) fn query_pipe<T: FromRedisValue>(
+        &mut self,
+        pipe: &redis::Pipeline,
+    ) -> RedisResult<T> {
         match &mut self.conn {
             Conn::Single(c) => pipe.query(c),
             // The cluster connection refuses `Pipeline::query`, but sends a transaction whole to
@@ -81,7 +80,7 @@ impl RedisSession {
     /// WAIT for `replicas` to hold this connection's writes, at most `timeout_ms`: the fewest
     /// replicas any master reached. On a cluster, asked of the master of each slot `keys` live
     /// in (and only those: a master elsewhere without a replica does not hold them up).
-    pub fn wait_for_replicas(
+    pub(crate) fn wait_for_replicas(
         &mut self,
         keys: &[String],
         replicas: u32,

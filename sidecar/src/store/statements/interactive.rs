@@ -51,7 +51,7 @@ enum Slot {
     Busy(String),
 }
 
-pub struct OpenTransactions {
+pub(crate) struct OpenTransactions {
     slots: Mutex<HashMap<String, Slot>>,
     pub max_open: usize,
     pub idle: Duration,
@@ -59,7 +59,7 @@ pub struct OpenTransactions {
 }
 
 impl OpenTransactions {
-    pub fn new(max_open: usize, idle: Duration, lifetime: Duration) -> Self {
+    pub(crate) fn new(max_open: usize, idle: Duration, lifetime: Duration) -> Self {
         OpenTransactions {
             slots: Mutex::new(HashMap::new()),
             max_open,
@@ -72,14 +72,10 @@ impl OpenTransactions {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn open_count(&self) -> usize {
-        self.lock().len()
-    }
-
     /// Checks a connection out and opens the transaction on it (blocking). `table`: where its
     /// COMMIT will record its nonce (None: no outcome kept), made sure of now, since a
     /// transaction cannot create it halfway.
-    pub fn begin(
+    pub(crate) fn begin(
         &self,
         pools: &Pools,
         plan: &TxPlan,
@@ -176,7 +172,7 @@ impl OpenTransactions {
 
     /// Runs one statement in the transaction (blocking). A failed statement leaves the
     /// transaction open but aborted, as in Postgres: only a rollback (or the reaper) ends it.
-    pub fn query(
+    pub(crate) fn query(
         &self,
         id: &str,
         credential: &str,
@@ -234,7 +230,7 @@ impl OpenTransactions {
     /// aborted transaction's, which Postgres answers without an error: it is 409
     /// `transaction_aborted` here, never a commit. `commit`: None to roll back; Some(nonce) to
     /// commit, the nonce None where no outcome is kept (`auth.replay = "local"`).
-    pub fn end(
+    pub(crate) fn end(
         &self,
         pools: &Pools,
         id: &str,
@@ -262,7 +258,7 @@ impl OpenTransactions {
     }
 
     /// Rolls back every transaction idle or alive past its bound (blocking; the reaper thread).
-    pub fn reap(&self) -> usize {
+    pub(crate) fn reap(&self) -> usize {
         let now = Instant::now();
         let expired: Vec<Box<Open>> = {
             let mut slots = self.lock();

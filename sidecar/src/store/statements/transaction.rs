@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 /// A transaction ready to run: statements checked, options resolved.
 #[derive(Debug, Clone)]
-pub struct TxPlan {
+pub(crate) struct TxPlan {
     pub statements: Vec<(String, Vec<Value>)>,
     pub isolation: Isolation,
     pub read_only: bool,

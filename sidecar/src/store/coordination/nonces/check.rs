@@ -14,7 +14,7 @@ use std::sync::Arc;
 /// signed second (the reply is the verdict), then EXPIREAT of that set. It rides in front of a
 /// read's own pipeline, so both cost Redis one message, the sidecar one reply and one timer.
 #[must_use = "the shared replay check must run before the request takes effect"]
-pub struct NonceCheck {
+pub(crate) struct NonceCheck {
     key: String,
     member: [u8; 16],
     expire_at: u64,
@@ -24,12 +24,12 @@ impl NonceCheck {
     /// How many replies its commands take at the front of a pipeline's answer. Neither
     /// command is `ignore`d: a cluster connection splits a pipeline by slot, which keeps every
     /// reply but not the marks.
-    pub const REPLIES: usize = 2;
+    pub(crate) const REPLIES: usize = 2;
 
     /// Adds the check's commands to `pipe`, and has each command of `pipe` answer for itself
     /// (`ignore_errors`), so a server's error to the request's own command cannot take the
     /// verdict with it: send it with `AsyncConn::query_pipe_each`.
-    pub fn add_to(&self, pipe: &mut redis::Pipeline) {
+    pub(crate) fn add_to(&self, pipe: &mut redis::Pipeline) {
         pipe.ignore_errors();
         pipe.cmd("SADD")
             .arg(&self.key)
@@ -41,7 +41,7 @@ impl NonceCheck {
 
     /// The verdict of a pipeline's answer whose first replies are this check's: 1 added (a
     /// first sighting), 0 seen by some sidecar before.
-    pub fn verdict(replies: &[Value]) -> Result<(), ApiError> {
+    pub(crate) fn verdict(replies: &[Value]) -> Result<(), ApiError> {
         match replies {
             [Value::Int(1), ..] => Ok(()),
             [Value::Int(_), ..] => Err(ApiError::Replayed),
@@ -69,7 +69,7 @@ impl NonceCheck {
     /// check), and the answers of the pipeline's other commands, each server error turned back
     /// into an `Err`. A pipeline that failed as a whole (Redis down or hung, which trips the
     /// breaker) skips the check, as [`SharedNonces::run`] does.
-    pub fn split(
+    pub(crate) fn split(
         check: Option<&NonceCheck>,
         answer: RedisResult<Vec<Value>>,
     ) -> (Option<Result<(), ApiError>>, RedisResult<Vec<Value>>) {
@@ -111,7 +111,7 @@ impl SharedNonces {
     /// anything else, or a read whose commands do not go to Redis, sends it alone ([`run`]).
     ///
     /// [`run`]: SharedNonces::run
-    pub fn prepare(&self, seen: &Seen) -> Option<NonceCheck> {
+    pub(crate) fn prepare(&self, seen: &Seen) -> Option<NonceCheck> {
         self.shared.as_ref().map(|s| NonceCheck {
             key: format!("{}n:{}", s.prefix, seen.timestamp),
             member: seen.fingerprint.to_le_bytes(),
@@ -121,7 +121,7 @@ impl SharedNonces {
     }
 
     /// Records a request's nonce in Redis; refuses one another sidecar has seen.
-    pub async fn check(&self, pools: &Pools, seen: Seen) -> Result<(), ApiError> {
+    pub(crate) async fn check(&self, pools: &Pools, seen: Seen) -> Result<(), ApiError> {
         match self.prepare(&seen) {
             Some(check) => Self::run(pools, &check).await,
             None => Ok(()),
@@ -136,7 +136,7 @@ impl SharedNonces {
     /// Redis). A check cut off by a lost connection is asked again once on a fresh pooled one;
     /// "seen" then may be this request's own first SADD, so that is 503 too, never a replay
     /// verdict the request did not earn, and never the write run twice.
-    pub async fn require(
+    pub(crate) async fn require(
         &self,
         pools: &Arc<Pools>,
         blocking: &Blocking,
@@ -178,7 +178,7 @@ impl SharedNonces {
     }
 
     /// Sends a prepared check on its own.
-    pub async fn run(pools: &Pools, check: &NonceCheck) -> Result<(), ApiError> {
+    pub(crate) async fn run(pools: &Pools, check: &NonceCheck) -> Result<(), ApiError> {
         let mut pipe = redis::pipe();
         check.add_to(&mut pipe);
         let reply = match pools.redis_async().await {

@@ -49,7 +49,7 @@ pub(crate) use check::{settle, NonceCheck};
 
 /// Where nonces are shared, fixed at startup.
 #[derive(Debug, Clone)]
-pub struct SharedNonces {
+pub(crate) struct SharedNonces {
     /// None: `auth.replay = "local"` (one sidecar only).
     shared: Option<Shared>,
 }
@@ -65,7 +65,7 @@ struct Shared {
 
 /// A write's nonce, for its round trips to Postgres.
 #[derive(Debug, Clone)]
-pub struct WriteNonce {
+pub(crate) struct WriteNonce {
     pub(in crate::store) books: Arc<Books>,
     pub(in crate::store) hex: String,
     keep_s: u64,
@@ -73,7 +73,7 @@ pub struct WriteNonce {
 
 impl SharedNonces {
     /// `grantee`: the role requests run as, which may call Ferry's record function.
-    pub fn new(
+    pub(crate) fn new(
         shared: bool,
         prefix: &str,
         table: &str,
@@ -90,7 +90,7 @@ impl SharedNonces {
     }
 
     /// The row a write records before it runs (None with `auth.replay = "local"`).
-    pub fn for_write(&self, seen: Seen) -> Option<WriteNonce> {
+    pub(crate) fn for_write(&self, seen: Seen) -> Option<WriteNonce> {
         self.shared.as_ref().map(|s| WriteNonce {
             books: s.books.clone(),
             hex: seen.hex(),
@@ -100,7 +100,7 @@ impl SharedNonces {
 
     /// The write signed with `nonce` (the `x-ferry-nonce` it was sent with), for
     /// `POST /v1/outcome`; None with `auth.replay = "local"` (no outcome is kept).
-    pub fn for_outcome(&self, nonce: &str) -> Option<WriteNonce> {
+    pub(crate) fn for_outcome(&self, nonce: &str) -> Option<WriteNonce> {
         self.shared.as_ref().map(|s| WriteNonce {
             books: s.books.clone(),
             hex: format!("{:032x}", seen::fingerprint(nonce)),
@@ -110,7 +110,11 @@ impl SharedNonces {
 
     /// Makes sure of the books (as Ferry's own role), then deletes expired rows every 10 s,
     /// until the pools go (each sidecar sweeps; a row deleted twice is no harm).
-    pub fn spawn_sweeper(&self, background: &crate::background::Background, pools: Weak<Pools>) {
+    pub(crate) fn spawn_sweeper(
+        &self,
+        background: &crate::background::Background,
+        pools: Weak<Pools>,
+    ) {
         let Some(s) = self.shared.clone() else {
             return;
         };

@@ -6,7 +6,7 @@ use sha2::{Digest, Sha256};
 
 /// A request's nonce, for the stores other sidecars share (`super`).
 #[derive(Debug, Clone, Copy)]
-pub struct Seen {
+pub(crate) struct Seen {
     /// 128 bits of SHA-256 of the lower-cased nonce.
     pub fingerprint: u128,
     /// The signed timestamp (a replay carries the same one).
@@ -16,7 +16,7 @@ pub struct Seen {
 }
 
 impl Seen {
-    pub fn hex(&self) -> String {
+    pub(crate) fn hex(&self) -> String {
         format!("{:032x}", self.fingerprint)
     }
 }

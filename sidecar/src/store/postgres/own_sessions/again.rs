@@ -21,7 +21,7 @@ impl OwnSessions {
     /// Whether the sessions are to be probed again: they were found Ferry's own, the pools
     /// have opened connections since, and the last probe again is [`RECHECK_EVERY`] old. Gives
     /// the count of connections opened as the probe begins (for [`OwnSessions::recheck_on`]).
-    pub fn recheck_due(&self) -> Option<u64> {
+    pub(crate) fn recheck_due(&self) -> Option<u64> {
         let opened = self.opened.load(Ordering::Acquire);
         if self.verdict.load(Ordering::Acquire) != OWN
             || opened == self.probed_through.load(Ordering::Acquire)
@@ -40,7 +40,7 @@ impl OwnSessions {
     /// meanwhile). Found not Ferry's own, the gate closes for good; not answered, it is asked
     /// again later. Ok: the probe's mark is taken off both; an error leaves them for the
     /// caller to discard.
-    pub fn recheck_on(
+    pub(crate) fn recheck_on(
         &self,
         a: &mut postgres::Client,
         b: &mut postgres::Client,

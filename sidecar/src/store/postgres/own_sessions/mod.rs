@@ -34,7 +34,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// Why the sessions were not found to be Ferry's own.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Problem {
+pub(crate) enum Problem {
     /// Postgres could not be asked (down, or unreachable): asked again later.
     Unreachable(String),
     /// Something between Ferry and Postgres shares or changes its sessions: refused for good.
@@ -45,7 +45,7 @@ pub enum Problem {
 
 impl Problem {
     /// Refused for good (as opposed to not asked yet).
-    pub fn is_final(&self) -> bool {
+    pub(crate) fn is_final(&self) -> bool {
         !matches!(self, Problem::Unreachable(_))
     }
 }
@@ -74,7 +74,7 @@ const OWN: u8 = 1;
 const NOT_OWN: u8 = 2;
 
 /// The probe's verdict, shared by every checkout (one atomic load each).
-pub struct OwnSessions {
+pub(crate) struct OwnSessions {
     config: Config,
     tls: MakeRustlsConnect,
     /// `postgres.statement_timeout_ms` > 0: the session must have a statement timeout.
@@ -95,7 +95,7 @@ pub struct OwnSessions {
 
 impl OwnSessions {
     /// For `postgres.url` of `config` (a replica's config carries the replica's URL there).
-    pub fn for_config(config: &crate::config::Config) -> Result<Self, ApiError> {
+    pub(crate) fn for_config(config: &crate::config::Config) -> Result<Self, ApiError> {
         let p = &config.postgres;
         Ok(OwnSessions {
             config: pg_async_config(config)?,
@@ -112,18 +112,21 @@ impl OwnSessions {
     }
 
     /// The roles are audited too, at the first probe (`store::postgres::roles`).
-    pub fn with_audit(mut self, audit: Option<crate::store::postgres::roles::Audit>) -> Self {
+    pub(crate) fn with_audit(
+        mut self,
+        audit: Option<crate::store::postgres::roles::Audit>,
+    ) -> Self {
         self.audit = audit;
         self
     }
 
     /// The counter the pools add each connection they open to.
-    pub fn opened(&self) -> Arc<AtomicU64> {
+    pub(crate) fn opened(&self) -> Arc<AtomicU64> {
         self.opened.clone()
     }
 
     /// Ok once the probe found the sessions to be Ferry's own; else why not (for the log).
-    pub fn allowed(&self) -> Result<(), String> {
+    pub(crate) fn allowed(&self) -> Result<(), String> {
         if self.verdict.load(Ordering::Acquire) == OWN {
             return Ok(());
         }
@@ -131,13 +134,13 @@ impl OwnSessions {
     }
 
     /// No verdict yet (Postgres could not be asked so far): the caller asks again soon.
-    pub fn unchecked(&self) -> bool {
+    pub(crate) fn unchecked(&self) -> bool {
         self.verdict.load(Ordering::Acquire) == UNCHECKED
     }
 
     /// Every Postgres checkout asks first: until the sessions were found to be Ferry's own,
     /// Postgres is unavailable (503 `database_unavailable`).
-    pub fn gate(&self) -> Result<(), ApiError> {
+    pub(crate) fn gate(&self) -> Result<(), ApiError> {
         self.allowed()
             .map_err(|internal| ApiError::DatabaseUnavailable { internal })
     }
@@ -145,7 +148,7 @@ impl OwnSessions {
     /// Runs the probe unless a verdict is in (blocking: on a thread of its own, so that it may
     /// be called from inside a runtime). A refusal is for good; an unreachable Postgres is
     /// asked again on the next call.
-    pub fn check(&self) -> Result<(), Problem> {
+    pub(crate) fn check(&self) -> Result<(), Problem> {
         match self.verdict.load(Ordering::Acquire) {
             OWN => return Ok(()),
             NOT_OWN => {
