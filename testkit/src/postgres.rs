@@ -137,12 +137,14 @@ impl PgServer {
     }
 
     /// How many times statements whose text contains `fragment` have run (see
-    /// [`PgServer::start_counting`]).
+    /// [`PgServer::start_counting`]): not counting the sidecar's analysis of a statement (the
+    /// temporary function `ferry_plain_probe` whose body it is, `store/postgres/analysis.rs`).
     pub fn statements(&self, fragment: &str) -> i64 {
         self.client()
             .query_one(
                 "SELECT coalesce(sum(calls), 0)::int8 FROM pg_stat_statements \
-                 WHERE query LIKE '%' || $1 || '%' AND query NOT LIKE '%pg_stat_statements%'",
+                 WHERE query LIKE '%' || $1 || '%' AND query NOT LIKE '%pg_stat_statements%' \
+                   AND query NOT LIKE '%ferry_plain_probe%'",
                 &[&fragment],
             )
             .expect("pg_stat_statements")
