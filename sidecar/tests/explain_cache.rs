@@ -16,6 +16,11 @@ CREATE TABLE audit (id int);
 CREATE VIEW post_view AS SELECT p.id, p.title, a.name FROM posts p JOIN authors a ON a.id = p.author_id;
 CREATE VIEW author_page AS SELECT * FROM post_view;
 CREATE MATERIALIZED VIEW post_counts AS SELECT author_id, count(*) AS n FROM posts GROUP BY 1;
+CREATE TABLE members (post int);
+CREATE TABLE shared_posts (id int, title text);
+ALTER TABLE shared_posts ENABLE ROW LEVEL SECURITY;
+CREATE POLICY members_only ON shared_posts USING (id IN (SELECT post FROM members));
+CREATE FUNCTION shout(text) RETURNS text LANGUAGE sql IMMUTABLE AS $$ SELECT upper($1) $$;
 GRANT SELECT ON ALL TABLES IN SCHEMA public TO ferry_app;
 ";
 
@@ -91,6 +96,20 @@ fn dependencies_come_from_postgres_and_only_what_can_stay_fresh_is_cached() {
     let (_, text) = explain(&pg, "SELECT id FROM post_view WHERE random() < 0.5", true);
     assert!(cache_line(&text).contains("volatile random()"), "{text}");
     assert!(text.contains("session reset after it: yes"), "{text}");
+
+    // A user's function, however it is marked: Postgres cannot say what it reads.
+    let (_, text) = explain(&pg, "SELECT shout(title) FROM posts WHERE id = $1", true);
+    assert!(
+        cache_line(&text).contains("user-defined function shout(text)"),
+        "{text}"
+    );
+    // A row-level-security policy reads another table: that table is a dependency too.
+    let (_, text) = explain(&pg, "SELECT title FROM shared_posts WHERE id = $1", true);
+    assert!(text.contains("public.members (table)"), "{text}");
+    assert!(
+        cache_line(&text).contains("public.members, which the change stream"),
+        "{text}"
+    );
 
     // What the change stream does not see: an unwatched table, a system catalog, a
     // materialized view.

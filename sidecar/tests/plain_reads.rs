@@ -32,6 +32,19 @@ sql = "SELECT set_config('ferry.leak', 'direct', false) AS v"
 [queries.through_view]
 sql = "SELECT v FROM leaky_outer"
 
+# Says nothing; a user's function marked STABLE that calls set_config all the same (Postgres
+# does not check the mark: a user-defined function is never taken for plain).
+[queries.stable_fn]
+sql = "SELECT sneaky(name) AS v FROM plain_items WHERE id = 1"
+
+# Says nothing; the table's row-level-security policy calls set_config on every SELECT.
+[queries.policy]
+sql = "SELECT id FROM guarded"
+
+# Says nothing; the domain its parameter is cast to checks values with set_config.
+[queries.domain]
+sql = "SELECT $1::leaky_text AS v"
+
 # Plain, but its operator asks for the reset.
 [queries.wants_reset]
 sql = "SELECT id FROM plain_items WHERE id = $1 AND id > 0"
@@ -53,7 +66,14 @@ CREATE TABLE plain_items (id int PRIMARY KEY, name text);
 INSERT INTO plain_items VALUES (1, 'one');
 CREATE VIEW leaky_inner AS SELECT set_config('ferry.leak', 'view', false) AS v;
 CREATE VIEW leaky_outer AS SELECT v FROM leaky_inner;
-GRANT SELECT ON plain_items, leaky_inner, leaky_outer TO ferry_app;
+CREATE FUNCTION sneaky(text) RETURNS text LANGUAGE plpgsql STABLE AS $$
+BEGIN PERFORM set_config('ferry.leak', 'stable function', false); RETURN $1; END $$;
+CREATE TABLE guarded (id int);
+INSERT INTO guarded VALUES (1);
+ALTER TABLE guarded ENABLE ROW LEVEL SECURITY;
+CREATE POLICY everyone ON guarded USING (set_config('ferry.leak', 'policy', false) IS NOT NULL);
+CREATE DOMAIN leaky_text AS text CHECK (set_config('ferry.leak', 'domain', false) IS NOT NULL);
+GRANT SELECT ON plain_items, leaky_inner, leaky_outer, guarded TO ferry_app;
 ";
 
 fn read(sidecar: &SidecarProcess, body: Value) -> Value {
@@ -138,6 +158,22 @@ fn only_reads_postgres_finds_plain_skip_the_reset() {
         "view"
     );
     assert_eq!(left(), "", "set_config in a view outlived its request");
+    // What Postgres's marks do not tell: a user's STABLE function, a policy, a domain check.
+    assert_eq!(read(&sidecar, json!({"query": "stable_fn"}))["v"], "one");
+    assert_eq!(
+        left(),
+        "",
+        "a user's STABLE function's set_config outlived its request"
+    );
+    assert_eq!(read(&sidecar, json!({"query": "policy"}))["id"], 1);
+    assert_eq!(left(), "", "a policy's set_config outlived its request");
+    let domain = json!({"query": "domain", "params": ["x"]});
+    assert_eq!(read(&sidecar, domain)["v"], "x");
+    assert_eq!(
+        left(),
+        "",
+        "a domain check's set_config outlived its request"
+    );
 
     // The plain read whose operator asks for the reset: nothing it ran is kept.
     held();
@@ -186,7 +222,11 @@ fn check_config_says_what_postgres_found() {
     };
     assert!(line("zz_point").contains("plain"), "{stdout}");
     assert!(line("zz_point").contains("plain_items"), "{stdout}");
-    for careless in ["sets", "through_view"] {
+    assert!(
+        line("stable_fn").contains("user-defined function sneaky(text)"),
+        "{stdout}"
+    );
+    for careless in ["sets", "through_view", "policy", "domain"] {
         let l = line(careless);
         assert!(
             l.contains("reset after every run") && l.contains("set_config(text,text,boolean)"),

@@ -26,7 +26,8 @@ pub struct NamedQuery {
     pub tables: Vec<String>,
     /// Whether the session is reset (`DISCARD ALL`) after a successful run of this read.
     /// Unset (the default): skipped once Postgres has found the statement plain (every
-    /// function it calls, directly or through a view, immutable or stable: `statements::plain`),
+    /// function it calls, directly or through a view, a policy or a domain, one of Postgres's
+    /// own and immutable or stable: `store::postgres::analysis`),
     /// which saves Postgres about a third of an uncached point read's CPU and keeps the
     /// statement prepared on its session. `false`: always reset. `true`: skipped whatever
     /// Postgres says (the operator vouches that the statement changes nothing in the session;

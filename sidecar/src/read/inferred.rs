@@ -3,9 +3,10 @@
 //! without naming its tables is held to. `ferry-sidecar --explain-cache 'SELECT ...'` says it.
 //!
 //! Only what the change stream can keep fresh is cached: every table the statement reads,
-//! directly or through views, must be one the stream watches, and every function it calls must
-//! be immutable (a stable one such as `now()` or `current_setting`, or a volatile one, gives
-//! another answer with no write to any table). Materialized views (REFRESH is not in the
+//! directly or through views and row-level-security policies, must be one the stream watches,
+//! and every function it calls must be one of Postgres's own immutable ones (a stable one such
+//! as `now()` or `current_setting`, or a volatile one, gives another answer with no write to
+//! any table; a user-defined one may read tables the analysis cannot see). Materialized views (REFRESH is not in the
 //! stream), foreign tables and the system catalogs are never cached.
 
 use crate::config::Config;
@@ -13,10 +14,16 @@ use crate::store::postgres::analysis::{Analysis, Verdict};
 
 /// The tables a read depends on (`schema.table`), or why it cannot be cached.
 pub(crate) fn cacheable(analysis: &Analysis, config: &Config) -> Result<Vec<String>, String> {
-    if let Some((f, v)) = analysis.functions.first() {
-        let kind = if *v == 'v' { "volatile" } else { "stable" };
+    if let Some(f) = analysis.functions.iter().find(|f| f.user) {
         return Err(format!(
-            "it calls {kind} {f}: its result can change with no write to any table"
+            "it calls {}: Postgres cannot say what it reads, nor vouch for its volatility",
+            f.describe()
+        ));
+    }
+    if let Some(f) = analysis.functions.first() {
+        return Err(format!(
+            "it calls {}: its result can change with no write to any table",
+            f.describe()
         ));
     }
     let watched = config.watched_tables();
@@ -70,24 +77,20 @@ pub(crate) fn explain(verdict: &Verdict, config: &Config) -> String {
         .iter()
         .map(|(r, k)| format!("{r} ({})", kind(*k)))
         .collect();
-    let calls = a
-        .functions
-        .iter()
-        .map(|(f, v)| format!("{f} ({})", if *v == 'v' { "volatile" } else { "stable" }))
-        .collect();
+    let calls = a.functions.iter().map(|f| f.describe()).collect();
     let cache = match cacheable(a, config) {
         Ok(t) if t.is_empty() => "cache: inferred, on no table (it reads none)".to_string(),
         Ok(t) => format!("cache: inferred, fresh on writes to {}", t.join(", ")),
         Err(why) => format!("cache: bypass: {why}"),
     };
     format!(
-        "reads: {}\ncalls (not immutable): {}\nsession reset after it: {}\n{cache}",
+        "reads: {}\ncalls (not built-in immutable): {}\nsession reset after it: {}\n{cache}",
         list(reads),
         list(calls),
         if verdict.plain() {
             "no, as a named query (plain)"
         } else {
-            "yes (it calls a volatile function)"
+            "yes (it calls a volatile or user-defined function)"
         }
     )
 }

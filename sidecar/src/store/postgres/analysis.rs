@@ -5,16 +5,22 @@
 //! A read changes its session only through a function it calls (`set_config`,
 //! `pg_advisory_lock`, `nextval`, a user's PL/pgSQL): statements that would change it themselves
 //! (SET, LISTEN, PREPARE, ...) are refused up front (`statements/class.rs`). Postgres marks every
-//! function immutable, stable or volatile, and only a volatile one may change anything. A read
-//! whose result depends on nothing but its tables calls only immutable ones.
+//! function immutable, stable or volatile; for its own functions the mark is true, and only a
+//! volatile one changes anything or gives another answer with no write. A user's function is
+//! marked by its author, and Postgres checks nothing (a STABLE PL/pgSQL function may call
+//! `set_config`): so a user-defined function, whatever its mark, makes a statement neither
+//! plain nor cacheable, unless the operator vouches for it.
 //!
 //! The statement becomes the body of a temporary SQL function (`BEGIN ATOMIC`, Postgres 14 and
 //! later) in a transaction that is rolled back. Postgres stores that body parsed
 //! (`pg_proc.prosqlbody`), as it stores each view's (`pg_rewrite.ev_action`): those trees name
 //! every relation a statement reads (`:relid`, through CTEs, subqueries and joins) and every
 //! function, operator, aggregate and window function it calls (`:funcid`, `:opfuncid`,
-//! `:aggfnoid`, `:winfnoid`), by oid. The views among the relations are followed to any depth,
-//! system views included. A statement Postgres cannot take as such a body is not analysed.
+//! `:aggfnoid`, `:winfnoid`), by oid. Followed from there, to any depth: the views among the
+//! relations (their rules), their row-level-security policies (`pg_policy`), the CHECK
+//! constraints of the domains among the types in play (`pg_constraint.conbin`), and each
+//! aggregate's own functions (`pg_aggregate`). A statement Postgres cannot take as such a body
+//! is not analysed.
 //!
 //! Named reads' verdicts are remembered by SQL text (`Analyses`), asked in the background at
 //! startup, after every reload and every 10 s (`statements::plain`): until a read's verdict is
@@ -29,22 +35,45 @@ use std::time::{Duration, Instant};
 /// What Postgres said about one read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Analysis {
-    /// The functions it calls that are not immutable, directly or through a view, each with
-    /// its volatility (`s` stable, `v` volatile): `("now()", 's')`.
-    pub functions: Vec<(String, char)>,
-    /// The relations it reads, directly or through a view, as `schema.name`, each with its
-    /// kind (`pg_class.relkind`: `r` table, `p` partitioned table, `v` view, `m` materialized
-    /// view, `f` foreign table, ...).
+    /// The functions it calls, directly or through a view, a policy, a domain or an aggregate,
+    /// that are not built-in immutable ones.
+    pub functions: Vec<Called>,
+    /// The relations it reads, directly or through a view or a policy, as `schema.name`, each
+    /// with its kind (`pg_class.relkind`: `r` table, `p` partitioned table, `v` view, `m`
+    /// materialized view, `f` foreign table, ...).
     pub relations: Vec<(String, char)>,
 }
 
+/// A function a statement calls: `now()`, stable, built in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Called {
+    pub name: String,
+    /// `i` immutable, `s` stable, `v` volatile (`pg_proc.provolatile`).
+    pub volatility: char,
+    /// Not one of Postgres's own (its volatility is its author's claim).
+    pub user: bool,
+}
+
+impl Called {
+    /// `stable now()`, `user-defined app.fmt(text)`.
+    pub(crate) fn describe(&self) -> String {
+        let kind = match (self.user, self.volatility) {
+            (true, _) => "the user-defined function",
+            (false, 'v') => "volatile",
+            _ => "stable",
+        };
+        format!("{kind} {}", self.name)
+    }
+}
+
 impl Analysis {
-    /// The volatile functions it calls: empty for a read that leaves its session as it found it.
-    pub(crate) fn volatile(&self) -> Vec<&str> {
+    /// What keeps it from leaving its session as it found it: the volatile functions it
+    /// calls, and every user-defined one.
+    pub(crate) fn unvouched(&self) -> Vec<String> {
         self.functions
             .iter()
-            .filter(|(_, v)| *v == 'v')
-            .map(|(f, _)| f.as_str())
+            .filter(|f| f.user || f.volatility == 'v')
+            .map(Called::describe)
             .collect()
     }
 }
@@ -59,15 +88,15 @@ pub(crate) enum Verdict {
 
 impl Verdict {
     pub(crate) fn plain(&self) -> bool {
-        matches!(self, Verdict::Analysed(a) if a.volatile().is_empty())
+        matches!(self, Verdict::Analysed(a) if a.unvouched().is_empty())
     }
 
     /// One line for the log and `--check-config`.
     pub(crate) fn describe(&self) -> String {
         match self {
-            Verdict::Analysed(a) if a.volatile().is_empty() => format!(
-                "plain (every function it calls is immutable or stable; reads {}): no reset \
-                 after a successful run",
+            Verdict::Analysed(a) if a.unvouched().is_empty() => format!(
+                "plain (every function it calls is one of Postgres's own, immutable or stable; \
+                 reads {}): no reset after a successful run",
                 if a.relations.is_empty() {
                     "no relation".to_string()
                 } else {
@@ -76,8 +105,8 @@ impl Verdict {
                 }
             ),
             Verdict::Analysed(a) => format!(
-                "reset after every run: it calls volatile {}",
-                a.volatile().join(", ")
+                "reset after every run: it calls {}",
+                a.unvouched().join(", ")
             ),
             Verdict::Unknown(why) => format!("reset after every run: not analysed ({why})"),
         }
@@ -134,11 +163,26 @@ impl Analyses {
         self.lock().pending.clone()
     }
 
-    /// Takes `sql`'s verdict: it is no longer pending.
+    /// Takes `sql`'s verdict: it is no longer pending. A verdict for a statement no longer
+    /// named (a reload came during the analysis) is dropped.
     pub(crate) fn record(&self, sql: String, verdict: Verdict) {
         let mut s = self.lock();
         s.pending.retain(|(_, p)| *p != sql);
-        s.verdicts.insert(sql, verdict);
+        if s.named.iter().any(|(_, n)| *n == sql) {
+            s.verdicts.insert(sql, verdict);
+        }
+    }
+
+    /// The analysis could not finish: the verdicts still pending are dropped (those reads are
+    /// reset until Postgres answers again), never kept past the period they were due for.
+    pub(crate) fn failed(&self) {
+        let mut s = self.lock();
+        let State {
+            verdicts, pending, ..
+        } = &mut *s;
+        for (_, sql) in pending.iter() {
+            verdicts.remove(sql);
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -182,40 +226,72 @@ pub(crate) fn analyse(client: &mut Client, sql: &str) -> Result<Verdict, postgre
     };
     for row in rows {
         let (what, name, kind): (&str, String, String) = (row.get(0), row.get(1), row.get(2));
-        let kind = kind.chars().next().unwrap_or('?');
+        let first = kind.chars().next().unwrap_or('?');
         match what {
-            "function" => analysis.functions.push((name, kind)),
-            _ => analysis.relations.push((name, kind)),
+            "function" => analysis.functions.push(Called {
+                name,
+                volatility: first,
+                user: kind.ends_with('u'),
+            }),
+            _ => analysis.relations.push((name, first)),
         }
     }
     tx.rollback()?;
     Ok(Verdict::Analysed(analysis))
 }
 
-/// The relations named in the probe's parse tree, then in the rules of the views among them,
-/// to any depth; then every function named in those trees that is not immutable, and every
-/// relation, with its kind.
+/// The relations named in the probe's parse tree, then in the rules and row-level-security
+/// policies of the relations among them, to any depth; the domains among the types in play
+/// and their CHECK constraints; every function named in all those trees, and each aggregate's
+/// own functions. Out: each function that is not a built-in immutable one (its volatility,
+/// `u` when user-defined: an oid past Postgres's own, 16384), and each relation with its kind.
 const WHAT_IT_CALLS: &str = "
 WITH RECURSIVE probe AS (
-  SELECT oid FROM pg_proc
+  SELECT oid, proargtypes FROM pg_proc
    WHERE proname = 'ferry_plain_probe' AND pronamespace = pg_my_temp_schema()
 ), rels(oid) AS (
-  SELECT m[1]::oid FROM pg_proc p, regexp_matches(p.prosqlbody::text, ':relid (\\d+)', 'g') m
-   WHERE p.oid = (SELECT oid FROM probe)
+  SELECT m[1]::oid FROM probe p JOIN pg_proc f ON f.oid = p.oid,
+         regexp_matches(f.prosqlbody::text, ':relid (\\d+)', 'g') m
   UNION
-  SELECT m[1]::oid FROM rels JOIN pg_rewrite r ON r.ev_class = rels.oid,
-         regexp_matches(r.ev_action::text, ':relid (\\d+)', 'g') m
-), trees AS (
-  SELECT prosqlbody::text AS t FROM pg_proc WHERE oid = (SELECT oid FROM probe)
+  SELECT m[1]::oid FROM rels CROSS JOIN LATERAL (
+      SELECT r.ev_action::text FROM pg_rewrite r WHERE r.ev_class = rels.oid
+      UNION ALL
+      SELECT coalesce(pl.polqual::text, '') || coalesce(pl.polwithcheck::text, '')
+        FROM pg_policy pl WHERE pl.polrelid = rels.oid
+    ) x(t), regexp_matches(x.t, ':relid (\\d+)', 'g') m
+), parsed AS (
+  SELECT f.prosqlbody::text AS t FROM probe p JOIN pg_proc f ON f.oid = p.oid
   UNION ALL
   SELECT r.ev_action::text FROM pg_rewrite r JOIN rels ON r.ev_class = rels.oid
-), called AS (
+  UNION ALL
+  SELECT coalesce(pl.polqual::text, '') || coalesce(pl.polwithcheck::text, '')
+    FROM pg_policy pl JOIN rels ON pl.polrelid = rels.oid
+), types AS (
+  SELECT DISTINCT m[2]::oid AS oid
+    FROM parsed, regexp_matches(t, ':(resulttype|consttype|paramtype) (\\d+)', 'g') m
+  UNION
+  SELECT unnest(proargtypes::oid[]) FROM probe
+), trees AS (
+  SELECT t FROM parsed
+  UNION ALL
+  SELECT c.conbin::text FROM pg_constraint c JOIN pg_type ty ON ty.oid = c.contypid
+    JOIN types ON types.oid = ty.oid
+   WHERE ty.typtype = 'd' AND c.conbin IS NOT NULL
+), named AS (
   SELECT DISTINCT m[2]::oid AS fn
     FROM trees, regexp_matches(t, ':(funcid|opfuncid|aggfnoid|winfnoid) (\\d+)', 'g') m
+), called AS (
+  SELECT fn FROM named
+  UNION
+  SELECT s FROM named JOIN pg_aggregate a ON a.aggfnoid = named.fn,
+    unnest(ARRAY[a.aggtransfn, a.aggfinalfn, a.aggcombinefn, a.aggserialfn, a.aggdeserialfn,
+                 a.aggmtransfn, a.aggminvtransfn, a.aggmfinalfn]::oid[]) s
+   WHERE s <> 0
 )
-SELECT 'function', p.oid::regprocedure::text, p.provolatile::text
+SELECT 'function', p.oid::regprocedure::text,
+       p.provolatile::text || CASE WHEN p.oid >= 16384 THEN 'u' ELSE '' END
   FROM called JOIN pg_proc p ON p.oid = called.fn
- WHERE p.provolatile <> 'i'
+ WHERE p.provolatile <> 'i' OR p.oid >= 16384
 UNION ALL
 SELECT 'relation', n.nspname || '.' || c.relname, c.relkind::text
   FROM rels JOIN pg_class c ON c.oid = rels.oid JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -224,4 +300,39 @@ ORDER BY 1, 2";
 /// A name as an SQL identifier, quoted.
 fn ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plain_verdict() -> Verdict {
+        Verdict::Analysed(Analysis {
+            functions: Vec::new(),
+            relations: vec![("public.items".into(), 'r')],
+        })
+    }
+
+    #[test]
+    fn a_failed_analysis_drops_the_verdicts_it_was_due_to_renew() {
+        let a = Analyses::default();
+        let sql = "SELECT 1";
+        a.expect(vec![("queries.one".into(), sql.into())]);
+        a.record(sql.into(), plain_verdict());
+        assert!(a.plain(sql));
+        // Due again, and the analysis fails: the read is reset until Postgres answers.
+        a.again_every(Duration::ZERO);
+        a.failed();
+        assert!(!a.plain(sql));
+    }
+
+    #[test]
+    fn a_verdict_for_a_statement_no_longer_named_is_dropped() {
+        let a = Analyses::default();
+        a.expect(vec![("queries.one".into(), "SELECT 1".into())]);
+        // A reload named another statement while the first one's analysis ran.
+        a.expect(vec![("queries.two".into(), "SELECT 2".into())]);
+        a.record("SELECT 1".into(), plain_verdict());
+        assert!(!a.plain("SELECT 1"));
+    }
 }

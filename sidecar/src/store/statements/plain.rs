@@ -77,7 +77,8 @@ pub(crate) fn analyse_pending(pools: &Pools) {
         }) {
             Ok(v) => v,
             Err(f) => {
-                tracing::debug!(error = %f.into_api(), "named reads not analysed yet");
+                tracing::debug!(error = %f.into_api(), "named reads not analysed now");
+                pools.plain.failed();
                 return;
             }
         };
