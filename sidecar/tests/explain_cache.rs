@@ -22,6 +22,8 @@ ALTER TABLE shared_posts ENABLE ROW LEVEL SECURITY;
 CREATE POLICY members_only ON shared_posts USING (id IN (SELECT post FROM members));
 CREATE FUNCTION shout(text) RETURNS text LANGUAGE sql IMMUTABLE AS $$ SELECT upper($1) $$;
 GRANT SELECT ON ALL TABLES IN SCHEMA public TO ferry_app;
+CREATE VIEW mine AS SELECT id FROM posts;
+ALTER VIEW mine OWNER TO ferry_app;
 ";
 
 /// The explanation of `sql`, with the change stream watching posts and authors (or off).
@@ -103,6 +105,9 @@ fn dependencies_come_from_postgres_and_only_what_can_stay_fresh_is_cached() {
         cache_line(&text).contains("user-defined function shout(text)"),
         "{text}"
     );
+    // A view the request role owns: a request could redefine it.
+    let (_, text) = explain(&pg, "SELECT id FROM mine", true);
+    assert!(cache_line(&text).contains("public.mine, which the role requests run as owns"));
     // A row-level-security policy reads another table: that table is a dependency too.
     let (_, text) = explain(&pg, "SELECT title FROM shared_posts WHERE id = $1", true);
     assert!(text.contains("public.members (table)"), "{text}");

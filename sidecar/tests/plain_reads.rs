@@ -45,6 +45,10 @@ sql = "SELECT id FROM guarded"
 [queries.domain]
 sql = "SELECT $1::leaky_text AS v"
 
+# Says nothing; reads a view that the role requests run as owns: a request may redefine it.
+[queries.owned]
+sql = "SELECT * FROM app_owned"
+
 # Plain, but its operator asks for the reset.
 [queries.wants_reset]
 sql = "SELECT id FROM plain_items WHERE id = $1 AND id > 0"
@@ -74,6 +78,9 @@ ALTER TABLE guarded ENABLE ROW LEVEL SECURITY;
 CREATE POLICY everyone ON guarded USING (set_config('ferry.leak', 'policy', false) IS NOT NULL);
 CREATE DOMAIN leaky_text AS text CHECK (set_config('ferry.leak', 'domain', false) IS NOT NULL);
 GRANT SELECT ON plain_items, leaky_inner, leaky_outer, guarded TO ferry_app;
+CREATE VIEW app_owned AS SELECT id FROM plain_items;
+ALTER VIEW app_owned OWNER TO ferry_app;
+GRANT CREATE ON SCHEMA public TO ferry_app; -- as where migrations run as the request role
 ";
 
 fn read(sidecar: &SidecarProcess, body: Value) -> Value {
@@ -174,6 +181,16 @@ fn only_reads_postgres_finds_plain_skip_the_reset() {
         "",
         "a domain check's set_config outlived its request"
     );
+    // A view the request role owns, redefined by a request to call set_config: the read that
+    // reads it was never taken for plain, so the next request finds nothing left.
+    assert_eq!(read(&sidecar, json!({"query": "owned"}))["id"], 1);
+    let w = sidecar
+        .client
+        .execute(json!({"sql": "CREATE OR REPLACE VIEW app_owned AS \
+        SELECT id, set_config('ferry.leak', 'owned', false) AS v FROM plain_items"}));
+    assert_eq!(w.status, 200, "{:?}", w.body);
+    assert_eq!(read(&sidecar, json!({"query": "owned"}))["v"], "owned");
+    assert_eq!(left(), "", "a redefined view the request role owns leaked");
 
     // The plain read whose operator asks for the reset: nothing it ran is kept.
     held();
@@ -225,6 +242,11 @@ fn check_config_says_what_postgres_found() {
     assert!(
         line("stable_fn").contains("user-defined function sneaky(text)"),
         "{stdout}"
+    );
+    let owned = line("owned");
+    assert!(
+        owned.contains("public.app_owned, which requests' own role owns"),
+        "{owned}"
     );
     for careless in ["sets", "through_view", "policy", "domain"] {
         let l = line(careless);

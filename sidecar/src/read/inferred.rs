@@ -14,6 +14,11 @@ use crate::store::postgres::analysis::{Analysis, Verdict};
 
 /// The tables a read depends on (`schema.table`), or why it cannot be cached.
 pub(crate) fn cacheable(analysis: &Analysis, config: &Config) -> Result<Vec<String>, String> {
+    if let Some(o) = analysis.owned.first() {
+        return Err(format!(
+            "it reads {o}, which the role requests run as owns: a request could redefine it"
+        ));
+    }
     if let Some(f) = analysis.functions.iter().find(|f| f.user) {
         return Err(format!(
             "it calls {}: Postgres cannot say what it reads, nor vouch for its volatility",

@@ -9,7 +9,8 @@
 //! volatile one changes anything or gives another answer with no write. A user's function is
 //! marked by its author, and Postgres checks nothing (a STABLE PL/pgSQL function may call
 //! `set_config`): so a user-defined function, whatever its mark, makes a statement neither
-//! plain nor cacheable, unless the operator vouches for it.
+//! plain nor cacheable, unless the operator vouches for it. Nor does anything the role
+//! requests run as owns: a request could redefine it before the next analysis.
 //!
 //! The statement becomes the body of a temporary SQL function (`BEGIN ATOMIC`, Postgres 14 and
 //! later) in a transaction that is rolled back. Postgres stores that body parsed
@@ -42,6 +43,10 @@ pub(crate) struct Analysis {
     /// with its kind (`pg_class.relkind`: `r` table, `p` partitioned table, `v` view, `m`
     /// materialized view, `f` foreign table, ...).
     pub relations: Vec<(String, char)>,
+    /// The relations and functions among those that the role requests run as owns: a request
+    /// could redefine them (`CREATE OR REPLACE VIEW`, `CREATE POLICY`, `ALTER FUNCTION`), so
+    /// nothing Postgres says of them holds for the next request.
+    pub owned: Vec<String>,
 }
 
 /// A function a statement calls: `now()`, stable, built in.
@@ -68,12 +73,17 @@ impl Called {
 
 impl Analysis {
     /// What keeps it from leaving its session as it found it: the volatile functions it
-    /// calls, and every user-defined one.
+    /// calls, every user-defined one, and whatever the request role owns among what it reads.
     pub(crate) fn unvouched(&self) -> Vec<String> {
         self.functions
             .iter()
             .filter(|f| f.user || f.volatility == 'v')
             .map(Called::describe)
+            .chain(
+                self.owned
+                    .iter()
+                    .map(|o| format!("{o}, which requests' own role owns")),
+            )
             .collect()
     }
 }
@@ -223,15 +233,19 @@ pub(crate) fn analyse(client: &mut Client, sql: &str) -> Result<Verdict, postgre
     let mut analysis = Analysis {
         functions: Vec::new(),
         relations: Vec::new(),
+        owned: Vec::new(),
     };
     for row in rows {
         let (what, name, kind): (&str, String, String) = (row.get(0), row.get(1), row.get(2));
         let first = kind.chars().next().unwrap_or('?');
+        if kind.ends_with('o') {
+            analysis.owned.push(name.clone());
+        }
         match what {
             "function" => analysis.functions.push(Called {
                 name,
                 volatility: first,
-                user: kind.ends_with('u'),
+                user: kind.contains('u'),
             }),
             _ => analysis.relations.push((name, first)),
         }
@@ -244,7 +258,9 @@ pub(crate) fn analyse(client: &mut Client, sql: &str) -> Result<Verdict, postgre
 /// policies of the relations among them, to any depth; the domains among the types in play
 /// and their CHECK constraints; every function named in all those trees, and each aggregate's
 /// own functions. Out: each function that is not a built-in immutable one (its volatility,
-/// `u` when user-defined: an oid past Postgres's own, 16384), and each relation with its kind.
+/// `u` when user-defined: an oid past Postgres's own, 16384), and each relation with its kind;
+/// `o` after either when the role asking (the one requests run as) owns it, or is a member of
+/// its owner.
 const WHAT_IT_CALLS: &str = "
 WITH RECURSIVE probe AS (
   SELECT oid, proargtypes FROM pg_proc
@@ -290,10 +306,13 @@ WITH RECURSIVE probe AS (
 )
 SELECT 'function', p.oid::regprocedure::text,
        p.provolatile::text || CASE WHEN p.oid >= 16384 THEN 'u' ELSE '' END
+       || CASE WHEN p.oid >= 16384 AND pg_has_role(p.proowner, 'USAGE') THEN 'o' ELSE '' END
   FROM called JOIN pg_proc p ON p.oid = called.fn
  WHERE p.provolatile <> 'i' OR p.oid >= 16384
 UNION ALL
-SELECT 'relation', n.nspname || '.' || c.relname, c.relkind::text
+SELECT 'relation', n.nspname || '.' || c.relname,
+       c.relkind::text
+       || CASE WHEN c.oid >= 16384 AND pg_has_role(c.relowner, 'USAGE') THEN 'o' ELSE '' END
   FROM rels JOIN pg_class c ON c.oid = rels.oid JOIN pg_namespace n ON n.oid = c.relnamespace
 ORDER BY 1, 2";
 
@@ -310,6 +329,7 @@ mod tests {
         Verdict::Analysed(Analysis {
             functions: Vec::new(),
             relations: vec![("public.items".into(), 'r')],
+            owned: Vec::new(),
         })
     }
 
