@@ -107,5 +107,5 @@ GRANT SELECT, INSERT ON notes TO authenticated;
 GRANT USAGE ON SEQUENCE notes_id_seq TO authenticated;
 ALTER TABLE notes ENABLE ROW LEVEL SECURITY;
 CREATE POLICY own_notes ON notes TO authenticated
-    USING (owner = current_setting('request.jwt.claims', true)::json ->> 'sub')
-    WITH CHECK (owner = current_setting('request.jwt.claims', true)::json ->> 'sub');
+    USING (owner = nullif(current_setting('request.jwt.claims', true), '')::json ->> 'sub')
+    WITH CHECK (owner = nullif(current_setting('request.jwt.claims', true), '')::json ->> 'sub');

@@ -43,5 +43,8 @@ pub fn explain_cache(config: &Config, sql: &str) -> Result<String, String> {
     let mut client = crate::store::postgres::check_session(config)?;
     let verdict = crate::store::postgres::analysis::analyse(&mut client, sql)
         .map_err(|e| crate::store::postgres::failure::describe(&e))?;
+    if let crate::store::postgres::analysis::Verdict::Unknown(why) = &verdict {
+        return Err(format!("not analysed: {why}"));
+    }
     Ok(crate::read::inferred::explain(&verdict, config))
 }

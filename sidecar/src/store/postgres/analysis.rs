@@ -106,7 +106,7 @@ impl Verdict {
         match self {
             Verdict::Analysed(a) if a.unvouched().is_empty() => format!(
                 "plain (every function it calls is one of Postgres's own, immutable or stable; \
-                 reads {}): no reset after a successful run",
+                 reads {}): no reset after a successful run (as an end user: always)",
                 if a.relations.is_empty() {
                     "no relation".to_string()
                 } else {
@@ -174,13 +174,14 @@ impl Analyses {
     }
 
     /// Takes `sql`'s verdict: it is no longer pending. A verdict for a statement no longer
-    /// named (a reload came during the analysis) is dropped.
-    pub(crate) fn record(&self, sql: String, verdict: Verdict) {
+    /// named (a reload came during the analysis) is dropped. True when it is new or changed.
+    pub(crate) fn record(&self, sql: String, verdict: Verdict) -> bool {
         let mut s = self.lock();
         s.pending.retain(|(_, p)| *p != sql);
-        if s.named.iter().any(|(_, n)| *n == sql) {
-            s.verdicts.insert(sql, verdict);
+        if !s.named.iter().any(|(_, n)| *n == sql) {
+            return false;
         }
+        s.verdicts.insert(sql, verdict.clone()) != Some(verdict)
     }
 
     /// The analysis could not finish: the verdicts still pending are dropped (those reads are

@@ -82,7 +82,11 @@ pub(crate) fn analyse_pending(pools: &Pools) {
                 return;
             }
         };
-        tracing::info!(query = %name, "{}", verdict.describe());
-        pools.plain.record(sql, verdict);
+        // Said when it is new or changed; the renewals every 10 s only at debug level.
+        let line = verdict.describe();
+        match pools.plain.record(sql, verdict) {
+            true => tracing::info!(query = %name, "{line}"),
+            false => tracing::debug!(query = %name, "{line}"),
+        }
     }
 }
