@@ -123,8 +123,8 @@ impl AppState {
         );
         spawn_reaper(&background, Arc::downgrade(&transactions));
         // Named reads skip the reset once Postgres finds them plain: asked now, after every
-        // reload and every 10 s (a view or function redefined since), again every 2 s while
-        // Postgres cannot be asked.
+        // reload and every 10 s (a view or function redefined since), again every 250 ms while
+        // Postgres cannot be asked (a round with nothing due costs a lock).
         pools
             .plain
             .expect(crate::store::statements::plain::named_reads(&config, false));
@@ -132,7 +132,7 @@ impl AppState {
         background.every(
             "ferry-plain-reads",
             "named queries are reset after every run",
-            Duration::from_secs(2),
+            Duration::from_millis(250),
             move || {
                 let Some(pools) = weak.upgrade() else {
                     return false;

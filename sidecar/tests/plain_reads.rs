@@ -325,7 +325,7 @@ fn a_view_redefined_under_a_plain_read_is_seen_without_a_reload() {
              SELECT id, set_config('ferry.leak', 'redefined', false) AS v FROM plain_items",
         )
         .expect("redefine");
-    // Within the period (10 s, and a round of 2 s), the read is reset after every run again.
+    // Within the period (10 s, rounds every 250 ms), the read is reset after every run again.
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut clean_in_a_row = 0;
     while clean_in_a_row < 3 {

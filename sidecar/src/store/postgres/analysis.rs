@@ -261,7 +261,8 @@ pub(crate) fn analyse(client: &mut Client, sql: &str) -> Result<Verdict, postgre
 /// own functions. Out: each function that is not a built-in immutable one (its volatility,
 /// `u` when user-defined: an oid past Postgres's own, 16384), and each relation with its kind;
 /// `o` after either when the role asking (the one requests run as) owns it, or is a member of
-/// its owner.
+/// its owner; never for a superuser, which could change anything anyway (the role audit warns
+/// about such a request role), or every read would count as its own.
 const WHAT_IT_CALLS: &str = "
 WITH RECURSIVE probe AS (
   SELECT oid, proargtypes FROM pg_proc
@@ -307,13 +308,17 @@ WITH RECURSIVE probe AS (
 )
 SELECT 'function', p.oid::regprocedure::text,
        p.provolatile::text || CASE WHEN p.oid >= 16384 THEN 'u' ELSE '' END
-       || CASE WHEN p.oid >= 16384 AND pg_has_role(p.proowner, 'USAGE') THEN 'o' ELSE '' END
+       || CASE WHEN p.oid >= 16384 AND pg_has_role(p.proowner, 'USAGE')
+                    AND NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
+               THEN 'o' ELSE '' END
   FROM called JOIN pg_proc p ON p.oid = called.fn
  WHERE p.provolatile <> 'i' OR p.oid >= 16384
 UNION ALL
 SELECT 'relation', n.nspname || '.' || c.relname,
        c.relkind::text
-       || CASE WHEN c.oid >= 16384 AND pg_has_role(c.relowner, 'USAGE') THEN 'o' ELSE '' END
+       || CASE WHEN c.oid >= 16384 AND pg_has_role(c.relowner, 'USAGE')
+                    AND NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
+               THEN 'o' ELSE '' END
   FROM rels JOIN pg_class c ON c.oid = rels.oid JOIN pg_namespace n ON n.oid = c.relnamespace
 ORDER BY 1, 2";
 
