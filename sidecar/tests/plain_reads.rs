@@ -89,6 +89,39 @@ fn read(sidecar: &SidecarProcess, body: Value) -> Value {
     a.body["rows"][0].clone()
 }
 
+/// The binary with one worker and one event-loop session: every read runs on the same session.
+fn one_session(redis: &RedisServer, pg: &PgServer, config: &str) -> SidecarProcess {
+    let env = [
+        ("FERRY_CONFIG", config),
+        ("FERRY_SERVER_WORKERS", "1"),
+        ("FERRY_POSTGRES_POOL_SIZE", "2"),
+        ("FERRY_SERVER_READINESS_INTERVAL_MS", "3600000"),
+    ];
+    let url = pg.url_as("ferry_app");
+    SidecarProcess::start(BIN, &redis.url(), &url, &env, Stdio::null())
+}
+
+/// Runs `plain_read` until it stays prepared on the session: `held` (its own statement kept
+/// from its previous run) then sees two statements from earlier requests. While the read's
+/// verdict is not in, its reset drops both and `held` sees none.
+fn until_kept_prepared(sidecar: &SidecarProcess, plain_read: impl Fn()) {
+    let held = || read(sidecar, json!({"query": "held"}))["n"].as_i64();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        held();
+        plain_read();
+        std::thread::sleep(Duration::from_millis(400));
+        if held() == Some(2) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a plain named read is still reset after it (held sees {:?})",
+            held()
+        );
+    }
+}
+
 fn config_file(dir: &tempfile::TempDir) -> String {
     let file = dir.path().join("ferry.toml");
     std::fs::write(&file, CONFIG).expect("write config");
@@ -104,20 +137,7 @@ fn only_reads_postgres_finds_plain_skip_the_reset() {
     pg.client().batch_execute(SCHEMA).expect("schema");
     let dir = tempfile::tempdir().expect("tempdir");
     let file = config_file(&dir);
-    // One worker with one event-loop session: every read below runs on the same session.
-    let env = [
-        ("FERRY_CONFIG", file.as_str()),
-        ("FERRY_SERVER_WORKERS", "1"),
-        ("FERRY_POSTGRES_POOL_SIZE", "2"),
-        ("FERRY_SERVER_READINESS_INTERVAL_MS", "3600000"),
-    ];
-    let sidecar = SidecarProcess::start(
-        BIN,
-        &redis.url(),
-        &pg.url_as("ferry_app"),
-        &env,
-        Stdio::null(),
-    );
+    let sidecar = one_session(&redis, &pg, &file);
     let pause = || std::thread::sleep(Duration::from_millis(400));
     let held = || read(&sidecar, json!({"query": "held"}))["n"].as_i64();
     let point = || read(&sidecar, json!({"query": "zz_point", "params": [1]}));
@@ -126,20 +146,7 @@ fn only_reads_postgres_finds_plain_skip_the_reset() {
     // The plain read, unmarked, stays prepared once its verdict is in: `held` (its own
     // statement kept from its previous run) then sees two statements from earlier requests.
     // While the verdict is not in, the plain read's reset drops both, and `held` sees none.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        held();
-        assert_eq!(point()["name"], "ONE");
-        pause();
-        if held() == Some(2) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "a plain named read is still reset after it (held sees {:?})",
-            held()
-        );
-    }
+    until_kept_prepared(&sidecar, || assert_eq!(point()["name"], "ONE"));
 
     // Then it runs with no reset at all (one more for the observer's, none for the reads').
     let resets = pg.statements("DISCARD ALL");
@@ -288,37 +295,13 @@ fn a_view_redefined_under_a_plain_read_is_seen_without_a_reload() {
     let file = dir.path().join("ferry.toml");
     let config = format!("{CONFIG}\n[queries.zzz_view]\nsql = \"SELECT * FROM changing\"\n");
     std::fs::write(&file, config).expect("write config");
-    let file = file.to_str().expect("utf-8");
-    let env = [
-        ("FERRY_CONFIG", file),
-        ("FERRY_SERVER_WORKERS", "1"),
-        ("FERRY_POSTGRES_POOL_SIZE", "2"),
-        ("FERRY_SERVER_READINESS_INTERVAL_MS", "3600000"),
-    ];
-    let sidecar = SidecarProcess::start(
-        BIN,
-        &redis.url(),
-        &pg.url_as("ferry_app"),
-        &env,
-        Stdio::null(),
-    );
-    let held = || read(&sidecar, json!({"query": "held"}))["n"].as_i64();
+    let sidecar = one_session(&redis, &pg, file.to_str().expect("utf-8"));
     let view = || read(&sidecar, json!({"query": "zzz_view"}));
     let left = || read(&sidecar, json!({"query": "left"}))["v"].clone();
     // Plain at first: it stays prepared (the observer sees it a request later).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        held();
+    until_kept_prepared(&sidecar, || {
         view();
-        std::thread::sleep(Duration::from_millis(400));
-        if held() == Some(2) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the plain view read is still reset"
-        );
-    }
+    });
     pg.client()
         .batch_execute(
             "CREATE OR REPLACE VIEW changing AS \
