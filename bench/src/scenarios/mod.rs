@@ -11,6 +11,7 @@ pub mod replay;
 pub mod scale;
 pub mod staleness;
 pub mod throughput;
+mod wrk;
 
 use crate::env::{proc_stat, ProcStat};
 use crate::stats::Summary;
