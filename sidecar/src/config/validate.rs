@@ -1,5 +1,5 @@
 //! The rules each key must keep, checked at load (naming the key). Checks that need a store
-//! client (URLs, TLS files, statements) are made by `state::check`, so this module imports
+//! client (URLs, TLS files, statements) are made by `startup::check_config`, so this module imports
 //! nothing of the stores.
 
 use super::{Config, ConfigError};

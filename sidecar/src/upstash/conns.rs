@@ -65,7 +65,7 @@ pub(crate) struct Conns {
 
 impl Conns {
     /// For `config` (None target when the URL cannot be used: every exchange is then refused
-    /// as unavailable; `state::check` names the key at startup).
+    /// as unavailable; `startup::check_config` names the key at startup).
     pub(crate) fn new(config: &Config) -> Conns {
         Conns {
             target: target(config).ok(),
