@@ -118,6 +118,13 @@ pub struct CachePolicy {
     /// Postgres's change stream, any committed change to them drops this entry, whoever wrote.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tables: Vec<String>,
+    /// With no `tables` and no `key`, where the sidecar watches Postgres's change stream, the
+    /// tables are inferred from Postgres's own parse of the statement, and a read that could
+    /// not stay fresh is not cached (`bypass_reason` says why). `false`: no inference; the
+    /// entry lives until its TTL or an invalidation by tag (writes from outside Ferry are not
+    /// seen).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infer: Option<bool>,
     #[serde(default, skip_serializing_if = "CacheMode::is_default")]
     pub mode: CacheMode,
 }
@@ -183,6 +190,10 @@ pub struct QueryResponse {
     /// With `stale_reason: error`: the error Postgres gave, which the stale rows stand in for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_error: Option<crate::ErrorCode>,
+    /// Why a read whose tables were to be inferred was not cached (`cache: bypass`): what it
+    /// calls or reads that the change stream cannot keep fresh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bypass_reason: Option<String>,
 }
 
 /// `POST /v1/execute`: a write, then cache invalidation. Exactly one of `sql` and `query`.

@@ -58,6 +58,8 @@ pub struct Metrics {
     requests: Mutex<BTreeMap<(String, u16), u64>>,
     latency: Mutex<BTreeMap<String, Histogram>>,
     cache: Mutex<BTreeMap<&'static str, u64>>,
+    /// Reads cached with no tables named: (outcome, reason class) -> count.
+    inferred: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     errors: Mutex<BTreeMap<&'static str, u64>>,
     checkout: Mutex<BTreeMap<&'static str, Histogram>>,
     /// Threads waiting for a pooled connection, per pool.
@@ -80,6 +82,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Metrics {
     pub fn cache_outcome(&self, status: &'static str) {
         *lock(&self.cache).entry(status).or_default() += 1;
+    }
+
+    /// A read cached with no tables named: `cached`, or `bypass` with its reason's class
+    /// (`function`, `unwatched`, ... : `read::inferred`).
+    pub fn inferred(&self, outcome: &'static str, reason: &'static str) {
+        *lock(&self.inferred).entry((outcome, reason)).or_default() += 1;
     }
 
     pub fn fill_wait(&self, woken: bool) {
@@ -128,6 +136,13 @@ impl Metrics {
         out.push_str("# HELP ferry_cache_total Read outcomes: hit, miss, stale, bypass.\n# TYPE ferry_cache_total counter\n");
         for (status, n) in lock(&self.cache).iter() {
             let _ = writeln!(out, "ferry_cache_total{{status=\"{status}\"}} {n}");
+        }
+        out.push_str("# HELP ferry_inferred_total Reads cached with no tables named: cached, or bypassed and why (function, unwatched, owned, catalog, not_analysed, ...).\n# TYPE ferry_inferred_total counter\n");
+        for ((outcome, reason), n) in lock(&self.inferred).iter() {
+            let _ = writeln!(
+                out,
+                "ferry_inferred_total{{outcome=\"{outcome}\",reason=\"{reason}\"}} {n}"
+            );
         }
         out.push_str("# HELP ferry_singleflight_joined_total Reads that waited on another read's Postgres query.\n# TYPE ferry_singleflight_joined_total counter\n");
         let _ = writeln!(

@@ -123,8 +123,8 @@ impl AppState {
         );
         spawn_reaper(&background, Arc::downgrade(&transactions));
         // Named reads skip the reset once Postgres finds them plain: asked now, after every
-        // reload and every 10 s (a view or function redefined since), again every 250 ms while
-        // Postgres cannot be asked (a round with nothing due costs a lock).
+        // reload, every 10 s and whenever the schema changed (checked every second), again
+        // every 250 ms while Postgres cannot be asked (a round with nothing due costs a lock).
         pools
             .plain
             .expect(crate::store::statements::plain::named_reads(&config, false));
@@ -137,6 +137,9 @@ impl AppState {
                 let Some(pools) = weak.upgrade() else {
                     return false;
                 };
+                if !crate::store::statements::plain::check_schema(&pools) {
+                    return true;
+                }
                 pools.plain.again_every(Duration::from_secs(10));
                 crate::store::statements::plain::analyse_pending(&pools);
                 true

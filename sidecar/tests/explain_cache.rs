@@ -61,9 +61,8 @@ fn dependencies_come_from_postgres_and_only_what_can_stay_fresh_is_cached() {
     let pg = PgServer::start();
     pg.setup_demo_schema();
     pg.client().batch_execute(SCHEMA).expect("schema");
-    let fresh_on_both = "cache: could be kept fresh by writes to public.authors, public.posts \
-                         (name them in the read's cache.tables: a cached read is kept fresh by \
-                         the tables it names)";
+    let fresh_on_both = "cache: cached with no table named, dropped by any committed change \
+                         to public.authors, public.posts";
 
     // A view over a view over a join: both base tables, seen through two views.
     let (code, text) = explain(&pg, "SELECT * FROM author_page WHERE id = $1", true);

@@ -161,6 +161,7 @@ mod tests {
             key: None,
             stale_reason: None,
             upstream_error: None,
+            bypass_reason: None,
         })
     }
 

@@ -20,6 +20,7 @@ impl Transport for Positions {
                 key: None,
                 stale_reason: None,
                 upstream_error: None,
+                bypass_reason: None,
             })
         })
     }

@@ -100,6 +100,14 @@ impl Config {
                     .unwrap_or_default()
                     .into(),
                 sessions_per_worker: 1,
+                // FERRY_NEON_CACHE_TTL_S: cache every single read it sends (seconds).
+                cache_ttl_s: match env.get("FERRY_NEON_CACHE_TTL_S") {
+                    Some(v) => Some(v.trim().parse().map_err(|_| ConfigError::Invalid {
+                        key: "FERRY_NEON_CACHE_TTL_S".into(),
+                        message: "a whole number of seconds".into(),
+                    })?),
+                    None => None,
+                },
             });
         }
         config.validate()?;

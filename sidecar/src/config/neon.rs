@@ -33,6 +33,13 @@ pub struct NeonToken {
     /// `server.workers` for the token).
     #[serde(default = "one")]
     pub sessions_per_worker: usize,
+    /// Seconds to cache every single read this token sends (1 to `cache.max_ttl_s`), on the
+    /// tables Postgres says it reads, so existing `neon()` code is cached with no code change;
+    /// a read that could not stay fresh is answered uncached (`Ferry-Cache: bypass` and
+    /// `Ferry-Cache-Reason`). Needs `[changes]` on. Unset: only reads that ask
+    /// (`Ferry-Cache-TTL`, `ferry_cache_ttl`) are cached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_ttl_s: Option<u64>,
 }
 
 fn one() -> usize {
@@ -72,6 +79,21 @@ impl Config {
                 .any(|o| o.token.as_str() == t.token.as_str())
             {
                 return invalid(format!("neon.tokens[{i}]"), "tokens must be distinct");
+            }
+            if let Some(ttl) = t.cache_ttl_s {
+                if ttl == 0 || ttl > self.cache.max_ttl_s {
+                    return invalid(
+                        format!("neon.tokens[{i}].cache_ttl_s"),
+                        "1 to cache.max_ttl_s seconds",
+                    );
+                }
+                if !self.changes.enabled {
+                    return invalid(
+                        format!("neon.tokens[{i}].cache_ttl_s"),
+                        "caching /sql reads needs [changes] on: writes sent to /sql carry no \
+                         invalidation, so only the change stream drops what they make stale",
+                    );
+                }
             }
             if t.postgres_url.is_empty() && !self.postgres.single_role {
                 return invalid(

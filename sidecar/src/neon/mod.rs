@@ -134,7 +134,7 @@ pub(crate) fn plan(
             })
         }
     };
-    let cache = cache(headers, config, &queries, batch)?;
+    let cache = cache(headers, config, token, &queries, batch)?;
     Ok(Request {
         plan: SqlPlan {
             queries,
@@ -160,12 +160,15 @@ fn in_batch(e: ApiError, batch: bool, i: usize) -> ApiError {
 
 /// `Ferry-Cache-TTL` (seconds) and `Ferry-Cache-Tables` (comma-separated), as headers or as
 /// `ferry_cache_ttl` / `ferry_cache_tables` in the connection string (which `neon()` sends
-/// with every query, so one changed URL turns caching on). Only for one read, and only with
-/// the change stream on: writes sent here carry no invalidation, so only Postgres's own
-/// change stream can drop the entries they make stale.
+/// with every query, so one changed URL turns caching on); else the token's `cache_ttl_s`,
+/// for single reads. No tables named: those Postgres says the read reads
+/// (`read::inferred`). Only for one read, and only with the change stream on: writes sent here
+/// carry no invalidation, so only Postgres's own change stream can drop the entries they make
+/// stale.
 fn cache(
     headers: &HeaderMap,
     config: &Config,
+    token: &NeonToken,
     queries: &[Query],
     batch: bool,
 ) -> Result<Option<(u64, Vec<String>)>, ApiError> {
@@ -174,7 +177,12 @@ fn cache(
         .map(str::to_string)
         .or_else(|| url_option(conn, "ferry_cache_ttl"));
     let Some(ttl) = ttl else {
-        return Ok(None);
+        // The token's default caches what it can: single reads, never a batch or a write.
+        let single_read = !batch && class::classify(&queries[0].sql, Route::Read).is_none();
+        return Ok(token
+            .cache_ttl_s
+            .filter(|_| single_read)
+            .map(|t| (t, Vec::new())));
     };
     let ttl: u64 = ttl
         .trim()
@@ -203,12 +211,6 @@ fn cache(
         .filter(|t| !t.is_empty())
         .map(str::to_string)
         .collect();
-    if tables.is_empty() {
-        return Err(ApiError::invalid(
-            "Ferry-Cache-Tables",
-            "name the tables the query reads (their changes drop the entry)",
-        ));
-    }
     Ok(Some((ttl, tables)))
 }
 

@@ -4,7 +4,7 @@
 use crate::error::ApiError;
 use crate::read::flight::{Fetched, Outcome};
 use crate::read::lookup::{lookup_many, Reads};
-use crate::read::plan::{CachePlan, ReadFormat, ReadPlan};
+use crate::read::plan::{CachePlan, Infer, ReadFormat, ReadPlan};
 use crate::read::postgres::{on_event_loop, run_query, text_query};
 use crate::read::shared_flight::{self, Fill};
 use crate::store::cache::{Lookup, Observed, Stored};
@@ -56,11 +56,17 @@ async fn answer_inner(
     prefetched: Option<Vec<Row>>,
 ) -> Result<QueryResponse, ApiError> {
     let (Some(cache), Some(lookup)) = (plan.cache.clone(), lookup) else {
+        let reason = match &plan.infer {
+            Infer::Refused(why) => Some(why.to_string()),
+            _ => None,
+        };
         let rows = match prefetched {
             Some(rows) => rows,
             None => run_query(state, plan).await?,
         };
-        return Ok(response(rows, CacheStatus::Bypass, 0, None));
+        let mut r = response(rows, CacheStatus::Bypass, 0, None);
+        r.bypass_reason = reason;
+        return Ok(r);
     };
     let lookup = lookup.within(&cache.entry);
     if !state.cache.freshness().covers(plan.after) {
@@ -153,6 +159,7 @@ fn response(rows: Vec<Row>, cache: CacheStatus, age_ms: u64, key: Option<String>
         key,
         stale_reason: None,
         upstream_error: None,
+        bypass_reason: None,
     }
 }
 

@@ -122,6 +122,7 @@ pub(crate) async fn prefetch(
             after: members.iter().filter_map(|&i| plans[i].after).max(),
             reset: first.reset,
             batch: None,
+            infer: Default::default(),
         };
         let rows = match super::postgres::run_query(state, statement).await {
             Ok(rows) => rows,

@@ -1,8 +1,11 @@
-//! Whether a read could be cached and stay fresh by itself, and on which tables it depends,
-//! from what Postgres's own parse of it says (`store::postgres::analysis`): the rule a read
-//! cached without naming its tables will be held to (not on the serving path yet: a cached
-//! read is kept fresh by the tables it names). `ferry-sidecar --explain-cache 'SELECT ...'`
-//! says it.
+//! Reads cached with no tables named: whether one can be cached and stay fresh by itself, and
+//! on which tables it depends, from what Postgres's own parse of it says
+//! (`store::postgres::analysis`), asked the first time a statement is seen (per role) and
+//! remembered until the schema changes (`store::postgres::verdicts`, `schema`). `resolve` puts
+//! the verdict into a read's plan: its tables' tags and the shape of what Postgres parsed go
+//! into the entry, or the read is answered from Postgres with the reason
+//! (`"cache": "bypass"`, `bypass_reason`). `ferry-sidecar --explain-cache 'SELECT ...'` says
+//! the same for one statement.
 //!
 //! Only what the change stream can keep fresh is cached: every table the statement reads,
 //! directly or through views and row-level-security policies, must be one the stream watches,
@@ -11,26 +14,45 @@
 //! any table; a user-defined one may read tables the analysis cannot see). Materialized views (REFRESH is not in the
 //! stream), foreign tables and the system catalogs are never cached.
 
+use super::lookup::Reads;
+use super::plan::{Infer, ReadFormat, ReadPlan};
 use crate::config::Config;
+use crate::error::ApiError;
+use crate::store::cache::{table_tag, Cache};
 use crate::store::postgres::analysis::{Analysis, Verdict};
+use crate::store::postgres::verdicts::Inferred;
+use ferry_shared::api::CacheMode;
+
+/// Why a read cannot be cached and stay fresh: the class `/metrics` counts it under
+/// (`ferry_inferred_total{reason=...}`), and the sentence the caller reads.
+pub(crate) type Why = (&'static str, String);
 
 /// The tables a read depends on (`schema.table`), or every reason it cannot be cached.
-pub(crate) fn cacheable(analysis: &Analysis, config: &Config) -> Result<Vec<String>, Vec<String>> {
-    let mut why = Vec::new();
+pub(crate) fn cacheable(analysis: &Analysis, config: &Config) -> Result<Vec<String>, Vec<Why>> {
+    let mut why: Vec<Why> = Vec::new();
     for o in &analysis.owned {
-        why.push(format!(
-            "it reads {o}, which the role requests run as owns: a request could redefine it"
+        why.push((
+            "owned",
+            format!(
+                "it reads {o}, which the role requests run as owns: a request could redefine it"
+            ),
         ));
     }
     for f in &analysis.functions {
         why.push(match f.user {
-            true => format!(
-                "it calls {}: Postgres cannot say what it reads, nor vouch for its volatility",
-                f.describe()
+            true => (
+                "function",
+                format!(
+                    "it calls {}: Postgres cannot say what it reads, nor vouch for its volatility",
+                    f.describe()
+                ),
             ),
-            false => format!(
-                "it calls {}: its result can change with no write to any table",
-                f.describe()
+            false => (
+                "function",
+                format!(
+                    "it calls {}: its result can change with no write to any table",
+                    f.describe()
+                ),
             ),
         });
     }
@@ -39,31 +61,127 @@ pub(crate) fn cacheable(analysis: &Analysis, config: &Config) -> Result<Vec<Stri
     for (name, kind) in &analysis.relations {
         let system = name.starts_with("pg_catalog.") || name.starts_with("information_schema.");
         match kind {
-            _ if system => why.push(format!("it reads the system catalog {name}")),
+            _ if system => why.push(("catalog", format!("it reads the system catalog {name}"))),
             'v' => {}
             'r' | 'p' if watched.contains(name) => tables.push(name.clone()),
-            'r' | 'p' => why.push(format!(
-                "it reads {name}, which the change stream does not watch (add it to \
-                 changes.tables)"
+            'r' | 'p' => why.push((
+                "unwatched",
+                format!(
+                    "it reads {name}, which the change stream does not watch (add it to \
+                     changes.tables)"
+                ),
             )),
-            'm' => why.push(format!(
-                "it reads the materialized view {name}: REFRESH is not in the change stream"
+            'm' => why.push((
+                "unwatched",
+                format!(
+                    "it reads the materialized view {name}: REFRESH is not in the change stream"
+                ),
             )),
-            'f' => why.push(format!("it reads the foreign table {name}")),
-            _ => why.push(format!("it reads {name}, which is not a table or a view")),
+            'f' => why.push(("unwatched", format!("it reads the foreign table {name}"))),
+            _ => why.push((
+                "unwatched",
+                format!("it reads {name}, which is not a table or a view"),
+            )),
         }
     }
     if !config.changes.enabled {
-        why.push(
+        why.push((
+            "changes_off",
             "the change stream is off ([changes] enabled = false): a write from outside Ferry \
              would never reach the cache"
                 .into(),
-        );
+        ));
     }
     match why.is_empty() {
         true => Ok(tables),
         false => Err(why),
     }
+}
+
+/// Puts what Postgres says of `plan`'s statement into its cache plan, when the plan asks for
+/// inference (a cache policy with no tables and no key, the change stream on): cached on its
+/// tables, its entry told apart by the shape of what Postgres parsed; or answered from
+/// Postgres with the reason. The first read of a statement (per role, after each schema
+/// change) asks Postgres on this worker's session; a read that finds it being asked is not
+/// held up: it is answered from Postgres. `only-if-cached` with no cacheable verdict is
+/// 404 `not_cached`, as a miss is.
+pub(crate) async fn resolve(
+    reads: &Reads,
+    config: &Config,
+    plan: &mut ReadPlan,
+) -> Result<(), ApiError> {
+    let Infer::Pending(mut cache) = std::mem::take(&mut plan.infer) else {
+        return Ok(());
+    };
+    let role = match &plan.format {
+        ReadFormat::Text { role, .. } => role.clone(),
+        ReadFormat::Json => None,
+    };
+    let verdict = match reads.pools.inferred.get(role.as_ref(), &plan.sql) {
+        Inferred::Known(v) => v,
+        Inferred::Busy => {
+            return refuse(plan, cache.mode, ("not_analysed", BEING_ASKED.into()));
+        }
+        Inferred::Ask(ticket) => {
+            let asked = crate::store::statements::inference::ask(
+                &reads.pools,
+                &reads.blocking,
+                role.as_deref(),
+                &plan.sql,
+            )
+            .await;
+            match asked {
+                Ok(v) => ticket.record(v),
+                Err(e) => {
+                    tracing::debug!(error = %e, "a read's dependencies not asked now");
+                    return refuse(plan, cache.mode, ("not_analysed", NOT_ASKED.into()));
+                }
+            }
+        }
+    };
+    let analysis = match &*verdict {
+        Verdict::Analysed(a) => a,
+        Verdict::Unknown(why) => {
+            let why = format!("Postgres could not analyse it ({why})");
+            return refuse(plan, cache.mode, ("not_analysed", why));
+        }
+    };
+    match cacheable(analysis, config) {
+        Ok(tables) => {
+            cache.tags.extend(tables.iter().map(|t| table_tag(t)));
+            cache.tags.sort();
+            cache.tags.dedup();
+            // Entries of another definition of what it reads are never found again.
+            cache.fingerprint =
+                Cache::fingerprint_in(&["inferred", &analysis.shape, &cache.fingerprint], "", &[]);
+            cache.key = Cache::logical_key(&cache.fingerprint, None);
+            crate::metrics::global().inferred("cached", "");
+            plan.cache = Some(*cache);
+            Ok(())
+        }
+        Err(mut why) => {
+            let first = why.remove(0);
+            let text = std::iter::once(first.1)
+                .chain(why.into_iter().map(|w| w.1))
+                .collect::<Vec<_>>()
+                .join("; ");
+            refuse(plan, cache.mode, (first.0, text))
+        }
+    }
+}
+
+const BEING_ASKED: &str = "Postgres is being asked what it reads (the first read of this \
+                           statement since startup or the last schema change)";
+const NOT_ASKED: &str = "Postgres could not be asked what it reads now";
+
+/// The read is answered from Postgres, and says why; `only-if-cached` never touches Postgres.
+fn refuse(plan: &mut ReadPlan, mode: CacheMode, (class, why): Why) -> Result<(), ApiError> {
+    crate::metrics::global().inferred("bypass", class);
+    if mode == CacheMode::OnlyIfCached {
+        return Err(ApiError::NotCached);
+    }
+    plan.infer = Infer::Refused(why.into());
+    Ok(())
 }
 
 /// What Ferry would do with `verdict`'s statement, in a few lines: what it reads and calls,
@@ -88,20 +206,15 @@ pub(crate) fn explain(verdict: &Verdict, config: &Config) -> String {
         .map(|(r, k)| format!("{r} ({})", kind(*k)))
         .collect();
     let calls = a.functions.iter().map(|f| f.describe()).collect();
-    // Inference is not on the serving path yet: a cached read is kept fresh by the tables
-    // (or keyspace key) it names, and this says which those should be.
     let cache = match cacheable(a, config) {
-        Ok(t) if t.is_empty() => {
-            "cache: could be kept fresh with no table (it reads none)".to_string()
-        }
+        Ok(t) if t.is_empty() => "cache: cached with no table named (it reads none)".to_string(),
         Ok(t) => format!(
-            "cache: could be kept fresh by writes to {} (name them in the read's cache.tables: \
-             a cached read is kept fresh by the tables it names)",
+            "cache: cached with no table named, dropped by any committed change to {}",
             t.join(", ")
         ),
         Err(why) => format!(
             "cache: could not be kept fresh by the change stream: {}",
-            why.join("; ")
+            why.into_iter().map(|w| w.1).collect::<Vec<_>>().join("; ")
         ),
     };
     format!(

@@ -95,6 +95,7 @@ pub(crate) fn plan(config: &Config, req: KeyedRequest) -> Result<KeyedPlan, ApiE
                 after: None,
                 reset: Reset::Always,
                 batch: Some(form.clone()),
+                infer: Default::default(),
             });
             texts.push(text);
         }

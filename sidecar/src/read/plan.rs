@@ -28,6 +28,23 @@ pub(crate) struct ReadPlan {
     pub reset: Reset,
     /// Its named query's batch form, when misses of it in one batch may share a statement.
     pub batch: Option<Arc<super::grouped::BatchForm>>,
+    /// Whether its tables are to be inferred (`read::inferred::resolve`), or why it was not
+    /// cached once they were.
+    pub infer: Infer,
+}
+
+/// A read cached with no tables named, before and after Postgres was asked what it reads.
+/// Until `read::inferred::resolve` has run, the read has no cache plan: one that skipped it
+/// would be answered from Postgres, never from an entry kept fresh by nothing.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum Infer {
+    /// Tables named, a key named, or no cache asked for.
+    #[default]
+    No,
+    /// The cache plan, its tables still to be inferred.
+    Pending(Box<CachePlan>),
+    /// Not cached: why.
+    Refused(Arc<str>),
 }
 
 /// How a read's rows come back.
@@ -113,6 +130,7 @@ pub(crate) fn read(config: &Config, req: QueryRequest, field: &str) -> Result<Re
             after: req.after,
             reset,
             batch,
+            infer: Infer::No,
         });
     }
     let asked = asked.unwrap_or_default();
@@ -164,26 +182,37 @@ pub(crate) fn read(config: &Config, req: QueryRequest, field: &str) -> Result<Re
         None => Cache::fingerprint(&sql, &req.params),
     };
     let key = Cache::logical_key(&fingerprint, asked.key.as_deref());
+    let cache = CachePlan {
+        key,
+        fingerprint,
+        entry: EntryPolicy {
+            ttl_s,
+            swr_s,
+            stale_if_error_s,
+        },
+        tags,
+        mode: asked.mode,
+    };
+    // No tables and no key named, and the change stream on: Postgres says what it reads.
+    let infer = config.changes.enabled
+        && tables.is_empty()
+        && asked.key.is_none()
+        && asked.infer != Some(false);
+    let (cache, infer) = match infer {
+        true => (None, Infer::Pending(Box::new(cache))),
+        false => (Some(cache), Infer::No),
+    };
     Ok(ReadPlan {
         sql,
         params: req.params,
         limits: limits.read,
-        cache: Some(CachePlan {
-            key,
-            fingerprint,
-            entry: EntryPolicy {
-                ttl_s,
-                swr_s,
-                stale_if_error_s,
-            },
-            tags,
-            mode: asked.mode,
-        }),
+        cache,
         format: ReadFormat::Json,
         identity: who,
         after: req.after,
         reset,
         batch,
+        infer,
     })
 }
 

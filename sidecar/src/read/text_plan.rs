@@ -1,7 +1,7 @@
 //! The plan of a `/sql` read (the Neon door) that asks to be cached: Postgres's text output,
 //! one entry per statement, parameters and role.
 
-use super::plan::{CachePlan, ReadFormat, ReadPlan};
+use super::plan::{CachePlan, Infer, ReadFormat, ReadPlan};
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::store::cache::{table_tag, Cache, EntryPolicy};
@@ -13,7 +13,8 @@ use serde_json::Value;
 use std::sync::Arc;
 
 /// A `/sql` read cached for `ttl_s` seconds, dropped when one of `tables` changes (checked as
-/// `cache.tables` is). Its entry is told apart from a `/v1` read of the same statement, and
+/// `cache.tables` is); with no tables named, on those Postgres says it reads
+/// (`read::inferred`). Its entry is told apart from a `/v1` read of the same statement, and
 /// from the other row shape, by the fingerprint.
 /// `role`: the Neon token's `postgres_url` (None: `postgres.url`'s role). Entries are the
 /// role's own: a token whose role may read less never gets what another role's read filled.
@@ -50,21 +51,27 @@ pub(crate) fn text_read(
         }
         None => Cache::fingerprint_in(&[shape, &who], &sql, &params),
     };
+    let cache = CachePlan {
+        key: Cache::logical_key(&fingerprint, None),
+        fingerprint,
+        entry: EntryPolicy {
+            ttl_s,
+            swr_s: 0,
+            stale_if_error_s: 0,
+        },
+        tags: tables.iter().map(|t| table_tag(t)).collect(),
+        mode: CacheMode::Default,
+    };
+    let (cache, infer) = match tables.is_empty() {
+        true => (None, Infer::Pending(Box::new(cache))),
+        false => (Some(cache), Infer::No),
+    };
     Ok(ReadPlan {
         sql,
         params,
         limits: limits.read,
-        cache: Some(CachePlan {
-            key: Cache::logical_key(&fingerprint, None),
-            fingerprint,
-            entry: EntryPolicy {
-                ttl_s,
-                swr_s: 0,
-                stale_if_error_s: 0,
-            },
-            tags: tables.iter().map(|t| table_tag(t)).collect(),
-            mode: CacheMode::Default,
-        }),
+        cache,
+        infer,
         format: ReadFormat::Text {
             array_mode,
             role: role.map(Arc::from),

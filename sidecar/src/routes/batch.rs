@@ -31,12 +31,19 @@ pub(crate) async fn batch(
     for c in &callers {
         super::admit_anonymous(&state, &config, c).await?;
     }
-    let plans: Vec<Result<plan::ReadPlan, ApiError>> = b
+    let mut plans: Vec<Result<plan::ReadPlan, ApiError>> = b
         .reads
         .into_iter()
         .enumerate()
         .map(|(i, r)| plan::read(&config, r, &format!("reads[{i}].")))
         .collect();
+    for p in plans.iter_mut() {
+        if let Ok(plan) = p {
+            if let Err(e) = read::inferred::resolve(&state.reads, &config, plan).await {
+                *p = Err(e);
+            }
+        }
+    }
     // Each end user in the batch counts once for the whole batch.
     let mut users: Vec<&crate::store::postgres::identity::SessionIdentity> = plans
         .iter()

@@ -38,17 +38,31 @@ pub(crate) async fn sql(state: State, req: HttpRequest, payload: web::Payload) -
             }
             resp.json(v)
         }
-        Ok((v, Some((status, age_ms)))) => {
+        Ok((v, Some((status, age_ms, reason)))) => {
             let status = match status {
                 CacheStatus::Hit => "hit",
                 CacheStatus::Miss => "miss",
                 CacheStatus::Stale => "stale",
                 CacheStatus::Bypass => "bypass",
             };
-            HttpResponse::Ok()
-                .insert_header(("ferry-cache", status))
-                .insert_header(("age", (age_ms / 1000).to_string()))
-                .json(v)
+            let mut resp = HttpResponse::Ok();
+            resp.insert_header(("ferry-cache", status))
+                .insert_header(("age", (age_ms / 1000).to_string()));
+            if let Some(why) = reason {
+                // A header value is visible ASCII: a name outside it is shown as `?`.
+                let why: String = why
+                    .chars()
+                    .map(|c| {
+                        if c.is_ascii_graphic() || c == ' ' {
+                            c
+                        } else {
+                            '?'
+                        }
+                    })
+                    .collect();
+                resp.insert_header(("ferry-cache-reason", why));
+            }
+            resp.json(v)
         }
         Err(ApiError::Postgres(fields)) => {
             crate::metrics::global().error("sql_error");
@@ -65,8 +79,9 @@ pub(crate) async fn sql(state: State, req: HttpRequest, payload: web::Payload) -
     }
 }
 
-/// The result, and for a cached read how it was answered (status, age in milliseconds).
-type Answer = (Value, Option<(CacheStatus, u64)>);
+/// The result, and for a cached read how it was answered (status, age in milliseconds, and
+/// why it was not cached when its tables were to be inferred).
+type Answer = (Value, Option<(CacheStatus, u64, Option<String>)>);
 
 async fn serve(
     state: &State,
@@ -101,10 +116,14 @@ async fn serve(
         };
         let role = request.plan.role.as_deref();
         let who = request.plan.identity.clone();
-        let read = text_plan::text_read(&config, q, ttl_s, &tables, role, who)?;
+        let mut read = text_plan::text_read(&config, q, ttl_s, &tables, role, who)?;
+        crate::read::inferred::resolve(&state.reads, &config, &mut read).await?;
         let mut answer = engine::read(&state.reads, read).await?;
         let result = answer.rows.pop().map_or(Value::Null, Value::Object);
-        return Ok((result, Some((answer.cache, answer.age_ms))));
+        return Ok((
+            result,
+            Some((answer.cache, answer.age_ms, answer.bypass_reason)),
+        ));
     }
     let _slot = state.blocking.admit()?;
     match tokio::time::timeout(

@@ -16,7 +16,8 @@ pub(crate) async fn query(
         super::signed_json_unshared(&state, &req, payload).await?;
     let config = state.config();
     let caller = q.caller.take();
-    let plan = plan::read(&config, q, "")?;
+    let mut plan = plan::read(&config, q, "")?;
+    read::inferred::resolve(&state.reads, &config, &mut plan).await?;
     let lookup = if plan.identity.is_some() || caller.is_some() {
         // A user's (or an anonymous caller's) budget is spent only by requests no sidecar
         // has seen.

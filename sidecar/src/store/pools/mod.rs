@@ -61,7 +61,11 @@ pub(crate) struct Pools {
     /// Parameter types of the statements seen, so repeated ones run in one round trip.
     pub param_types: ParamTypes,
     /// Which named reads are plain (no reset after a successful run), as Postgres said.
-    pub(crate) plain: crate::store::postgres::analysis::Analyses,
+    pub(crate) plain: crate::store::postgres::verdicts::Analyses,
+    /// What reads cached with no tables named depend on, as Postgres said (`read::inferred`).
+    pub(crate) inferred: crate::store::postgres::verdicts::Inferences,
+    /// The catalog's signature: a change makes both kinds of verdicts be asked again.
+    pub(crate) schema: crate::store::postgres::schema::SchemaWatch,
     redis_size: u32,
     redis_cluster: bool,
     /// Whether `redis.pool_size` leaves a connection for fill wake-ups.
@@ -186,6 +190,8 @@ impl Pools {
             pg_checkout_timeout: Duration::from_millis(p.checkout_timeout_ms),
             param_types: ParamTypes::default(),
             plain: Default::default(),
+            inferred: Default::default(),
+            schema: Default::default(),
             redis_size: r.pool_size,
             redis_cluster: r.cluster,
             wakeups: wakeups == 1,

@@ -23,15 +23,10 @@
 //! aggregate's own functions (`pg_aggregate`). A statement Postgres cannot take as such a body
 //! is not analysed.
 //!
-//! Named reads' verdicts are remembered by SQL text (`Analyses`), asked in the background at
-//! startup, after every reload and every 10 s (`statements::plain`): until a read's verdict is
-//! in, it is reset as any other.
+//! The verdicts are remembered in `verdicts`, and forgotten when the schema changes (`schema`).
 
 use crate::store::postgres::failure::describe;
-use postgres::Client;
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use postgres::{Client, Row};
 
 /// What Postgres said about one read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +42,13 @@ pub(crate) struct Analysis {
     /// could redefine them (`CREATE OR REPLACE VIEW`, `CREATE POLICY`, `ALTER FUNCTION`), so
     /// nothing Postgres says of them holds for the next request.
     pub owned: Vec<String>,
+    /// A hash of everything Postgres parsed for it: the statement's own tree, its views'
+    /// rules, their policies and domains' checks, each relation's kind, privileges and
+    /// row-level-security switches. Any redefinition that can change its result (`CREATE OR
+    /// REPLACE VIEW`, `ALTER TABLE ... ADD COLUMN` under a `SELECT *`, `GRANT`, `ENABLE ROW
+    /// LEVEL SECURITY`, a table dropped and made again) changes it: cached entries carry it in
+    /// their fingerprint, so entries of the old definition are never found again.
+    pub shape: String,
 }
 
 /// A function a statement calls: `now()`, stable, built in.
@@ -123,85 +125,6 @@ impl Verdict {
     }
 }
 
-/// The verdicts so far, by SQL text, and the reads still to analyse.
-#[derive(Default)]
-pub(crate) struct Analyses {
-    map: Mutex<State>,
-}
-
-#[derive(Default)]
-struct State {
-    verdicts: HashMap<String, Verdict>,
-    /// The named reads to keep verdicts for: (name, SQL).
-    named: Vec<(String, String)>,
-    /// Those whose verdict is (again) still to be asked.
-    pending: Vec<(String, String)>,
-    /// When every one of them was last put up to be asked.
-    asked_at: Option<Instant>,
-}
-
-impl Analyses {
-    /// Whether `sql` is known to be plain (false until its verdict is in).
-    pub(crate) fn plain(&self, sql: &str) -> bool {
-        self.lock().verdicts.get(sql).is_some_and(Verdict::plain)
-    }
-
-    /// Forgets every verdict and asks again for `named` (startup, reload: a function may have
-    /// changed since).
-    pub(crate) fn expect(&self, named: Vec<(String, String)>) {
-        let mut s = self.lock();
-        s.verdicts.clear();
-        s.pending = named.clone();
-        s.named = named;
-        s.asked_at = Some(Instant::now());
-    }
-
-    /// Puts every named read up to be asked again once `period` has passed since the last
-    /// time, keeping the verdicts until the new ones replace them: a function or view
-    /// redefined since (`CREATE OR REPLACE`, `ALTER FUNCTION ... VOLATILE`) is seen within
-    /// about `period`, with no reload.
-    pub(crate) fn again_every(&self, period: Duration) {
-        let mut s = self.lock();
-        if s.pending.is_empty() && s.asked_at.is_none_or(|t| t.elapsed() >= period) {
-            s.pending = s.named.clone();
-            s.asked_at = Some(Instant::now());
-        }
-    }
-
-    /// The reads still waiting for a verdict, as (name, SQL).
-    pub(crate) fn pending(&self) -> Vec<(String, String)> {
-        self.lock().pending.clone()
-    }
-
-    /// Takes `sql`'s verdict: it is no longer pending. A verdict for a statement no longer
-    /// named (a reload came during the analysis) is dropped. True when it is new or changed.
-    pub(crate) fn record(&self, sql: String, verdict: Verdict) -> bool {
-        let mut s = self.lock();
-        s.pending.retain(|(_, p)| *p != sql);
-        if !s.named.iter().any(|(_, n)| *n == sql) {
-            return false;
-        }
-        s.verdicts.insert(sql, verdict.clone()) != Some(verdict)
-    }
-
-    /// The analysis could not finish: the verdicts still pending are dropped (those reads are
-    /// reset until Postgres answers again), never kept past the period they were due for.
-    pub(crate) fn failed(&self) {
-        let mut s = self.lock();
-        let State {
-            verdicts, pending, ..
-        } = &mut *s;
-        for (_, sql) in pending.iter() {
-            verdicts.remove(sql);
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        // Plain data: a panic elsewhere breaks nothing here.
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
 /// Asks Postgres what `sql` calls and reads, on `client` (a session of the role the read runs
 /// as), in a transaction rolled back before this returns. `Err`: the session failed (ask
 /// again later); `Ok(Unknown)`: Postgres refused the statement as a function body.
@@ -211,18 +134,7 @@ pub(crate) fn analyse(client: &mut Client, sql: &str) -> Result<Verdict, postgre
         Err(e) if e.as_db_error().is_some() => return Ok(Verdict::Unknown(describe(&e))),
         Err(e) => return Err(e),
     };
-    let params: Vec<String> = described
-        .params()
-        .iter()
-        .map(|t| format!("{}.{}", ident(t.schema()), ident(t.name())))
-        .collect();
-    let body = sql.trim_end().trim_end_matches(';');
-    // One statement per message (extended protocol): the body cannot end the transaction.
-    let create = format!(
-        "CREATE FUNCTION pg_temp.ferry_plain_probe({}) RETURNS SETOF record LANGUAGE sql \
-         BEGIN ATOMIC {body}; END",
-        params.join(", ")
-    );
+    let create = probe(sql, described.params());
     let mut tx = client.build_transaction().read_only(false).start()?;
     if let Err(e) = tx.execute(create.as_str(), &[]) {
         return match e.as_db_error() {
@@ -231,10 +143,58 @@ pub(crate) fn analyse(client: &mut Client, sql: &str) -> Result<Verdict, postgre
         };
     }
     let rows = tx.query(WHAT_IT_CALLS, &[])?;
+    tx.rollback()?;
+    Ok(verdict_of(rows))
+}
+
+/// [`analyse`] on a worker's own session (its event loop), for a read on the request path:
+/// the same probe and the same question. The caller resets the session after it.
+pub(crate) async fn analyse_on_loop(
+    client: &tokio_postgres::Client,
+    sql: &str,
+) -> Result<Verdict, postgres::Error> {
+    let described = match client.prepare(sql).await {
+        Ok(s) => s,
+        Err(e) if e.as_db_error().is_some() => return Ok(Verdict::Unknown(describe(&e))),
+        Err(e) => return Err(e),
+    };
+    let create = probe(sql, described.params());
+    // Sessions start read-only (pinned at connect): the probe is made, read and rolled back.
+    client.batch_execute("BEGIN READ WRITE").await?;
+    if let Err(e) = client.execute(create.as_str(), &[]).await {
+        client.batch_execute("ROLLBACK").await?;
+        return match e.as_db_error() {
+            Some(_) => Ok(Verdict::Unknown(describe(&e))),
+            None => Err(e),
+        };
+    }
+    let rows = client.query(WHAT_IT_CALLS, &[]).await;
+    client.batch_execute("ROLLBACK").await?;
+    Ok(verdict_of(rows?))
+}
+
+/// The probe: `sql` as the body of a temporary function taking its parameters. One statement
+/// per message (extended protocol): the body cannot end the transaction.
+fn probe(sql: &str, params: &[postgres::types::Type]) -> String {
+    let params: Vec<String> = params
+        .iter()
+        .map(|t| format!("{}.{}", ident(t.schema()), ident(t.name())))
+        .collect();
+    let body = sql.trim_end().trim_end_matches(';');
+    format!(
+        "CREATE FUNCTION pg_temp.ferry_plain_probe({}) RETURNS SETOF record LANGUAGE sql \
+         BEGIN ATOMIC {body}; END",
+        params.join(", ")
+    )
+}
+
+/// The verdict in [`WHAT_IT_CALLS`]'s rows.
+fn verdict_of(rows: Vec<Row>) -> Verdict {
     let mut analysis = Analysis {
         functions: Vec::new(),
         relations: Vec::new(),
         owned: Vec::new(),
+        shape: String::new(),
     };
     for row in rows {
         let (what, name, kind): (&str, String, String) = (row.get(0), row.get(1), row.get(2));
@@ -248,11 +208,11 @@ pub(crate) fn analyse(client: &mut Client, sql: &str) -> Result<Verdict, postgre
                 volatility: first,
                 user: kind.contains('u'),
             }),
+            "shape" => analysis.shape = name,
             _ => analysis.relations.push((name, first)),
         }
     }
-    tx.rollback()?;
-    Ok(Verdict::Analysed(analysis))
+    Verdict::Analysed(analysis)
 }
 
 /// The relations named in the probe's parse tree, then in the rules and row-level-security
@@ -320,45 +280,19 @@ SELECT 'relation', n.nspname || '.' || c.relname,
                     AND NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
                THEN 'o' ELSE '' END
   FROM rels JOIN pg_class c ON c.oid = rels.oid JOIN pg_namespace n ON n.oid = c.relnamespace
+UNION ALL
+SELECT 'shape', md5(coalesce((SELECT string_agg(t, ' ' ORDER BY t) FROM trees), '')
+         || coalesce((SELECT string_agg(c.oid || c.relkind::text || coalesce(c.relacl::text, '')
+                                        || c.relrowsecurity || c.relforcerowsecurity
+                                        || coalesce((SELECT string_agg(a.attname || a.attacl::text, ',')
+                                                       FROM pg_attribute a
+                                                      WHERE a.attrelid = c.oid
+                                                        AND a.attacl IS NOT NULL), ''),
+                                        ' ' ORDER BY c.oid)
+                        FROM rels JOIN pg_class c ON c.oid = rels.oid), '')), ''
 ORDER BY 1, 2";
 
 /// A name as an SQL identifier, quoted.
 fn ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn plain_verdict() -> Verdict {
-        Verdict::Analysed(Analysis {
-            functions: Vec::new(),
-            relations: vec![("public.items".into(), 'r')],
-            owned: Vec::new(),
-        })
-    }
-
-    #[test]
-    fn a_failed_analysis_drops_the_verdicts_it_was_due_to_renew() {
-        let a = Analyses::default();
-        let sql = "SELECT 1";
-        a.expect(vec![("queries.one".into(), sql.into())]);
-        a.record(sql.into(), plain_verdict());
-        assert!(a.plain(sql));
-        // Due again, and the analysis fails: the read is reset until Postgres answers.
-        a.again_every(Duration::ZERO);
-        a.failed();
-        assert!(!a.plain(sql));
-    }
-
-    #[test]
-    fn a_verdict_for_a_statement_no_longer_named_is_dropped() {
-        let a = Analyses::default();
-        a.expect(vec![("queries.one".into(), "SELECT 1".into())]);
-        // A reload named another statement while the first one's analysis ran.
-        a.expect(vec![("queries.two".into(), "SELECT 2".into())]);
-        a.record("SELECT 1".into(), plain_verdict());
-        assert!(!a.plain("SELECT 1"));
-    }
 }

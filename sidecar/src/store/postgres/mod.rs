@@ -15,6 +15,8 @@ pub(crate) mod loop_session;
 pub(crate) mod own_sessions;
 pub(crate) mod param_types;
 pub(crate) mod roles;
+pub(crate) mod schema;
+pub(crate) mod verdicts;
 
 use crate::config::Config;
 use crate::error::ApiError;

@@ -5,9 +5,11 @@
 //! limits, for both. `transaction`: several statements in one call; `interactive`: a
 //! transaction held open across calls. `text`: statements with Postgres's own text output
 //! (Neon's `/sql`). `json` and `params`: values both ways. `plain`: which named reads Postgres
-//! says leave their session as they found it (no reset after them).
+//! says leave their session as they found it (no reset after them); `inference`: what a read
+//! cached with no tables named depends on, asked on the request path.
 
 pub(crate) mod class;
+pub(crate) mod inference;
 pub(crate) mod interactive;
 pub(crate) mod json;
 pub(crate) mod on_loop;

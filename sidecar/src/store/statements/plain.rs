@@ -1,10 +1,11 @@
 //! The named reads whose session need not be reset after them: which they are
 //! (`named_reads`), asked in the background (`analyse_pending`, at startup and after every
 //! reload) and reported (`report`: `--check-config`, the startup log). What Postgres says of one
-//! statement: `store::postgres::analysis`.
+//! statement: `store::postgres::analysis`. And the schema's watch (`check_schema`), which has
+//! every verdict asked again after a change.
 
 use crate::config::Config;
-use crate::store::pools::session::with_session;
+use crate::store::pools::session::{with_read_session, with_session, Reset};
 use crate::store::pools::Pools;
 use crate::store::postgres::analysis::analyse;
 use crate::store::postgres::failure::{describe, Failure};
@@ -89,4 +90,33 @@ pub(crate) fn analyse_pending(pools: &Pools) {
             false => tracing::debug!(query = %name, "{line}"),
         }
     }
+}
+
+/// Reads the catalog's signature when due (every second) and, when the schema changed, has
+/// every verdict asked again: named reads are reset, and reads cached with no tables named
+/// are answered from Postgres, until Postgres has answered for the new schema. A session
+/// that fails leaves the check for the next round. No reset after it: it only reads catalogs.
+/// False until a signature was read once: verdicts asked before it could predate a change.
+pub(crate) fn check_schema(pools: &Pools) -> bool {
+    if !pools.schema.due() {
+        return pools.schema.known();
+    }
+    let signature = with_read_session(pools, Reset::OnFailure, |s| {
+        let row = s
+            .client
+            .query_one(crate::store::postgres::schema::SIGNATURE, &[])
+            .map_err(Failure::from)?;
+        Ok(row.get::<_, String>(0))
+    });
+    match signature {
+        Ok(sig) => {
+            if pools.schema.changed(sig) {
+                tracing::debug!("the schema changed: every verdict is asked again");
+                pools.plain.forget_all();
+                pools.inferred.forget_all();
+            }
+        }
+        Err(f) => tracing::debug!(error = %f.into_api(), "the schema's signature not read now"),
+    }
+    pools.schema.known()
 }

@@ -1,0 +1,269 @@
+//! Reads cached with no tables named: Postgres's own parse says what each one reads, and only
+//! what the change stream can keep fresh is cached. The adversaries are a writer that bypasses
+//! Ferry (psql) on every table a read reaches through a view, a join, a subquery or a CTE;
+//! statements whose result changes with no write (`now()`, `random()`) or that read what the
+//! stream does not watch; and schema changes the stream does not carry (`CREATE OR REPLACE
+//! VIEW`, `DROP VIEW`). Against the binary, requests as the least-privilege `ferry_app`, a
+//! private Postgres with `wal_level = logical`; Postgres's rows judge what is fresh.
+mod change_stream_common;
+
+use change_stream_common::*;
+use ferry_testkit::{client::Answer, wait_until, PgServer, RedisServer, SidecarProcess};
+use serde_json::{json, Value};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "neon-inferred-token-0123456789abcdef0123456";
+
+const SCHEMA: &str = "
+CREATE TABLE authors (id int PRIMARY KEY, name text NOT NULL);
+CREATE TABLE posts (id int PRIMARY KEY, author_id int NOT NULL, title text NOT NULL);
+CREATE TABLE audit (id int PRIMARY KEY, note text NOT NULL);
+INSERT INTO authors VALUES (1, 'ada'), (2, 'bob');
+INSERT INTO posts VALUES (1, 1, 'first'), (2, 1, 'second'), (3, 2, 'third');
+INSERT INTO audit VALUES (1, 'unwatched');
+CREATE VIEW author_posts AS
+  SELECT a.id, a.name, p.title FROM authors a JOIN posts p ON p.author_id = a.id;
+CREATE VIEW author_page AS SELECT * FROM author_posts;
+GRANT SELECT ON authors, posts, audit, author_posts, author_page
+  TO ferry_app, ferry_changes, ferry_neon;
+ALTER PUBLICATION ferry ADD TABLE authors, posts;
+";
+
+fn stack() -> (RedisServer, PgServer, SidecarProcess) {
+    let (redis, pg) = (RedisServer::start(), logical_pg());
+    pg.client().batch_execute(SCHEMA).expect("schema");
+    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/ferry.toml");
+    let stream_url = pg.url().replace("postgres@", "ferry_changes@");
+    let neon_url = pg.url_as("ferry_neon");
+    let env = [
+        ("FERRY_CONFIG", sample),
+        ("FERRY_CHANGES_URL", stream_url.as_str()),
+        ("FERRY_CHANGES_ENABLED", "true"),
+        ("FERRY_CHANGES_TABLES", "orders,authors,posts"),
+        ("FERRY_CHANGES_MAX_LAG_MS", "400"),
+        ("FERRY_CHANGES_HEARTBEAT_MS", "50"),
+        ("FERRY_NEON_ENABLED", "true"),
+        ("FERRY_NEON_TOKEN", TOKEN),
+        ("FERRY_NEON_POSTGRES_URL", neon_url.as_str()),
+        ("FERRY_NEON_CACHE_TTL_S", "600"),
+    ];
+    let s = SidecarProcess::start(
+        BIN,
+        &redis.url(),
+        &pg.url_as("ferry_app"),
+        &env,
+        Stdio::null(),
+    );
+    wait_caught_up(&s);
+    (redis, pg, s)
+}
+
+/// A raw read cached for 600 s with no tables named.
+fn read(s: &SidecarProcess, sql: &str, params: Value) -> Answer {
+    let a = s
+        .client
+        .query(json!({"sql": sql, "params": params, "cache": {"ttl_s": 600}}));
+    assert_eq!(a.status, 200, "{sql}: {:?}", a.body);
+    a
+}
+
+/// Reads until the answer is a hit, each answer checked by `fresh` (what Postgres holds now).
+fn until_hit(s: &SidecarProcess, sql: &str, params: Value, fresh: impl Fn(&Value)) {
+    wait_until("a hit with the fresh rows", Duration::from_secs(10), || {
+        let a = read(s, sql, params.clone());
+        fresh(&a.body["rows"]);
+        a.body["cache"] == "hit"
+    });
+}
+
+#[test]
+fn inferred_reads_stay_fresh_through_views_joins_subqueries_and_ctes() {
+    let (_redis, pg, s) = stack();
+    let mut psql = pg.client();
+
+    // A view over a view over a join: both base tables are its dependencies.
+    let page = "SELECT name, title FROM author_page WHERE id = $1 ORDER BY title";
+    let first = read(&s, page, json!([1]));
+    assert_eq!(first.body.get("bypass_reason"), None, "{:?}", first.body);
+    until_hit(&s, page, json!([1]), |rows| {
+        assert_eq!(rows[0]["title"], "first")
+    });
+    // The second table of the join, written by psql through the base table.
+    psql.execute("UPDATE posts SET title = 'a first' WHERE id = 1", &[])
+        .expect("update posts");
+    after_bound(Instant::now());
+    assert_eq!(
+        read(&s, page, json!([1])).body["rows"][0]["title"],
+        "a first"
+    );
+    until_hit(&s, page, json!([1]), |rows| {
+        assert_eq!(rows[0]["title"], "a first")
+    });
+    // The first table.
+    psql.execute("UPDATE authors SET name = 'ada l' WHERE id = 1", &[])
+        .expect("update authors");
+    after_bound(Instant::now());
+    assert_eq!(read(&s, page, json!([1])).body["rows"][0]["name"], "ada l");
+
+    // A CTE and a subquery: a row inserted into the table they read inside.
+    let cte = "WITH n AS (SELECT author_id, count(*)::int AS posts FROM posts GROUP BY 1) \
+               SELECT posts FROM n WHERE author_id = $1";
+    let sub = "SELECT count(*)::int AS n FROM authors \
+               WHERE id IN (SELECT author_id FROM posts WHERE title LIKE $1)";
+    until_hit(&s, cte, json!([2]), |rows| assert_eq!(rows[0]["posts"], 1));
+    until_hit(&s, sub, json!(["new%"]), |rows| assert_eq!(rows[0]["n"], 0));
+    psql.execute("INSERT INTO posts VALUES (4, 2, 'new one')", &[])
+        .expect("insert");
+    after_bound(Instant::now());
+    assert_eq!(read(&s, cte, json!([2])).body["rows"][0]["posts"], 2);
+    assert_eq!(read(&s, sub, json!(["new%"])).body["rows"][0]["n"], 1);
+
+    // What the stream cannot keep fresh is never cached, and says why.
+    for (sql, why) in [
+        (
+            "SELECT now()::text AS t FROM authors WHERE id = 1",
+            "stable now()",
+        ),
+        (
+            "SELECT random() AS r FROM authors WHERE id = 1",
+            "volatile random()",
+        ),
+        (
+            "SELECT note FROM audit WHERE id = 1",
+            "public.audit, which the change stream",
+        ),
+        (
+            "SELECT count(*)::int AS n FROM pg_class",
+            "system catalog pg_catalog.pg_class",
+        ),
+    ] {
+        for _ in 0..3 {
+            let a = read(&s, sql, json!([]));
+            assert_eq!(a.body["cache"], "bypass", "{sql}: {:?}", a.body);
+            let reason = a.body["bypass_reason"].as_str().unwrap_or_default();
+            assert!(reason.contains(why), "{sql}: {reason}");
+        }
+    }
+    // The unwatched table's rows are Postgres's own, every time.
+    psql.execute("UPDATE audit SET note = 'changed' WHERE id = 1", &[])
+        .expect("audit");
+    let a = read(&s, "SELECT note FROM audit WHERE id = 1", json!([]));
+    assert_eq!(a.body["rows"][0]["note"], "changed");
+
+    // `infer: false` keeps the old rule: TTL only, whoever writes.
+    let ttl_only = |s: &SidecarProcess| {
+        s.client
+            .query(json!({"sql": "SELECT note FROM audit WHERE id = 1",
+                              "cache": {"ttl_s": 600, "infer": false}}))
+    };
+    ttl_only(&s);
+    assert_eq!(ttl_only(&s).body["cache"], "hit");
+
+    let counted = |series: &str| s.metric(series).unwrap_or(0.0);
+    assert!(counted("ferry_inferred_total{outcome=\"bypass\",reason=\"function\"}") >= 6.0);
+    assert!(counted("ferry_inferred_total{outcome=\"bypass\",reason=\"unwatched\"}") >= 3.0);
+    assert!(counted("ferry_inferred_total{outcome=\"cached\",reason=\"\"}") >= 10.0);
+}
+
+#[test]
+fn schema_changes_outside_ferry_reach_inferred_entries() {
+    let (_redis, pg, s) = stack();
+    let mut psql = pg.client();
+    let page = "SELECT * FROM author_page WHERE id = $1 ORDER BY title";
+    until_hit(&s, page, json!([2]), |rows| {
+        assert_eq!(rows[0]["name"], "bob")
+    });
+
+    // Redefined: same tables, another result. Not in the change stream.
+    psql.batch_execute(
+        "CREATE OR REPLACE VIEW author_posts AS
+           SELECT a.id, upper(a.name) AS name, p.title
+             FROM authors a JOIN posts p ON p.author_id = a.id",
+    )
+    .expect("replace view");
+    let changed = Instant::now();
+    wait_until("the new definition", Duration::from_secs(10), || {
+        read(&s, page, json!([2])).body["rows"][0]["name"] == "BOB"
+    });
+    let took = changed.elapsed();
+    // Within the schema check's period (1 s) and a round of the background work, on a
+    // loaded machine: far from the 600 s TTL the entry had.
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    for _ in 0..5 {
+        assert_eq!(read(&s, page, json!([2])).body["rows"][0]["name"], "BOB");
+    }
+    until_hit(&s, page, json!([2]), |rows| {
+        assert_eq!(rows[0]["name"], "BOB")
+    });
+
+    // Dropped: the read fails as Postgres says, never served from the old entry.
+    psql.batch_execute("DROP VIEW author_page")
+        .expect("drop view");
+    wait_until("the view's absence", Duration::from_secs(10), || {
+        let a = s
+            .client
+            .query(json!({"sql": page, "params": [2], "cache": {"ttl_s": 600}}));
+        assert!(a.status == 200 || a.status == 400, "{:?}", a.body);
+        a.status == 400
+    });
+    let a = s
+        .client
+        .query(json!({"sql": page, "params": [2], "cache": {"ttl_s": 600}}));
+    assert_eq!(a.body["error"]["pg_code"], "42P01", "{:?}", a.body);
+}
+
+/// POST /sql as `neon()` sends it, with no Ferry header: (ferry-cache, its reason, body).
+fn neon(s: &SidecarProcess, sql: &str, params: Value) -> (String, String, Value) {
+    let url = format!("http://127.0.0.1:{}/sql", s.port);
+    let conn = format!("postgresql://app:{TOKEN}@db.ferry.invalid/app");
+    let body = json!({"query": sql, "params": params}).to_string();
+    s.client.block_on(async move {
+        let resp = reqwest::Client::new()
+            .post(url)
+            .header("Neon-Connection-String", conn)
+            .body(body)
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(resp.status(), 200);
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let (cache, reason) = (header("ferry-cache"), header("ferry-cache-reason"));
+        (cache, reason, resp.json().await.expect("json"))
+    })
+}
+
+#[test]
+fn a_neon_token_caches_unchanged_code_and_psql_writes_reach_it() {
+    let (_redis, pg, s) = stack();
+    let sql = "SELECT title FROM posts WHERE id = $1";
+    wait_until(
+        "a hit on the token's default",
+        Duration::from_secs(10),
+        || {
+            let (cache, _, body) = neon(&s, sql, json!(["3"]));
+            assert_eq!(body["rows"][0]["title"], "third");
+            cache == "hit"
+        },
+    );
+    pg.client()
+        .execute("UPDATE posts SET title = 'third, edited' WHERE id = 3", &[])
+        .expect("update");
+    after_bound(Instant::now());
+    let (_, _, body) = neon(&s, sql, json!(["3"]));
+    assert_eq!(body["rows"][0]["title"], "third, edited");
+
+    // A read it cannot keep fresh is answered from Postgres, and the header says why.
+    let (cache, reason, _) = neon(&s, "SELECT now() AS t", json!([]));
+    assert_eq!(cache, "bypass");
+    assert!(reason.contains("stable now()"), "{reason}");
+    // Writes are never cached, nor refused for the token's default.
+    let (cache, _, body) = neon(&s, "UPDATE items SET name = $1 WHERE id = 1", json!(["w"]));
+    assert_eq!(cache, "", "{body}");
+}
