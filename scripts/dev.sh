@@ -243,6 +243,7 @@ for i in $(seq 0 $((SIDECARS - 1))); do
   FERRY_NEON_ENABLED=true \
   FERRY_NEON_TOKEN=$(cat "$RUN/neon-token") \
   FERRY_NEON_POSTGRES_URL=postgres://ferry_neon@127.0.0.1:$PG_PORT/postgres \
+  FERRY_NEON_CACHE_TTL_S=60 \
   FERRY_CHANGES_URL=postgres://ferry_changes@127.0.0.1:$PG_PORT/postgres \
   FERRY_SECRET=$SECRET \
   FERRY_LOG=${FERRY_LOG:-info} \
@@ -322,9 +323,11 @@ A writer that bypasses Ferry is seen too (Postgres's change stream):
 Existing Upstash code, unchanged (the token owns the door's own Redis):
   export UPSTASH_REDIS_REST_URL=http://127.0.0.1:$SIDECAR_PORT UPSTASH_REDIS_REST_TOKEN=\$(cat .run/upstash-token)
   curl -s \$UPSTASH_REDIS_REST_URL/set/hello/world -H "authorization: Bearer \$UPSTASH_REDIS_REST_TOKEN"
-Existing Neon code, unchanged (and neonConfig.fetchEndpoint = 'http://127.0.0.1:$SIDECAR_PORT/sql'):
+Existing Neon code, unchanged (and neonConfig.fetchEndpoint = 'http://127.0.0.1:$SIDECAR_PORT/sql'),
+cached with no code change on the tables Postgres says it reads (run it twice: a hit; after the psql
+UPDATE above: fresh):
   export DATABASE_URL=postgresql://app:\$(cat .run/neon-token)@db.ferry.invalid/app
-  curl -s http://127.0.0.1:$SIDECAR_PORT/sql -H "Neon-Connection-String: \$DATABASE_URL" -d '{"query":"SELECT name FROM items WHERE id = 1"}'
+  curl -si http://127.0.0.1:$SIDECAR_PORT/sql -H "Neon-Connection-String: \$DATABASE_URL" -d '{"query":"SELECT name FROM items WHERE id = 1"}' | grep -iE 'ferry-cache|rows'
 The sidecar itself (signed requests):
   export FERRY_SECRET=\$(cat .run/secret) FERRY_URL=http://127.0.0.1:$SIDECAR_PORT
   scripts/ferry-curl.sh POST /v1/query '{"query":"item","params":[2]}'

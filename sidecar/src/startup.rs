@@ -25,10 +25,13 @@ pub fn check_sessions(config: &Config) -> Result<Option<String>, String> {
 }
 
 /// What Postgres says of each named read: plain (no reset after a successful run) or why its
-/// session is reset after it, as `(warning, line)`. `Err`: Postgres could not be asked.
+/// session is reset after it; and for one cached with no tables named, the tables it depends
+/// on or why it is answered uncached. As `(warning, line)`. `Err`: Postgres could not be asked.
 pub fn named_reads(config: &Config) -> Result<Vec<(bool, String)>, String> {
     let mut client = crate::store::postgres::check_session(config)?;
-    crate::store::statements::plain::report(config, &mut client)
+    let mut out = crate::store::statements::plain::report(config, &mut client)?;
+    out.extend(crate::read::inferred::report(config, &mut client)?);
+    Ok(out)
 }
 
 /// What Ferry would do with the read `sql` (`--explain-cache`): what Postgres's own parse of

@@ -165,3 +165,68 @@ fn dependencies_come_from_postgres_and_only_what_can_stay_fresh_is_cached() {
     let (code, text) = explain(&pg, "DELETE FROM posts", true);
     assert_eq!(code, 2, "{text}");
 }
+
+/// `--check-config` says, for each named read cached with no tables named, the tables
+/// Postgres says it reads, or (a warning) why it will be answered uncached.
+#[test]
+fn check_config_names_what_each_named_read_is_cached_on() {
+    let pg = PgServer::start_logical();
+    pg.setup_demo_schema();
+    pg.client().batch_execute(SCHEMA).expect("schema");
+    pg.client()
+        .batch_execute(
+            "GRANT SELECT ON posts, authors TO ferry_changes;
+             ALTER PUBLICATION ferry ADD TABLE posts, authors;",
+        )
+        .expect("publication");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("ferry.toml");
+    std::fs::write(
+        &path,
+        r#"
+[queries.page]
+sql = "SELECT * FROM author_page WHERE id = $1"
+ttl_s = 60
+[queries.clock]
+sql = "SELECT now() AS at, title FROM posts WHERE id = $1"
+ttl_s = 60
+[queries.named_tables]
+sql = "SELECT id FROM audit"
+ttl_s = 60
+tables = ["posts"]
+"#,
+    )
+    .expect("config");
+    let out = Command::new(BIN)
+        .args([
+            "--config",
+            path.to_str().unwrap_or_default(),
+            "--check-config",
+        ])
+        .env_clear()
+        .env("FERRY_SECRET", ferry_testkit::SECRET)
+        .env("FERRY_DATABASE_URL", pg.url_as("ferry_app"))
+        .envs(ferry_testkit::process::roles_env(&pg.url_as("ferry_app")))
+        .env("FERRY_CHANGES_ENABLED", "true")
+        .env("FERRY_CHANGES_TABLES", "posts,authors")
+        .env("FERRY_CHANGES_URL", pg.url_as("ferry_changes"))
+        .output()
+        .expect("run binary");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(
+            "queries.page: cached, dropped by any committed change to public.authors, public.posts"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("queries.clock: has ttl_s and no tables, but is answered uncached: it calls stable now()"),
+        "{text}"
+    );
+    // A named query that names its tables is kept fresh by those: nothing inferred.
+    assert!(!text.contains("queries.named_tables: cached"), "{text}");
+}

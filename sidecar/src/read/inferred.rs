@@ -184,6 +184,46 @@ fn refuse(plan: &mut ReadPlan, mode: CacheMode, (class, why): Why) -> Result<(),
     Ok(())
 }
 
+/// Each named read cached with no tables named (a `ttl_s`, no `tables`, the change stream
+/// on): the tables Postgres says it reads, or why it will be answered uncached (a warning), as
+/// `--check-config` and the startup log say them. Asked on `client`, `postgres.url`'s role.
+pub(crate) fn report(
+    config: &Config,
+    client: &mut postgres::Client,
+) -> Result<Vec<(bool, String)>, String> {
+    let mut out = Vec::new();
+    if !config.changes.enabled {
+        return Ok(out);
+    }
+    for (name, q) in &config.queries {
+        if q.ttl_s.is_none() || !q.tables.is_empty() {
+            continue;
+        }
+        let verdict = crate::store::postgres::analysis::analyse(client, &q.sql)
+            .map_err(|e| crate::store::postgres::failure::describe(&e))?;
+        let line = match &verdict {
+            Verdict::Unknown(why) => Err(format!("Postgres could not analyse it ({why})")),
+            Verdict::Analysed(a) => cacheable(a, config)
+                .map_err(|why| why.into_iter().map(|w| w.1).collect::<Vec<_>>().join("; ")),
+        };
+        out.push(match line {
+            Ok(t) if t.is_empty() => (false, format!("queries.{name}: cached (it reads no table)")),
+            Ok(t) => (
+                false,
+                format!(
+                    "queries.{name}: cached, dropped by any committed change to {}",
+                    t.join(", ")
+                ),
+            ),
+            Err(why) => (
+                true,
+                format!("queries.{name}: has ttl_s and no tables, but is answered uncached: {why}"),
+            ),
+        });
+    }
+    Ok(out)
+}
+
 /// What Ferry would do with `verdict`'s statement, in a few lines: what it reads and calls,
 /// and whether a read of it cached with no tables named would be cached, on which tables.
 pub(crate) fn explain(verdict: &Verdict, config: &Config) -> String {
