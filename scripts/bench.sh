@@ -6,7 +6,7 @@
 #   scripts/bench.sh                 all scenarios (a few minutes); results in bench/results/
 #   scripts/bench.sh --quick         smoke run, under a minute
 #   scripts/bench.sh keys            one scenario (redis, postgres, keys, connections, throughput, pinned,
-#                                    one-client, replay, staleness, scale)
+#                                    one-client, replay, staleness, scale, blog)
 #   scripts/bench.sh --out DIR ...   write the result files elsewhere
 set -euo pipefail
 source "$(dirname "$0")/common.sh"

@@ -109,3 +109,7 @@ ALTER TABLE notes ENABLE ROW LEVEL SECURITY;
 CREATE POLICY own_notes ON notes TO authenticated
     USING (owner = nullif(current_setting('request.jwt.claims', true), '')::json ->> 'sub')
     WITH CHECK (owner = nullif(current_setting('request.jwt.claims', true), '')::json ->> 'sub');
+-- The change stream watches notes too (the dev command's changes.tables): the per-user reads of
+-- /me/notes are cached on it, each user's entries apart, and dropped by any committed change.
+GRANT SELECT ON notes TO ferry_changes;
+ALTER PUBLICATION ferry ADD TABLE notes;

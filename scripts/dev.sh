@@ -234,6 +234,7 @@ for i in $(seq 0 $((SIDECARS - 1))); do
   FERRY_POSTGRES_OWNER_URL=postgres://ferry_owner@127.0.0.1:$PG_PORT/postgres \
   FERRY_AUTH_ALLOW_RAW_SQL=true \
   FERRY_CHANGES_ENABLED=true \
+  FERRY_CHANGES_TABLES=notes \
   FERRY_UPSTASH_ENABLED=true \
   FERRY_UPSTASH_REDIS_URL=redis://127.0.0.1:$DOOR_REDIS_PORT \
   FERRY_UPSTASH_TOKEN=$(cat "$RUN/upstash-token") \
@@ -324,8 +325,8 @@ Existing Upstash code, unchanged (the token owns the door's own Redis):
   export UPSTASH_REDIS_REST_URL=http://127.0.0.1:$SIDECAR_PORT UPSTASH_REDIS_REST_TOKEN=\$(cat .run/upstash-token)
   curl -s \$UPSTASH_REDIS_REST_URL/set/hello/world -H "authorization: Bearer \$UPSTASH_REDIS_REST_TOKEN"
 Existing Neon code, unchanged (and neonConfig.fetchEndpoint = 'http://127.0.0.1:$SIDECAR_PORT/sql'),
-cached with no code change on the tables Postgres says it reads (run it twice: a hit; after the psql
-UPDATE above: fresh):
+cached with no code change on the tables Postgres says it reads (run it twice: a hit; run the psql
+UPDATE above again, then it: fresh):
   export DATABASE_URL=postgresql://app:\$(cat .run/neon-token)@db.ferry.invalid/app
   curl -si http://127.0.0.1:$SIDECAR_PORT/sql -H "Neon-Connection-String: \$DATABASE_URL" -d '{"query":"SELECT name FROM items WHERE id = 1"}' | grep -iE 'ferry-cache|rows'
 The sidecar itself (signed requests):

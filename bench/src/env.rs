@@ -168,6 +168,9 @@ pub fn start_postgres() -> (PgServer, String) {
     // wal_level = logical: the staleness scenario's sidecar reads the change stream.
     let pg = PgServer::start_logical();
     pg.setup_demo_schema();
+    pg.client()
+        .batch_execute(crate::scenarios::blog::SCHEMA)
+        .expect("the blog scenario's schema");
     let url = pg.require_password(PG_PASSWORD);
     let out = Command::new(pgbench())
         .args(["-i", "-s", "1", "-q", "-h"])

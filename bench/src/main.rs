@@ -57,6 +57,8 @@ enum Which {
     Staleness,
     /// One sidecar vs two, replay store local vs shared: requests/s and CPU per request.
     Scale,
+    /// A blog's mix (95% reads, 5% writes that bypass Ferry): no cache, TTL only, inferred.
+    Blog,
 }
 
 /// What the scenarios need: addresses, passwords, progress.
@@ -109,6 +111,7 @@ fn steps(which: Which) -> u64 {
         Which::Replay => 1,
         Which::Staleness => 2,
         Which::Scale => 4,
+        Which::Blog => 3,
     }
 }
 
@@ -126,6 +129,7 @@ fn main() {
             Which::Replay,
             Which::Staleness,
             Which::Scale,
+            Which::Blog,
         ],
     };
     let plan = Plan::new(args.quick);
@@ -181,8 +185,14 @@ fn main() {
             ("FERRY_SERVER_TLS_KEY_PATH", tls.key.as_str()),
         ],
     );
-    let changes_sidecar =
-        env::start_sidecar(&redis.url(), &pg_url, &[("FERRY_CHANGES_ENABLED", "true")]);
+    let changes_sidecar = env::start_sidecar(
+        &redis.url(),
+        &pg_url,
+        &[
+            ("FERRY_CHANGES_ENABLED", "true"),
+            ("FERRY_CHANGES_TABLES", scenarios::blog::TABLES),
+        ],
+    );
     let ttl_sidecar = env::start_sidecar(
         &redis.url(),
         &pg_url,
@@ -278,6 +288,14 @@ fn main() {
                 }
                 Which::Scale => {
                     scenarios::watch("scale", pid, scenarios::scale::run(&ctx, &plan)).await
+                }
+                Which::Blog => {
+                    scenarios::watch(
+                        "blog",
+                        changes_sidecar.pid(),
+                        scenarios::blog::run(&ctx, &plan),
+                    )
+                    .await
                 }
                 Which::Replay => {
                     let rpid = replay_sidecar.pid();

@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::path::Path;
 
+mod blog;
 mod scale;
 mod staleness;
 mod targets;
@@ -183,6 +184,7 @@ impl Report {
         }
         self.scale_markdown(&mut s);
         self.staleness_markdown(&mut s);
+        self.blog_markdown(&mut s);
         if !self.resources.is_empty() {
             let _ = writeln!(s, "## sidecar resources per scenario\n");
             let _ = writeln!(

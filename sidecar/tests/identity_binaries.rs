@@ -29,12 +29,8 @@ fn notes(s: &SidecarProcess, sub: &str) -> (Vec<String>, String) {
 #[test]
 fn two_sidecars_and_an_outside_writer_keep_each_users_entries_theirs_and_fresh() {
     let redis = RedisServer::start();
+    // scripts/demo.sql publishes notes to the change stream, and lets ferry_changes read it.
     let pg = cs::logical_pg();
-    pg.client()
-        .batch_execute(
-            "GRANT SELECT ON notes TO ferry_changes; ALTER PUBLICATION ferry ADD TABLE notes;",
-        )
-        .expect("watch notes");
     let app_url = pg.url().replace("postgres@", "ferry_app@");
     let env = [
         ("FERRY_CHANGES_TABLES", "orders,notes"),

@@ -25,9 +25,17 @@ INSERT INTO audit VALUES (1, 'unwatched');
 CREATE VIEW author_posts AS
   SELECT a.id, a.name, p.title FROM authors a JOIN posts p ON p.author_id = a.id;
 CREATE VIEW author_page AS SELECT * FROM author_posts;
-GRANT SELECT ON authors, posts, audit, author_posts, author_page
+CREATE TABLE parent (id int PRIMARY KEY, v text NOT NULL);
+CREATE TABLE child () INHERITS (parent);
+INSERT INTO parent VALUES (1, 'p');
+INSERT INTO child VALUES (2, 'c');
+CREATE SCHEMA sx;
+CREATE TABLE sx.secret (id int PRIMARY KEY, s text NOT NULL);
+INSERT INTO sx.secret VALUES (1, 'topsecret');
+GRANT USAGE ON SCHEMA sx TO ferry_app, ferry_changes;
+GRANT SELECT ON authors, posts, audit, author_posts, author_page, parent, child, sx.secret
   TO ferry_app, ferry_changes, ferry_neon;
-ALTER PUBLICATION ferry ADD TABLE authors, posts;
+ALTER PUBLICATION ferry ADD TABLE authors, posts, parent, child, sx.secret;
 ";
 
 fn stack() -> (RedisServer, PgServer, SidecarProcess) {
@@ -40,7 +48,10 @@ fn stack() -> (RedisServer, PgServer, SidecarProcess) {
         ("FERRY_CONFIG", sample),
         ("FERRY_CHANGES_URL", stream_url.as_str()),
         ("FERRY_CHANGES_ENABLED", "true"),
-        ("FERRY_CHANGES_TABLES", "orders,authors,posts"),
+        (
+            "FERRY_CHANGES_TABLES",
+            "orders,authors,posts,parent,child,sx.secret",
+        ),
         ("FERRY_CHANGES_MAX_LAG_MS", "400"),
         ("FERRY_CHANGES_HEARTBEAT_MS", "50"),
         ("FERRY_NEON_ENABLED", "true"),
@@ -119,8 +130,29 @@ fn inferred_reads_stay_fresh_through_views_joins_subqueries_and_ctes() {
     assert_eq!(read(&s, cte, json!([2])).body["rows"][0]["posts"], 2);
     assert_eq!(read(&s, sub, json!(["new%"])).body["rows"][0]["n"], 1);
 
+    // An inheritance child's rows are the parent's: a write to the child reaches a read of
+    // the parent.
+    let family = "SELECT count(*)::int AS n FROM parent";
+    until_hit(&s, family, json!([]), |rows| assert_eq!(rows[0]["n"], 2));
+    psql.execute("INSERT INTO child VALUES (3, 'c2')", &[])
+        .expect("insert child");
+    after_bound(Instant::now());
+    assert_eq!(read(&s, family, json!([])).body["rows"][0]["n"], 3);
+
     // What the stream cannot keep fresh is never cached, and says why.
     for (sql, why) in [
+        (
+            "SELECT CURRENT_TIMESTAMP::text AS t FROM authors WHERE id = 1",
+            "the current date or time",
+        ),
+        (
+            "SELECT 'now'::timestamptz::text AS t FROM authors WHERE id = 1",
+            "such as 'now'",
+        ),
+        (
+            "SELECT count(*)::int AS n FROM posts TABLESAMPLE BERNOULLI (50)",
+            "TABLESAMPLE",
+        ),
         (
             "SELECT now()::text AS t FROM authors WHERE id = 1",
             "stable now()",
@@ -196,6 +228,32 @@ fn schema_changes_outside_ferry_reach_inferred_entries() {
     until_hit(&s, page, json!([2]), |rows| {
         assert_eq!(rows[0]["name"], "BOB")
     });
+
+    // A schema's privilege revoked: refused as Postgres refuses it, never served from the
+    // entry filled while it was granted.
+    let secret = "SELECT s FROM sx.secret WHERE id = $1";
+    until_hit(&s, secret, json!([1]), |rows| {
+        assert_eq!(rows[0]["s"], "topsecret")
+    });
+    psql.batch_execute("REVOKE USAGE ON SCHEMA sx FROM ferry_app")
+        .expect("revoke");
+    wait_until(
+        "the revoked schema refused",
+        Duration::from_secs(10),
+        || {
+            let a = s
+                .client
+                .query(json!({"sql": secret, "params": [1], "cache": {"ttl_s": 600}}));
+            assert!(a.status == 200 || a.status == 400, "{:?}", a.body);
+            a.status == 400
+        },
+    );
+    for _ in 0..3 {
+        let a = s
+            .client
+            .query(json!({"sql": secret, "params": [1], "cache": {"ttl_s": 600}}));
+        assert_eq!(a.status, 400, "{:?}", a.body);
+    }
 
     // Dropped: the read fails as Postgres says, never served from the old entry.
     psql.batch_execute("DROP VIEW author_page")

@@ -231,12 +231,8 @@ fn redis_down_never_fails_a_cached_sql_read_and_protocols_never_share_entries() 
 /// security decides what each sees; the cache must not undo it.
 #[test]
 fn cached_reads_with_an_auth_token_are_each_users_own() {
+    // scripts/demo.sql publishes notes to the change stream, and lets ferry_changes read it.
     let (redis, pg) = (RedisServer::start(), logical_pg());
-    pg.client()
-        .batch_execute(
-            "GRANT SELECT ON notes TO ferry_changes; ALTER PUBLICATION ferry ADD TABLE notes;",
-        )
-        .expect("watch notes");
     let secret = "neon-cache-jwt-secret-0123456789abcdef";
     let s = spawn_with(
         &redis,

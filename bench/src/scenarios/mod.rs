@@ -1,5 +1,6 @@
 //! The scenarios: each reproduces one published measurement with Ferry in the proxy's place.
 
+pub mod blog;
 pub mod connections;
 pub mod keys;
 pub mod one_client;

@@ -23,6 +23,19 @@ use crate::store::postgres::analysis::{Analysis, Verdict};
 use crate::store::postgres::verdicts::Inferred;
 use ferry_shared::api::CacheMode;
 
+/// Postgres's own stable functions that read only the session's state, which Ferry makes the
+/// same for every request of one role and end user (pinned at connect, reset after each
+/// request, a read cannot change it: `set_config` is volatile and SET is refused up front), and
+/// the role and end user are in every entry's scope. So a row-level-security policy reading the
+/// end user's claims (`current_setting('request.jwt.claims')`) is cached per user.
+const SESSION_STATE: [&str; 5] = [
+    "current_setting(text)",
+    "current_setting(text,boolean)",
+    "current_schema()",
+    "current_schemas(boolean)",
+    "current_database()",
+];
+
 /// Why a read cannot be cached and stay fresh: the class `/metrics` counts it under
 /// (`ferry_inferred_total{reason=...}`), and the sentence the caller reads.
 pub(crate) type Why = (&'static str, String);
@@ -39,6 +52,9 @@ pub(crate) fn cacheable(analysis: &Analysis, config: &Config) -> Result<Vec<Stri
         ));
     }
     for f in &analysis.functions {
+        if !f.user && SESSION_STATE.contains(&f.name.as_str()) {
+            continue;
+        }
         why.push(match f.user {
             true => (
                 "function",
@@ -113,6 +129,10 @@ pub(crate) async fn resolve(
     let Infer::Pending(mut cache) = std::mem::take(&mut plan.infer) else {
         return Ok(());
     };
+    if plan.sql.len() > MAX_ANALYSED_SQL {
+        let why = format!("longer than {MAX_ANALYSED_SQL} bytes: not analysed");
+        return refuse(plan, cache.mode, ("not_analysed", why));
+    }
     let role = match &plan.format {
         ReadFormat::Text { role, .. } => role.clone(),
         ReadFormat::Json => None,
@@ -169,6 +189,11 @@ pub(crate) async fn resolve(
         }
     }
 }
+
+/// The longest statement Postgres is asked about: an analysis costs Postgres in proportion to
+/// the statement (a 50,000-element IN list took 0.6 s), and a longer read is rarely one worth
+/// caching.
+const MAX_ANALYSED_SQL: usize = 16 * 1024;
 
 const BEING_ASKED: &str = "Postgres is being asked what it reads (the first read of this \
                            statement since startup or the last schema change)";

@@ -43,8 +43,9 @@ pub(crate) struct Analysis {
     /// nothing Postgres says of them holds for the next request.
     pub owned: Vec<String>,
     /// A hash of everything Postgres parsed for it: the statement's own tree, its views'
-    /// rules, their policies and domains' checks, each relation's kind, privileges and
-    /// row-level-security switches. Any redefinition that can change its result (`CREATE OR
+    /// rules, their policies and domains' checks, each relation's kind, privileges, schema's
+    /// privileges and row-level-security switches, every role's attributes and memberships and
+    /// the roles' settings. Any redefinition that can change its result (`CREATE OR
     /// REPLACE VIEW`, `ALTER TABLE ... ADD COLUMN` under a `SELECT *`, `GRANT`, `ENABLE ROW
     /// LEVEL SECURITY`, a table dropped and made again) changes it: cached entries carry it in
     /// their fingerprint, so entries of the old definition are never found again.
@@ -131,20 +132,20 @@ impl Verdict {
 pub(crate) fn analyse(client: &mut Client, sql: &str) -> Result<Verdict, postgres::Error> {
     let described = match client.prepare(sql) {
         Ok(s) => s,
-        Err(e) if e.as_db_error().is_some() => return Ok(Verdict::Unknown(describe(&e))),
+        Err(e) if settled(&e) => return Ok(Verdict::Unknown(describe(&e))),
         Err(e) => return Err(e),
     };
     let create = probe(sql, described.params());
     let mut tx = client.build_transaction().read_only(false).start()?;
     if let Err(e) = tx.execute(create.as_str(), &[]) {
-        return match e.as_db_error() {
-            Some(_) => Ok(Verdict::Unknown(describe(&e))),
-            None => Err(e),
+        return match settled(&e) {
+            true => Ok(Verdict::Unknown(describe(&e))),
+            false => Err(e),
         };
     }
     let rows = tx.query(WHAT_IT_CALLS, &[])?;
     tx.rollback()?;
-    Ok(verdict_of(rows))
+    Ok(verdict_of(rows, sql))
 }
 
 /// [`analyse`] on a worker's own session (its event loop), for a read on the request path:
@@ -155,7 +156,7 @@ pub(crate) async fn analyse_on_loop(
 ) -> Result<Verdict, postgres::Error> {
     let described = match client.prepare(sql).await {
         Ok(s) => s,
-        Err(e) if e.as_db_error().is_some() => return Ok(Verdict::Unknown(describe(&e))),
+        Err(e) if settled(&e) => return Ok(Verdict::Unknown(describe(&e))),
         Err(e) => return Err(e),
     };
     let create = probe(sql, described.params());
@@ -163,14 +164,14 @@ pub(crate) async fn analyse_on_loop(
     client.batch_execute("BEGIN READ WRITE").await?;
     if let Err(e) = client.execute(create.as_str(), &[]).await {
         client.batch_execute("ROLLBACK").await?;
-        return match e.as_db_error() {
-            Some(_) => Ok(Verdict::Unknown(describe(&e))),
-            None => Err(e),
+        return match settled(&e) {
+            true => Ok(Verdict::Unknown(describe(&e))),
+            false => Err(e),
         };
     }
     let rows = client.query(WHAT_IT_CALLS, &[]).await;
     client.batch_execute("ROLLBACK").await?;
-    Ok(verdict_of(rows?))
+    Ok(verdict_of(rows?, sql))
 }
 
 /// The probe: `sql` as the body of a temporary function taking its parameters. One statement
@@ -181,15 +182,35 @@ fn probe(sql: &str, params: &[postgres::types::Type]) -> String {
         .map(|t| format!("{}.{}", ident(t.schema()), ident(t.name())))
         .collect();
     let body = sql.trim_end().trim_end_matches(';');
+    // The end on a line of its own: a statement that ends in a `--` comment keeps its end.
     format!(
         "CREATE FUNCTION pg_temp.ferry_plain_probe({}) RETURNS SETOF record LANGUAGE sql \
-         BEGIN ATOMIC {body}; END",
+         BEGIN ATOMIC {body}\n; END",
         params.join(", ")
     )
 }
 
-/// The verdict in [`WHAT_IT_CALLS`]'s rows.
-fn verdict_of(rows: Vec<Row>) -> Verdict {
+/// Whether Postgres's refusal of the statement is its answer for as long as the schema stays
+/// as it is (a syntax error, an unknown or forbidden name, a value that cannot be a literal, a
+/// feature it lacks): such a verdict is remembered. Anything else (a timeout, a lock, a lost
+/// session) is asked again next time.
+fn settled(e: &postgres::Error) -> bool {
+    e.as_db_error()
+        .is_some_and(|d| matches!(&d.code().code()[..2], "42" | "0A" | "22"))
+}
+
+/// Whether `sql` names a date or time Postgres reads as "at this moment" (`'now'`, `'today'`,
+/// ...): parsed into a constant each time the statement is, so its result changes with no
+/// write. Looked for only when Postgres's parse holds a date or time constant.
+fn relative_time(sql: &str) -> bool {
+    let sql = sql.to_ascii_lowercase();
+    ["now", "today", "tomorrow", "yesterday"]
+        .iter()
+        .any(|w| sql.contains(w))
+}
+
+/// The verdict in [`WHAT_IT_CALLS`]'s rows for `sql`.
+fn verdict_of(rows: Vec<Row>, sql: &str) -> Verdict {
     let mut analysis = Analysis {
         functions: Vec::new(),
         relations: Vec::new(),
@@ -209,6 +230,12 @@ fn verdict_of(rows: Vec<Row>) -> Verdict {
                 user: kind.contains('u'),
             }),
             "shape" => analysis.shape = name,
+            "timeconst" if relative_time(sql) => analysis.functions.push(Called {
+                name: "a date or time such as 'now' or 'today' (read when it is parsed)".into(),
+                volatility: 's',
+                user: false,
+            }),
+            "timeconst" => {}
             _ => analysis.relations.push((name, first)),
         }
     }
@@ -216,7 +243,8 @@ fn verdict_of(rows: Vec<Row>) -> Verdict {
 }
 
 /// The relations named in the probe's parse tree, then in the rules and row-level-security
-/// policies of the relations among them, to any depth; the domains among the types in play
+/// policies of the relations among them, and their inheritance children and partitions (a
+/// read of the parent returns theirs), to any depth; the domains among the types in play
 /// and their CHECK constraints; every function named in all those trees, and each aggregate's
 /// own functions. Out: each function that is not a built-in immutable one (its volatility,
 /// `u` when user-defined: an oid past Postgres's own, 16384), and each relation with its kind;
@@ -236,6 +264,8 @@ WITH RECURSIVE probe AS (
       UNION ALL
       SELECT coalesce(pl.polqual::text, '') || coalesce(pl.polwithcheck::text, '')
         FROM pg_policy pl WHERE pl.polrelid = rels.oid
+      UNION ALL
+      SELECT ':relid ' || i.inhrelid FROM pg_inherits i WHERE i.inhparent = rels.oid
     ) x(t), regexp_matches(x.t, ':relid (\\d+)', 'g') m
 ), parsed AS (
   SELECT f.prosqlbody::text AS t FROM probe p JOIN pg_proc f ON f.oid = p.oid
@@ -281,6 +311,15 @@ SELECT 'relation', n.nspname || '.' || c.relname,
                THEN 'o' ELSE '' END
   FROM rels JOIN pg_class c ON c.oid = rels.oid JOIN pg_namespace n ON n.oid = c.relnamespace
 UNION ALL
+SELECT 'function', 'the current date or time (CURRENT_TIMESTAMP, CURRENT_DATE, LOCALTIME, ...)', 's'
+ WHERE EXISTS (SELECT 1 FROM trees WHERE t ~ '\\{SQLVALUEFUNCTION :op [0-8] ')
+UNION ALL
+SELECT 'function', 'TABLESAMPLE (another sample each run)', 's'
+ WHERE EXISTS (SELECT 1 FROM trees WHERE t ~ ':tsmhandler ')
+UNION ALL
+SELECT 'timeconst', '', ''
+ WHERE EXISTS (SELECT 1 FROM trees WHERE t ~ ':consttype (1082|1083|1114|1184|1266) ')
+UNION ALL
 SELECT 'shape', md5(coalesce((SELECT string_agg(t, ' ' ORDER BY t) FROM trees), '')
          || coalesce((SELECT string_agg(c.oid || c.relkind::text || coalesce(c.relacl::text, '')
                                         || c.relrowsecurity || c.relforcerowsecurity
@@ -289,7 +328,18 @@ SELECT 'shape', md5(coalesce((SELECT string_agg(t, ' ' ORDER BY t) FROM trees), 
                                                       WHERE a.attrelid = c.oid
                                                         AND a.attacl IS NOT NULL), ''),
                                         ' ' ORDER BY c.oid)
-                        FROM rels JOIN pg_class c ON c.oid = rels.oid), '')), ''
+                        FROM rels JOIN pg_class c ON c.oid = rels.oid), '')
+         || coalesce((SELECT string_agg(DISTINCT n.oid || coalesce(n.nspacl::text, ''), ' ')
+                        FROM rels JOIN pg_class c ON c.oid = rels.oid
+                        JOIN pg_namespace n ON n.oid = c.relnamespace), '')
+         || (SELECT md5(string_agg(oid || rolname || rolsuper || rolinherit || rolbypassrls, ','
+                                   ORDER BY oid)) FROM pg_roles)
+         || coalesce((SELECT md5(string_agg(roleid || '.' || member, ',' ORDER BY roleid, member))
+                        FROM pg_auth_members), '')
+         || coalesce((SELECT md5(string_agg(setdatabase || '.' || setrole || ':'
+                                            || array_to_string(setconfig, ','), ','
+                                            ORDER BY setdatabase, setrole))
+                        FROM pg_db_role_setting), '')), ''
 ORDER BY 1, 2";
 
 /// A name as an SQL identifier, quoted.

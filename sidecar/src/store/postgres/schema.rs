@@ -1,13 +1,16 @@
 //! Whether the schema changed: a signature of the catalog rows that decide what a statement
-//! reads and may do (relations and their columns, views' rules, policies, domains' checks,
-//! user functions), compared once a second. Postgres's change stream carries rows, not DDL:
+//! reads and may do (relations and their columns, views' rules, policies, inheritance,
+//! domains' checks, user functions, operators and casts, schemas, roles, their memberships and
+//! settings), compared once a second. Postgres's change stream carries rows, not DDL:
 //! this is how a `CREATE OR REPLACE VIEW`, an `ALTER TABLE` or a `GRANT` made by anyone reaches
 //! the verdicts (`verdicts`), which are then asked again.
 //!
 //! Every catalog row written gets the writing transaction's id as `xmin`, and a row dropped
 //! is gone: the set of (oid, xmin) pairs changes with every committed DDL and with nothing
 //! else (VACUUM and ANALYZE write `pg_class` in place). Only objects made after `initdb` (oid
-//! 16384 and on) are counted, so the query reads a few rows per user object.
+//! 16384 and on) are counted where Postgres's own cannot change, so the query reads a few rows
+//! per user object; schemas (`public` is Postgres's own, and `REVOKE USAGE` changes it) and
+//! roles all.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -16,17 +19,36 @@ use std::time::{Duration, Instant};
 /// (psql, a migration) may take to reach the verdicts.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(1);
 
-/// One row, one value: a hash of every user catalog row's identity and version.
+/// One row, one value: a hash of every user catalog row's identity and version, and of every
+/// role's attributes (`pg_roles` is a view: no `xmin`). Temporary objects are left out: any
+/// session's temporary table would otherwise count as a schema change.
 pub(crate) const SIGNATURE: &str = "
+WITH temp AS (
+  SELECT oid FROM pg_namespace WHERE nspname ~ '^pg_(toast_)?temp_'
+), kept AS (
+  SELECT oid, xmin FROM pg_class
+   WHERE oid >= 16384 AND relpersistence <> 't' AND relnamespace NOT IN (SELECT oid FROM temp)
+)
 SELECT md5(coalesce(string_agg(x, ',' ORDER BY x), '')) FROM (
-  SELECT 'c' || oid || ':' || xmin FROM pg_class WHERE oid >= 16384
+  SELECT 'c' || oid || ':' || xmin FROM kept
   UNION ALL SELECT 'a' || attrelid || '.' || attnum || ':' || xmin
-    FROM pg_attribute WHERE attrelid >= 16384 AND attnum > 0
-  UNION ALL SELECT 'r' || oid || ':' || xmin FROM pg_rewrite WHERE oid >= 16384
+    FROM pg_attribute WHERE attnum > 0 AND attrelid IN (SELECT oid FROM kept)
+  UNION ALL SELECT 'r' || oid || ':' || xmin FROM pg_rewrite WHERE ev_class IN (SELECT oid FROM kept)
   UNION ALL SELECT 'p' || oid || ':' || xmin FROM pg_policy
+  UNION ALL SELECT 'i' || inhrelid || '.' || inhparent || ':' || xmin
+    FROM pg_inherits WHERE inhrelid IN (SELECT oid FROM kept)
   UNION ALL SELECT 'k' || oid || ':' || xmin FROM pg_constraint WHERE contypid <> 0
-  UNION ALL SELECT 't' || oid || ':' || xmin FROM pg_type WHERE oid >= 16384
-  UNION ALL SELECT 'f' || oid || ':' || xmin FROM pg_proc WHERE oid >= 16384
+  UNION ALL SELECT 't' || oid || ':' || xmin FROM pg_type
+    WHERE oid >= 16384 AND typnamespace NOT IN (SELECT oid FROM temp)
+  UNION ALL SELECT 'f' || oid || ':' || xmin FROM pg_proc
+    WHERE oid >= 16384 AND pronamespace NOT IN (SELECT oid FROM temp)
+  UNION ALL SELECT 'o' || oid || ':' || xmin FROM pg_operator WHERE oid >= 16384
+  UNION ALL SELECT 'x' || oid || ':' || xmin FROM pg_cast WHERE oid >= 16384
+  UNION ALL SELECT 'n' || oid || ':' || xmin FROM pg_namespace WHERE oid NOT IN (SELECT oid FROM temp)
+  UNION ALL SELECT 'm' || roleid || '.' || member || ':' || xmin FROM pg_auth_members
+  UNION ALL SELECT 's' || setdatabase || '.' || setrole || ':' || xmin FROM pg_db_role_setting
+  UNION ALL SELECT 'u' || oid || md5(rolname || rolsuper || rolinherit || rolbypassrls)
+    FROM pg_roles
 ) s(x)";
 
 /// The last signature seen, and when it is next due.

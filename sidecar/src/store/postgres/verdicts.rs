@@ -5,6 +5,7 @@
 //! Both are forgotten when the schema changes (`schema`).
 
 use super::analysis::Verdict;
+use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -106,8 +107,9 @@ impl Analyses {
     }
 }
 
-/// A statement's role (a Neon token's `postgres_url`; None: `postgres.url`'s) and its text.
-type InferKey = (Option<Arc<str>>, String);
+/// A statement's role (a Neon token's `postgres_url`; None: `postgres.url`'s) and the SHA-256
+/// of its text: a long statement costs its analysis, never its length kept in memory.
+type InferKey = (Option<Arc<str>>, [u8; 32]);
 
 /// The verdicts of reads cached with no tables named, by role and SQL text.
 #[derive(Default)]
@@ -142,7 +144,7 @@ pub(crate) struct Ticket<'a> {
 
 impl Inferences {
     pub(crate) fn get(&self, role: Option<&Arc<str>>, sql: &str) -> Inferred<'_> {
-        let key = (role.cloned(), sql.to_string());
+        let key = (role.cloned(), Sha256::digest(sql.as_bytes()).into());
         let mut s = self.lock();
         if let Some(v) = s.verdicts.get(&key) {
             return Inferred::Known(v.clone());
@@ -159,11 +161,11 @@ impl Inferences {
     }
 
     /// Forgets every verdict (the schema changed): each statement is asked again when next
-    /// read, and analyses under way are not recorded.
+    /// read, and analyses under way are not recorded (they still count against
+    /// [`MAX_ASKING`] until they end).
     pub(crate) fn forget_all(&self) {
         let mut s = self.lock();
         s.verdicts.clear();
-        s.asking.clear();
         s.epoch += 1;
     }
 
@@ -190,10 +192,7 @@ impl Ticket<'_> {
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
-        let mut s = self.owner.lock();
-        if s.epoch == self.epoch {
-            s.asking.remove(&self.key);
-        }
+        self.owner.lock().asking.remove(&self.key);
     }
 }
 
@@ -242,6 +241,8 @@ mod tests {
         };
         assert!(matches!(i.get(None, "SELECT 1"), Inferred::Busy));
         i.forget_all();
+        // Still being asked: a schema change does not let more analyses run at once.
+        assert!(matches!(i.get(None, "SELECT 1"), Inferred::Busy));
         ticket.record(plain_verdict());
         assert!(matches!(i.get(None, "SELECT 1"), Inferred::Ask(_)));
     }

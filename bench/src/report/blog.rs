@@ -1,0 +1,52 @@
+//! The blog scenario's table (#43): no cache, TTL only, inferred caching, one mix.
+
+use super::Report;
+use std::fmt::Write as _;
+
+impl Report {
+    /// The markdown section (empty when the scenario did not run).
+    pub(super) fn blog_markdown(&self, s: &mut String) {
+        let rows: Vec<_> = self
+            .measurements
+            .iter()
+            .filter(|m| m.scenario == "blog")
+            .collect();
+        if rows.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            s,
+            "## blog: an application's mix, 95% reads through Ferry, 5% writes that bypass it\n\n\
+             16 readers; post by id (40%), recent posts, a post's comments, an author's page \
+             through a view over a join (20% each); writes from a plain Postgres client. Stale: a \
+             read of a post that started more than 1 s (`changes.max_lag_ms`) after a newer \
+             version committed. Postgres CPU includes the writes'.\n"
+        );
+        let _ = writeln!(
+            s,
+            "| configuration | reads/s | x no cache | hit rate | Postgres CPU µs per read | stale past the bound | p50 ms | p99 ms |\n|---|---|---|---|---|---|---|---|"
+        );
+        let base = rows
+            .first()
+            .and_then(|m| m.figures["reads_per_s"].as_f64())
+            .unwrap_or(0.0);
+        for m in &rows {
+            let f = &m.figures;
+            let rps = f["reads_per_s"].as_f64().unwrap_or(0.0);
+            let (p50, p99) = m
+                .latency
+                .as_ref()
+                .map_or((0.0, 0.0), |l| (l.p50_ms, l.p99_ms));
+            let _ = writeln!(
+                s,
+                "| {} | {rps:.0} | {:.2}x | {}% | {} | {} | {p50:.2} | {p99:.2} |",
+                m.path,
+                if base > 0.0 { rps / base } else { 0.0 },
+                f["hit_rate_pct"],
+                f["pg_cpu_us_per_read"],
+                f["stale_past_bound"],
+            );
+        }
+        s.push('\n');
+    }
+}

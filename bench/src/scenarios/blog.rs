@@ -1,0 +1,249 @@
+//! An application's mix, three ways in one run (#43): a blog (a post by id, the recent posts,
+//! a post's comments, an author's page through a view over a join), 95% reads through Ferry
+//! and 5% writes from a plain Postgres client that bypasses Ferry (a post's title and version,
+//! a new comment). The same load against:
+//! - no cache (every read goes to Postgres);
+//! - TTL only, at Hyperdrive's defaults (max_age 60 s, stale-while-revalidate 15 s), a sidecar
+//!   with the change stream off;
+//! - Ferry's inferred caching: `"cache": {"ttl_s": 60}`, no tables named, the change stream on.
+//!
+//! Per configuration: reads/s, hit rate, Postgres's CPU per read (its whole process tree, the
+//! writes' share included), and stale reads past the bound: a read of a post by id that
+//! started more than `changes.max_lag_ms` (1 s) after a commit of a newer version of that
+//! post, and returned an older one.
+
+use super::{Measurement, Plan};
+use crate::env::tree_cpu_ticks;
+use crate::ferry::Ferry;
+use crate::stats::Summary;
+use crate::Ctx;
+use rand::Rng;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The schema and rows (made with the bench's Postgres, before the sidecars start).
+pub const SCHEMA: &str = "
+CREATE TABLE authors (id int PRIMARY KEY, name text NOT NULL);
+CREATE TABLE posts (id int PRIMARY KEY, author_id int NOT NULL REFERENCES authors,
+                    title text NOT NULL, version bigint NOT NULL DEFAULT 1);
+CREATE TABLE comments (id serial PRIMARY KEY, post_id int NOT NULL REFERENCES posts,
+                       body text NOT NULL);
+CREATE INDEX ON posts (author_id);
+CREATE INDEX ON comments (post_id);
+INSERT INTO authors SELECT i, 'author ' || i FROM generate_series(1, 100) i;
+INSERT INTO posts (id, author_id, title) SELECT i, 1 + i % 100, 'post ' || i FROM generate_series(1, 2000) i;
+INSERT INTO comments (post_id, body) SELECT 1 + i % 2000, 'comment ' || i FROM generate_series(1, 10000) i;
+CREATE VIEW author_page AS
+  SELECT a.id AS author_id, a.name, count(p.id)::int AS posts, max(p.title) AS last_title
+    FROM authors a LEFT JOIN posts p ON p.author_id = a.id GROUP BY a.id, a.name;
+ALTER PUBLICATION ferry ADD TABLE authors, posts, comments;
+";
+
+/// The tables the change stream must watch for the inferred configuration.
+pub const TABLES: &str = "authors,posts,comments";
+
+pub const NO_CACHE: &str = "no cache";
+pub const TTL_ONLY: &str = "TTL only (max_age 60 s, SWR 15 s)";
+pub const INFERRED: &str = "Ferry, inferred (ttl_s 60, no tables named)";
+
+/// The freshness bound reads are judged by (the sidecar's `changes.max_lag_ms`).
+const BOUND: Duration = Duration::from_millis(1_000);
+/// Clients reading at once, per configuration.
+const READERS: usize = 16;
+
+/// Post ids as an application's traffic falls: 80% on the 200 most read.
+fn post_id(rng: &mut impl Rng) -> i32 {
+    match rng.gen_bool(0.8) {
+        true => rng.gen_range(1..=200),
+        false => rng.gen_range(1..=2000),
+    }
+}
+
+/// Commits of each post's version (when, which version): what the reads are judged by.
+type Commits = Arc<Mutex<HashMap<i32, Vec<(Instant, i64)>>>>;
+
+#[derive(Default)]
+struct Counts {
+    reads: AtomicU64,
+    hits: AtomicU64,
+    stale: AtomicU64,
+    writes: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// One read of the mix; (cache status, the post's version when it was a post by id).
+async fn one_read(
+    f: &Ferry,
+    cache: &Value,
+    rng_pick: u32,
+    id: i32,
+) -> Result<(String, Option<i64>), String> {
+    let (sql, params) = match rng_pick {
+        0..=39 => (
+            "SELECT id, title, version FROM posts WHERE id = $1",
+            json!([id]),
+        ),
+        40..=59 => (
+            "SELECT id, title FROM posts ORDER BY id DESC LIMIT 10",
+            json!([]),
+        ),
+        60..=79 => (
+            "SELECT id, body FROM comments WHERE post_id = $1 ORDER BY id",
+            json!([id]),
+        ),
+        _ => (
+            "SELECT * FROM author_page WHERE author_id = $1",
+            json!([1 + id % 100]),
+        ),
+    };
+    let mut body = json!({"sql": sql, "params": params});
+    if !cache.is_null() {
+        body["cache"] = cache.clone();
+    }
+    let v = f.post("/v1/query", &body).await?;
+    let version = (rng_pick < 40)
+        .then(|| v["rows"][0]["version"].as_i64())
+        .flatten();
+    Ok((v["cache"].as_str().unwrap_or_default().to_string(), version))
+}
+
+/// Whether `version` of post `id`, read by a read that started at `started`, is older than a
+/// version committed more than the bound before it.
+fn stale(commits: &Commits, id: i32, started: Instant, version: i64) -> bool {
+    let c = commits.lock().unwrap_or_else(|p| p.into_inner());
+    c.get(&id).is_some_and(|list| {
+        list.iter()
+            .any(|(at, v)| *v > version && *at + BOUND < started)
+    })
+}
+
+async fn configuration(
+    ctx: &Ctx,
+    name: &'static str,
+    addr: std::net::SocketAddr,
+    cache: Value,
+    run_for: Duration,
+) -> Measurement {
+    let f = Arc::new(Ferry::new(format!("http://{addr}"), READERS));
+    let counts = Arc::new(Counts::default());
+    let commits: Commits = Arc::default();
+    let writer = Arc::new(super::pg_client(ctx).await);
+    let latencies = Arc::new(Mutex::new(Vec::new()));
+    // Warm-up: each read once, so the run measures the steady state of each configuration.
+    for pick in [0, 40, 60, 80] {
+        for id in 1..=20 {
+            let _ = one_read(&f, &cache, pick, id).await;
+        }
+    }
+    let pg_before = tree_cpu_ticks(ctx.pg_pid);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..READERS {
+        let (f, counts, commits, writer, cache, latencies) = (
+            f.clone(),
+            counts.clone(),
+            commits.clone(),
+            writer.clone(),
+            cache.clone(),
+            latencies.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            while started.elapsed() < run_for {
+                let (pick, id, write) = {
+                    let mut rng = rand::thread_rng();
+                    (rng.gen_range(0..100u32), post_id(&mut rng), rng.gen_bool(0.05))
+                };
+                if write {
+                    // The writer that bypasses Ferry: a title and version, or a comment.
+                    let done = if pick % 2 == 0 {
+                        writer
+                            .query_one(
+                                "UPDATE posts SET version = version + 1, title = 'edited ' || version \
+                                 WHERE id = $1 RETURNING version",
+                                &[&id],
+                            )
+                            .await
+                            .map(|row| {
+                                let v: i64 = row.get(0);
+                                commits
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .entry(id)
+                                    .or_default()
+                                    .push((Instant::now(), v));
+                            })
+                    } else {
+                        writer
+                            .execute("INSERT INTO comments (post_id, body) VALUES ($1, 'new')", &[&id])
+                            .await
+                            .map(|_| ())
+                    };
+                    match done {
+                        Ok(()) => counts.writes.fetch_add(1, Ordering::Relaxed),
+                        Err(_) => counts.errors.fetch_add(1, Ordering::Relaxed),
+                    };
+                    continue;
+                }
+                let t = Instant::now();
+                match one_read(&f, &cache, pick, id).await {
+                    Ok((status, version)) => {
+                        mine.push(t.elapsed());
+                        counts.reads.fetch_add(1, Ordering::Relaxed);
+                        if status == "hit" {
+                            counts.hits.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if version.is_some_and(|v| stale(&commits, id, t, v)) {
+                            counts.stale.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(_) => {
+                        counts.errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            latencies.lock().unwrap_or_else(|p| p.into_inner()).extend(mine);
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let pg_ticks = tree_cpu_ticks(ctx.pg_pid).saturating_sub(pg_before);
+    let reads = counts.reads.load(Ordering::Relaxed);
+    let hits = counts.hits.load(Ordering::Relaxed);
+    let samples = latencies.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    // Clock ticks are 10 ms: per read in microseconds.
+    let pg_us_per_read = pg_ticks as f64 * 10_000.0 / reads.max(1) as f64;
+    Measurement {
+        scenario: "blog",
+        rtt_ms: 0.0,
+        path: name.to_string(),
+        latency: Some(Summary::of(&samples)),
+        figures: json!({
+            "reads_per_s": (reads as f64 / secs).round(),
+            "hit_rate_pct": (hits as f64 * 1000.0 / reads.max(1) as f64).round() / 10.0,
+            "pg_cpu_us_per_read": (pg_us_per_read * 10.0).round() / 10.0,
+            "stale_past_bound": counts.stale.load(Ordering::Relaxed),
+            "writes": counts.writes.load(Ordering::Relaxed),
+            "errors": counts.errors.load(Ordering::Relaxed),
+        }),
+    }
+}
+
+pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
+    let run_for = plan.throughput_for * 2;
+    let mut out = Vec::new();
+    ctx.step("blog: no cache");
+    out.push(configuration(ctx, NO_CACHE, ctx.sidecar_addr, Value::Null, run_for).await);
+    ctx.step("blog: TTL only, Hyperdrive's defaults");
+    let ttl = json!({"ttl_s": 60, "swr_s": 15});
+    out.push(configuration(ctx, TTL_ONLY, ctx.ttl_sidecar_addr, ttl, run_for).await);
+    ctx.step("blog: Ferry, inferred");
+    let inferred = json!({"ttl_s": 60});
+    out.push(configuration(ctx, INFERRED, ctx.changes_sidecar_addr, inferred, run_for).await);
+    out
+}
