@@ -325,3 +325,56 @@ fn a_neon_token_caches_unchanged_code_and_psql_writes_reach_it() {
     let (cache, _, body) = neon(&s, "UPDATE items SET name = $1 WHERE id = 1", json!(["w"]));
     assert_eq!(cache, "", "{body}");
 }
+
+/// A point read by the table's key depends on its row: a write to another row leaves it a hit,
+/// a write to its row (its key changed, too) is seen. A read that also reads another row (a
+/// self-join) depends on the whole table.
+#[test]
+fn a_point_read_by_key_depends_on_its_row_alone() {
+    let (_redis, pg, s) = stack();
+    let mut psql = pg.client();
+    let by_id = "SELECT title FROM posts WHERE id = $1";
+    let title = |id: i64| {
+        let a = read(&s, by_id, json!([id]));
+        (
+            a.body["rows"][0]["title"]
+                .as_str()
+                .unwrap_or("<none>")
+                .to_string(),
+            a.body["cache"].as_str().unwrap_or_default().to_string(),
+            a.body["key"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    for id in [1, 2, 3, 30] {
+        wait_until("a hit", Duration::from_secs(10), || title(id).1 == "hit");
+    }
+    assert_eq!(title(1).2, "~row:public.posts:1");
+    let pair = "SELECT b.title FROM posts a JOIN posts b ON b.id = a.id + 1 WHERE a.id = $1";
+    until_hit(&s, pair, json!([1]), |rows| {
+        assert_eq!(rows[0]["title"], "second")
+    });
+
+    psql.execute(
+        "UPDATE posts SET title = 'second, edited' WHERE id = 2",
+        &[],
+    )
+    .expect("update 2");
+    after_bound(Instant::now());
+    wait_caught_up(&s);
+    assert_eq!(title(2).0, "second, edited");
+    assert_eq!(title(1).1, "hit", "another row's write left row 1's entry");
+    // The self-join read row 2 too: it depends on the table.
+    let a = read(&s, pair, json!([1]));
+    assert_eq!(a.body["rows"][0]["title"], "second, edited", "{:?}", a.body);
+
+    // A key changed: the old row's entry and the new row's (cached as no row) both go.
+    psql.execute("UPDATE posts SET id = 30 WHERE id = 3", &[])
+        .expect("move 3");
+    after_bound(Instant::now());
+    assert_eq!(title(3).0, "<none>");
+    assert_eq!(title(30).0, "third");
+    psql.execute("DELETE FROM posts WHERE id = 30", &[])
+        .expect("delete");
+    after_bound(Instant::now());
+    assert_eq!(title(30).0, "<none>");
+}

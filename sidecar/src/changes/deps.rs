@@ -9,7 +9,7 @@
 
 use super::pgoutput::{Cell, Event, Relation};
 use crate::config::{table_name, Config};
-use crate::store::cache::{table_reset_tag, table_tag};
+use crate::store::cache::{row_key, table_reset_tag, table_tag};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The watched tables and the keyspaces reading each.
@@ -88,6 +88,39 @@ impl Watched {
         }
     }
 
+    /// The row's own key (`row_key`), old and new, when its replica identity is one column (a
+    /// one-column primary key, the default identity): what inferred point reads by that key
+    /// depend on. The identity column always comes with the change (old only when it changed).
+    fn by_identity(
+        relation: &Relation,
+        old: &Option<Vec<Cell>>,
+        new: &Option<Vec<Cell>>,
+        into: &mut Invalidations,
+    ) {
+        let mut identity = relation
+            .columns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.in_identity);
+        let (Some((i, _)), None) = (identity.next(), identity.next()) else {
+            return;
+        };
+        if relation.identity_full {
+            return;
+        }
+        for tuple in [old, new].into_iter().flatten() {
+            match tuple.get(i) {
+                Some(Cell::Text(id)) => {
+                    into.keys.insert(row_key(&relation.table, id));
+                }
+                Some(Cell::Null) => {}
+                _ => {
+                    into.tags.insert(table_reset_tag(&relation.table));
+                }
+            }
+        }
+    }
+
     fn row(
         &self,
         relation: &Relation,
@@ -99,6 +132,7 @@ impl Watched {
             return;
         };
         into.tags.insert(table_tag(&relation.table));
+        Self::by_identity(relation, old, new, into);
         for k in keyed {
             let Some(i) = relation.columns.iter().position(|c| c.name == k.key_column) else {
                 into.tags.insert(table_reset_tag(&relation.table));
@@ -183,9 +217,15 @@ mod tests {
             new: Some(vec![text("2"), text("x")]),
         };
         w.note(&moved, &mut inv);
+        // The keyspace's rows, and the rows by their identity (inferred point reads).
         assert_eq!(
             inv.keys,
-            BTreeSet::from(["items:1".to_string(), "items:2".to_string()])
+            BTreeSet::from([
+                "items:1".to_string(),
+                "items:2".to_string(),
+                row_key("public.items", "1"),
+                row_key("public.items", "2"),
+            ])
         );
         assert_eq!(inv.tags, BTreeSet::from([table_tag("public.items")]));
     }

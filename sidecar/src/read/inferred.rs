@@ -18,7 +18,7 @@ use super::lookup::Reads;
 use super::plan::{Infer, ReadFormat, ReadPlan};
 use crate::config::Config;
 use crate::error::ApiError;
-use crate::store::cache::{table_tag, Cache};
+use crate::store::cache::{row_key, table_reset_tag, table_tag, Cache};
 use crate::store::postgres::analysis::{Analysis, Verdict};
 use crate::store::postgres::verdicts::Inferred;
 use ferry_shared::api::CacheMode;
@@ -168,13 +168,29 @@ pub(crate) async fn resolve(
     };
     match cacheable(analysis, config) {
         Ok(tables) => {
-            cache.tags.extend(tables.iter().map(|t| table_tag(t)));
-            cache.tags.sort();
-            cache.tags.dedup();
             // Entries of another definition of what it reads are never found again.
             cache.fingerprint =
                 Cache::fingerprint_in(&["inferred", &analysis.shape, &cache.fingerprint], "", &[]);
-            cache.key = Cache::logical_key(&cache.fingerprint, None);
+            // A point read by its table's key depends on its row: named as the row, which the
+            // change stream moves, and dropped whole only by TRUNCATE or DDL. Not for an end
+            // user (an entry named by its row would hold every user's reads of it).
+            let row = analysis
+                .point
+                .as_ref()
+                .filter(|p| plan.identity.is_none() && tables == [p.table.clone()])
+                .and_then(|p| Some((p, p.row_id(&plan.params)?)));
+            match row {
+                Some((p, id)) => {
+                    cache.tags.push(table_reset_tag(&p.table));
+                    cache.key = row_key(&p.table, &id);
+                }
+                None => {
+                    cache.tags.extend(tables.iter().map(|t| table_tag(t)));
+                    cache.key = Cache::logical_key(&cache.fingerprint, None);
+                }
+            }
+            cache.tags.sort();
+            cache.tags.dedup();
             crate::metrics::global().inferred("cached", "");
             plan.cache = Some(*cache);
             Ok(())

@@ -69,6 +69,13 @@ pub(crate) fn table_tag(table: &str) -> String {
     format!("{TABLE_TAG}{table}")
 }
 
+/// The key of the entries of point reads, by a one-column primary key, of row `id` of `table`
+/// (`read::inferred`): moved by the change stream when that row changes (its old or new key);
+/// they carry the table's reset tag for TRUNCATE and DDL, not its tag.
+pub(crate) fn row_key(table: &str, id: &str) -> String {
+    format!("~row:{table}:{id}")
+}
+
 /// The tag every row of a keyspace on `table` carries: moved only when the table changes as a
 /// whole (TRUNCATE, DDL, a change whose row key is unknown); single rows move their own key.
 pub(crate) fn table_reset_tag(table: &str) -> String {

@@ -50,6 +50,9 @@ pub(crate) struct Analysis {
     /// LEVEL SECURITY`, a table dropped and made again) changes it: cached entries carry it in
     /// their fingerprint, so entries of the old definition are never found again.
     pub shape: String,
+    /// A point read of one row by its table's key (asked on the request path only:
+    /// `point_read`).
+    pub point: Option<super::point_read::Point>,
 }
 
 /// A function a statement calls: `now()`, stable, built in.
@@ -170,8 +173,16 @@ pub(crate) async fn analyse_on_loop(
         };
     }
     let rows = client.query(WHAT_IT_CALLS, &[]).await;
+    let mut verdict = rows.map(|rows| verdict_of(rows, sql));
+    // A read of one table and nothing else: perhaps of one row by its key.
+    if let Ok(Verdict::Analysed(a)) = &mut verdict {
+        if let ([(table, 'r')], true) = (a.relations.as_slice(), a.functions.is_empty()) {
+            let n = described.params().len();
+            a.point = super::point_read::point_read(client, sql, n, table).await;
+        }
+    }
     client.batch_execute("ROLLBACK").await?;
-    Ok(verdict_of(rows?, sql))
+    verdict
 }
 
 /// The probe: `sql` as the body of a temporary function taking its parameters. One statement
@@ -216,6 +227,7 @@ fn verdict_of(rows: Vec<Row>, sql: &str) -> Verdict {
         relations: Vec::new(),
         owned: Vec::new(),
         shape: String::new(),
+        point: None,
     };
     for row in rows {
         let (what, name, kind): (&str, String, String) = (row.get(0), row.get(1), row.get(2));

@@ -14,6 +14,7 @@ pub(crate) mod identity;
 pub(crate) mod loop_session;
 pub(crate) mod own_sessions;
 pub(crate) mod param_types;
+pub(crate) mod point_read;
 pub(crate) mod roles;
 pub(crate) mod schema;
 pub(crate) mod verdicts;

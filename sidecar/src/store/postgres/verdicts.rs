@@ -207,6 +207,7 @@ mod tests {
             relations: vec![("public.items".into(), 'r')],
             owned: Vec::new(),
             shape: String::new(),
+            point: None,
         })
     }
 
