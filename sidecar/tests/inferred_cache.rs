@@ -39,6 +39,10 @@ ALTER PUBLICATION ferry ADD TABLE authors, posts, parent, child, sx.secret;
 ";
 
 fn stack() -> (RedisServer, PgServer, SidecarProcess) {
+    stack_with(&[])
+}
+
+fn stack_with(extra: &[(&str, &str)]) -> (RedisServer, PgServer, SidecarProcess) {
     let (redis, pg) = (RedisServer::start(), logical_pg());
     pg.client().batch_execute(SCHEMA).expect("schema");
     let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/ferry.toml");
@@ -59,6 +63,7 @@ fn stack() -> (RedisServer, PgServer, SidecarProcess) {
         ("FERRY_NEON_POSTGRES_URL", neon_url.as_str()),
         ("FERRY_NEON_CACHE_TTL_S", "600"),
     ];
+    let env: Vec<(&str, &str)> = env.iter().chain(extra).copied().collect();
     let s = SidecarProcess::start(
         BIN,
         &redis.url(),
@@ -377,4 +382,33 @@ fn a_point_read_by_key_depends_on_its_row_alone() {
         .expect("delete");
     after_bound(Instant::now());
     assert_eq!(title(30).0, "<none>");
+}
+
+/// `cache.default_ttl_s`: a read that asks for no caching is cached all the same, on the tables
+/// Postgres says it reads, and kept fresh by the stream; one it cannot keep fresh says why.
+#[test]
+fn the_sidecars_default_caches_reads_that_ask_nothing() {
+    let (_redis, pg, s) = stack_with(&[("FERRY_CACHE_DEFAULT_TTL_S", "600")]);
+    let plain = |sql: &str| {
+        let a = s.client.query(json!({"sql": sql}));
+        assert_eq!(a.status, 200, "{:?}", a.body);
+        a.body
+    };
+    let sql = "SELECT name FROM authors WHERE id = 2";
+    wait_until("a hit with no cache asked", Duration::from_secs(10), || {
+        let b = plain(sql);
+        assert_eq!(b["rows"][0]["name"], "bob");
+        b["cache"] == "hit"
+    });
+    pg.client()
+        .execute("UPDATE authors SET name = 'bob b' WHERE id = 2", &[])
+        .expect("update");
+    after_bound(Instant::now());
+    assert_eq!(plain(sql)["rows"][0]["name"], "bob b");
+    let b = plain("SELECT now() AS t");
+    assert_eq!(b["cache"], "bypass");
+    assert!(b["bypass_reason"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("now()"));
 }

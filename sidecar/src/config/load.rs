@@ -287,6 +287,27 @@ mod tests {
     }
 
     #[test]
+    fn a_default_ttl_without_the_change_stream_is_refused() {
+        let default = ("FERRY_CACHE_DEFAULT_TTL_S", "60");
+        let one = ("FERRY_POSTGRES_SINGLE_ROLE", "true");
+        let e = Config::load(None, &env(&[SECRET, one, default])).expect_err("no stream");
+        assert!(e.to_string().contains("cache.default_ttl_s"), "{e}");
+        let on = ("FERRY_CHANGES_ENABLED", "true");
+        let watched = ("FERRY_CHANGES_TABLES", "items");
+        let c = Config::load(None, &env(&[SECRET, one, default, on, watched]))
+            .expect("with the stream");
+        assert_eq!(c.cache.default_ttl_s, 60);
+        let token = ("FERRY_NEON_TOKEN", "t-0123456789abcdef0123456789abcdef");
+        let ttl = ("FERRY_NEON_CACHE_TTL_S", "60");
+        let e = Config::load(
+            None,
+            &env(&[SECRET, token, ttl, ("FERRY_POSTGRES_SINGLE_ROLE", "true")]),
+        )
+        .expect_err("a token's TTL without the stream");
+        assert!(e.to_string().contains("cache_ttl_s"), "{e}");
+    }
+
+    #[test]
     fn unknown_file_keys_are_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("ferry.toml");

@@ -176,6 +176,11 @@ pub struct CacheConfig {
     /// An empty result (no rows: an id nobody wrote, say) is cached at most this long, in
     /// seconds, whatever TTL its read asked for, and with no stale grace.
     pub negative_ttl_s: u64,
+    /// Every read that asks for no caching (a `/v1` read with no `cache` of a named query with
+    /// no `ttl_s`, a `/sql` read with no `Ferry-Cache-TTL` of a token with no `cache_ttl_s`) is
+    /// cached this many seconds on the tables Postgres says it reads, where the change stream is
+    /// on (else refused at load); 0: off.
+    pub default_ttl_s: u64,
 }
 
 /// Bounds on the work one request may cause. The defaults fit a sidecar of 64 MB.
@@ -307,6 +312,7 @@ impl Default for CacheConfig {
             max_entry_bytes: 1024 * 1024,
             max_batch: 1000,
             negative_ttl_s: 10,
+            default_ttl_s: 0,
         }
     }
 }

@@ -132,6 +132,7 @@ pub fn reload(old: &Config, new: Config, has_role: impl Fn(&str) -> bool) -> Rel
         max_entry_bytes,
         max_batch,
         negative_ttl_s,
+        default_ttl_s,
     } = cache;
     let o = &old.cache;
     keep("cache.key_prefix", key_prefix != o.key_prefix);
@@ -149,6 +150,7 @@ pub fn reload(old: &Config, new: Config, has_role: impl Fn(&str) -> bool) -> Rel
         max_ttl_s,
         max_key_bytes,
         max_batch,
+        default_ttl_s,
         ..old.cache.clone()
     };
 

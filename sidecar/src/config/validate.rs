@@ -115,6 +115,15 @@ impl Config {
         if self.cache.max_ttl_s == 0 {
             return invalid("cache.max_ttl_s", "must be at least 1");
         }
+        if self.cache.default_ttl_s > self.cache.max_ttl_s {
+            return invalid("cache.default_ttl_s", "must not exceed cache.max_ttl_s");
+        }
+        if self.cache.default_ttl_s > 0 && !self.changes.enabled {
+            return invalid(
+                "cache.default_ttl_s",
+                "needs [changes] on: only the change stream keeps reads fresh that name no tables",
+            );
+        }
         if self.cache.max_batch == 0 {
             return invalid("cache.max_batch", "must be at least 1");
         }

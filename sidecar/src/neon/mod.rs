@@ -177,10 +177,14 @@ fn cache(
         .map(str::to_string)
         .or_else(|| url_option(conn, "ferry_cache_ttl"));
     let Some(ttl) = ttl else {
-        // The token's default caches what it can: single reads, never a batch or a write.
+        // The token's default (else the sidecar's) caches what it can: single reads, never a
+        // batch or a write.
         let single_read = !batch && class::classify(&queries[0].sql, Route::Read).is_none();
+        let default = (config.cache.default_ttl_s > 0 && config.changes.enabled)
+            .then_some(config.cache.default_ttl_s);
         return Ok(token
             .cache_ttl_s
+            .or(default)
             .filter(|_| single_read)
             .map(|t| (t, Vec::new())));
     };

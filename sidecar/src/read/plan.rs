@@ -118,7 +118,16 @@ pub(crate) fn read(config: &Config, req: QueryRequest, field: &str) -> Result<Re
     let defaults = named.cloned().unwrap_or_default();
     let reset = Reset::for_read(named, who.is_some());
     let batch = named.and_then(|q| super::grouped::BatchForm::of(q, &req.params, who.is_some()));
-    let asked = req.cache;
+    // No caching asked for: the sidecar's default, if any (cache.default_ttl_s, inferred).
+    let asked = req.cache.or_else(|| {
+        let default = config.cache.default_ttl_s;
+        (default > 0 && defaults.ttl_s.is_none() && config.changes.enabled).then(|| {
+            ferry_shared::api::CachePolicy {
+                ttl_s: Some(default),
+                ..Default::default()
+            }
+        })
+    });
     if asked.is_none() && defaults.ttl_s.is_none() {
         return Ok(ReadPlan {
             sql,
