@@ -29,13 +29,16 @@ CREATE TABLE parent (id int PRIMARY KEY, v text NOT NULL);
 CREATE TABLE child () INHERITS (parent);
 INSERT INTO parent VALUES (1, 'p');
 INSERT INTO child VALUES (2, 'c');
+CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+CREATE TABLE users (name text COLLATE ci PRIMARY KEY, v int NOT NULL);
+INSERT INTO users VALUES ('alice', 1);
 CREATE SCHEMA sx;
 CREATE TABLE sx.secret (id int PRIMARY KEY, s text NOT NULL);
 INSERT INTO sx.secret VALUES (1, 'topsecret');
 GRANT USAGE ON SCHEMA sx TO ferry_app, ferry_changes;
-GRANT SELECT ON authors, posts, audit, author_posts, author_page, parent, child, sx.secret
+GRANT SELECT ON authors, posts, audit, author_posts, author_page, parent, child, sx.secret, users
   TO ferry_app, ferry_changes, ferry_neon;
-ALTER PUBLICATION ferry ADD TABLE authors, posts, parent, child, sx.secret;
+ALTER PUBLICATION ferry ADD TABLE authors, posts, parent, child, sx.secret, users;
 ";
 
 fn stack() -> (RedisServer, PgServer, SidecarProcess) {
@@ -54,7 +57,7 @@ fn stack_with(extra: &[(&str, &str)]) -> (RedisServer, PgServer, SidecarProcess)
         ("FERRY_CHANGES_ENABLED", "true"),
         (
             "FERRY_CHANGES_TABLES",
-            "orders,authors,posts,parent,child,sx.secret",
+            "orders,authors,posts,parent,child,sx.secret,users",
         ),
         ("FERRY_CHANGES_MAX_LAG_MS", "400"),
         ("FERRY_CHANGES_HEARTBEAT_MS", "50"),
@@ -411,4 +414,63 @@ fn the_sidecars_default_caches_reads_that_ask_nothing() {
         .as_str()
         .unwrap_or_default()
         .contains("now()"));
+}
+
+/// What only looks like a point read is kept fresh by its table: a key compared through a
+/// subquery (its output is printed `$n` in the plan, as a parameter is), a key under a
+/// case-insensitive collation (`'ALICE'` finds `alice`); and a table whose replica identity
+/// changed under a cached point read (the stream keys rows by the identity) drops it.
+#[test]
+fn what_only_looks_like_a_point_read_stays_fresh() {
+    let (_redis, pg, s) = stack();
+    let mut psql = pg.client();
+    let key_of = |sql: &str, params: Value| {
+        let a = read(&s, sql, params);
+        a.body["key"].as_str().unwrap_or_default().to_string()
+    };
+    // The subquery's `$1` is the request's $2 (row 2), not $1.
+    let sub =
+        "SELECT title, $1::int AS decoy FROM posts WHERE (SELECT true) AND id = (SELECT $2::int)";
+    until_hit(&s, sub, json!([1, 2]), |rows| {
+        assert_eq!(rows[0]["title"], "second")
+    });
+    assert!(!key_of(sub, json!([1, 2])).starts_with("~row:"));
+    let ci = "SELECT v FROM users WHERE name = $1";
+    until_hit(&s, ci, json!(["ALICE"]), |rows| assert_eq!(rows[0]["v"], 1));
+    assert!(!key_of(ci, json!(["ALICE"])).starts_with("~row:"));
+    psql.batch_execute(
+        "UPDATE posts SET title = 'two' WHERE id = 2; UPDATE users SET v = 2 WHERE name = 'alice';",
+    )
+    .expect("updates");
+    after_bound(Instant::now());
+    assert_eq!(read(&s, sub, json!([1, 2])).body["rows"][0]["title"], "two");
+    assert_eq!(read(&s, ci, json!(["ALICE"])).body["rows"][0]["v"], 2);
+
+    // The stream last saw posts with REPLICA IDENTITY FULL; back to the key, a point read is
+    // cached by its row; then FULL again and a write to that row, which the stream cannot key.
+    psql.batch_execute(
+        "ALTER TABLE posts REPLICA IDENTITY FULL; UPDATE posts SET title = 'third!' WHERE id = 3;
+         ALTER TABLE posts REPLICA IDENTITY DEFAULT;",
+    )
+    .expect("full, then default");
+    let by_id = "SELECT title FROM posts WHERE id = $1";
+    wait_until("a point read by row", Duration::from_secs(10), || {
+        let a = read(&s, by_id, json!([1]));
+        a.body["cache"] == "hit" && a.body["key"] == "~row:public.posts:1"
+    });
+    // FULL again, a write to row 1 (its key not sent: the stream cannot key it), and back to
+    // the key: the point read by row 1 is made again, and must not find the old entry.
+    psql.batch_execute("ALTER TABLE posts REPLICA IDENTITY FULL")
+        .expect("full");
+    psql.execute("UPDATE posts SET title = 'one, edited' WHERE id = 1", &[])
+        .expect("a write under FULL");
+    after_bound(Instant::now());
+    wait_caught_up(&s);
+    psql.batch_execute("ALTER TABLE posts REPLICA IDENTITY DEFAULT")
+        .expect("default");
+    wait_until("a point read by row again", Duration::from_secs(10), || {
+        let a = read(&s, by_id, json!([1]));
+        assert_eq!(a.body["rows"][0]["title"], "one, edited", "{:?}", a.body);
+        a.body["key"] == "~row:public.posts:1"
+    });
 }

@@ -88,9 +88,11 @@ impl Watched {
         }
     }
 
-    /// The row's own key (`row_key`), old and new, when its replica identity is one column (a
-    /// one-column primary key, the default identity): what inferred point reads by that key
-    /// depend on. The identity column always comes with the change (old only when it changed).
+    /// The row's own key (`row_key`), old and new, when its replica identity is a one-column
+    /// primary key (the default identity): what inferred point reads by that key depend on. The
+    /// identity column always comes with the change (old only when it changed). Any other
+    /// identity (FULL, another index, several columns: the table's may have changed since a
+    /// point read was cached) drops every row's entries (the reset tag): never less than needed.
     fn by_identity(
         relation: &Relation,
         old: &Option<Vec<Cell>>,
@@ -102,12 +104,12 @@ impl Watched {
             .iter()
             .enumerate()
             .filter(|(_, c)| c.in_identity);
-        let (Some((i, _)), None) = (identity.next(), identity.next()) else {
+        let (Some((i, _)), None, true) =
+            (identity.next(), identity.next(), relation.identity_is_key)
+        else {
+            into.tags.insert(table_reset_tag(&relation.table));
             return;
         };
-        if relation.identity_full {
-            return;
-        }
         for tuple in [old, new].into_iter().flatten() {
             match tuple.get(i) {
                 Some(Cell::Text(id)) => {
@@ -199,6 +201,7 @@ mod tests {
                 },
             ],
             identity_full: false,
+            identity_is_key: true,
         }
     }
 

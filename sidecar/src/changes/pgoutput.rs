@@ -14,6 +14,8 @@ pub(super) struct Relation {
     pub columns: Vec<Column>,
     /// `f`: REPLICA IDENTITY FULL (the old row comes whole with every UPDATE and DELETE).
     pub identity_full: bool,
+    /// `d`: REPLICA IDENTITY DEFAULT, the primary key (what inferred point reads are named by).
+    pub identity_is_key: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,7 +124,8 @@ impl Decoder {
                 let id = r.u32()?;
                 let schema = r.cstr()?;
                 let name = r.cstr()?;
-                let identity_full = r.u8()? == b'f';
+                let identity = r.u8()?;
+                let (identity_full, identity_is_key) = (identity == b'f', identity == b'd');
                 let n = r.i16()?.max(0) as usize;
                 let mut columns = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -138,6 +141,7 @@ impl Decoder {
                     table: format!("{schema}.{name}"),
                     columns,
                     identity_full,
+                    identity_is_key,
                 };
                 let table = relation.table.clone();
                 match self.relations.insert(id, relation) {

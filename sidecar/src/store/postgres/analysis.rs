@@ -334,13 +334,13 @@ SELECT 'timeconst', '', ''
 UNION ALL
 SELECT 'shape', md5(coalesce((SELECT string_agg(t, ' ' ORDER BY t) FROM trees), '')
          || coalesce((SELECT string_agg(c.oid || c.relkind::text || coalesce(c.relacl::text, '')
-                                        || c.relrowsecurity || c.relforcerowsecurity
-                                        || coalesce((SELECT string_agg(a.attname || a.attacl::text, ',')
-                                                       FROM pg_attribute a
-                                                      WHERE a.attrelid = c.oid
-                                                        AND a.attacl IS NOT NULL), ''),
+                                        || c.relrowsecurity || c.relforcerowsecurity,
                                         ' ' ORDER BY c.oid)
                         FROM rels JOIN pg_class c ON c.oid = rels.oid), '')
+         || coalesce((SELECT string_agg(a.attrelid || a.attname || a.attacl::text, ','
+                                        ORDER BY a.attrelid, a.attnum)
+                        FROM rels JOIN pg_attribute a ON a.attrelid = rels.oid
+                       WHERE a.attacl IS NOT NULL), '')
          || coalesce((SELECT string_agg(DISTINCT n.oid || coalesce(n.nspacl::text, ''), ' ')
                         FROM rels JOIN pg_class c ON c.oid = rels.oid
                         JOIN pg_namespace n ON n.oid = c.relnamespace), '')

@@ -11,7 +11,8 @@
 //! test, and the read depends on its table as any other.
 //!
 //! Only keys whose text the change stream and the request agree on: integers (the request's
-//! number or numeric string, written as Postgres writes it) and `text` / `varchar`. The table's
+//! number or numeric string, written as Postgres writes it) and `text` of a deterministic
+//! collation. No plan with a subquery (an InitPlan's output is printed `$n` too). The table's
 //! replica identity must be its primary key (the default), the column the stream sends.
 
 use serde_json::Value;
@@ -43,7 +44,8 @@ impl Point {
 
 /// The primary key of `table` when it is one column of a type the stream and requests agree
 /// on, and the table's replica identity is that key: (index name, column as an identifier,
-/// integer).
+/// integer). A text key's collation must be deterministic: under a case-insensitive one,
+/// `'ALICE'` finds row `alice`, and a change to it moves `alice`'s key only.
 const KEY: &str = "
 SELECT quote_ident(ic.relname), quote_ident(a.attname), t.typname IN ('int2', 'int4', 'int8')
   FROM pg_class c
@@ -52,8 +54,10 @@ SELECT quote_ident(ic.relname), quote_ident(a.attname), t.typname IN ('int2', 'i
   JOIN pg_class ic ON ic.oid = i.indexrelid
   JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = i.indkey[0]
   JOIN pg_type t ON t.oid = a.atttypid
+  LEFT JOIN pg_collation co ON co.oid = a.attcollation
  WHERE n.nspname || '.' || c.relname = $1 AND c.relkind = 'r' AND c.relreplident = 'd'
-   AND t.typname IN ('int2', 'int4', 'int8', 'text', 'varchar')";
+   AND t.typname IN ('int2', 'int4', 'int8', 'text')
+   AND (a.attcollation = 0 OR co.collisdeterministic)";
 
 /// Asks the planner, inside the caller's transaction (rolled back after: the settings are
 /// `SET LOCAL`), whether `sql` (with `params` parameters) reads `table` by its key alone.
@@ -96,8 +100,10 @@ pub(crate) async fn point_read(
     })?;
     let plan: Value = serde_json::from_str(&text).ok()?;
     let mut scans = Vec::new();
-    scans_of(&plan[0]["Plan"], &mut scans);
-    let [only] = scans.as_slice() else {
+    let mut subplans = false;
+    scans_of(&plan[0]["Plan"], &mut scans, &mut subplans);
+    // A subquery's output is printed as `$n` too (an InitPlan's): no plan with one is trusted.
+    let ([only], false) = (scans.as_slice(), subplans) else {
         return None;
     };
     let by_index = matches!(
@@ -120,13 +126,17 @@ pub(crate) async fn point_read(
     })
 }
 
-/// Every node of `plan` that scans a relation.
-fn scans_of<'a>(plan: &'a Value, into: &mut Vec<&'a Value>) {
+/// Every node of `plan` that scans a relation; and whether any is a subquery's plan.
+fn scans_of<'a>(plan: &'a Value, into: &mut Vec<&'a Value>, subplans: &mut bool) {
     if plan.get("Relation Name").is_some() {
         into.push(plan);
     }
+    let relationship = plan["Parent Relationship"].as_str();
+    if plan.get("Subplan Name").is_some() || matches!(relationship, Some("InitPlan" | "SubPlan")) {
+        *subplans = true;
+    }
     for child in plan["Plans"].as_array().into_iter().flatten() {
-        scans_of(child, into);
+        scans_of(child, into, subplans);
     }
 }
 
