@@ -6,95 +6,13 @@
 //! VIEW`, `DROP VIEW`). Against the binary, requests as the least-privilege `ferry_app`, a
 //! private Postgres with `wal_level = logical`; Postgres's rows judge what is fresh.
 mod change_stream_common;
+mod inferred_common;
 
-use change_stream_common::*;
-use ferry_testkit::{client::Answer, wait_until, PgServer, RedisServer, SidecarProcess};
+use change_stream_common::after_bound;
+use ferry_testkit::{wait_until, SidecarProcess};
+use inferred_common::*;
 use serde_json::{json, Value};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-const TOKEN: &str = "neon-inferred-token-0123456789abcdef0123456";
-
-const SCHEMA: &str = "
-CREATE TABLE authors (id int PRIMARY KEY, name text NOT NULL);
-CREATE TABLE posts (id int PRIMARY KEY, author_id int NOT NULL, title text NOT NULL);
-CREATE TABLE audit (id int PRIMARY KEY, note text NOT NULL);
-INSERT INTO authors VALUES (1, 'ada'), (2, 'bob');
-INSERT INTO posts VALUES (1, 1, 'first'), (2, 1, 'second'), (3, 2, 'third');
-INSERT INTO audit VALUES (1, 'unwatched');
-CREATE VIEW author_posts AS
-  SELECT a.id, a.name, p.title FROM authors a JOIN posts p ON p.author_id = a.id;
-CREATE VIEW author_page AS SELECT * FROM author_posts;
-CREATE TABLE parent (id int PRIMARY KEY, v text NOT NULL);
-CREATE TABLE child () INHERITS (parent);
-INSERT INTO parent VALUES (1, 'p');
-INSERT INTO child VALUES (2, 'c');
-CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
-CREATE TABLE users (name text COLLATE ci PRIMARY KEY, v int NOT NULL);
-INSERT INTO users VALUES ('alice', 1);
-CREATE SCHEMA sx;
-CREATE TABLE sx.secret (id int PRIMARY KEY, s text NOT NULL);
-INSERT INTO sx.secret VALUES (1, 'topsecret');
-GRANT USAGE ON SCHEMA sx TO ferry_app, ferry_changes;
-GRANT SELECT ON authors, posts, audit, author_posts, author_page, parent, child, sx.secret, users
-  TO ferry_app, ferry_changes, ferry_neon;
-ALTER PUBLICATION ferry ADD TABLE authors, posts, parent, child, sx.secret, users;
-";
-
-fn stack() -> (RedisServer, PgServer, SidecarProcess) {
-    stack_with(&[])
-}
-
-fn stack_with(extra: &[(&str, &str)]) -> (RedisServer, PgServer, SidecarProcess) {
-    let (redis, pg) = (RedisServer::start(), logical_pg());
-    pg.client().batch_execute(SCHEMA).expect("schema");
-    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/ferry.toml");
-    let stream_url = pg.url().replace("postgres@", "ferry_changes@");
-    let neon_url = pg.url_as("ferry_neon");
-    let env = [
-        ("FERRY_CONFIG", sample),
-        ("FERRY_CHANGES_URL", stream_url.as_str()),
-        ("FERRY_CHANGES_ENABLED", "true"),
-        (
-            "FERRY_CHANGES_TABLES",
-            "orders,authors,posts,parent,child,sx.secret,users",
-        ),
-        ("FERRY_CHANGES_MAX_LAG_MS", "400"),
-        ("FERRY_CHANGES_HEARTBEAT_MS", "50"),
-        ("FERRY_NEON_ENABLED", "true"),
-        ("FERRY_NEON_TOKEN", TOKEN),
-        ("FERRY_NEON_POSTGRES_URL", neon_url.as_str()),
-        ("FERRY_NEON_CACHE_TTL_S", "600"),
-    ];
-    let env: Vec<(&str, &str)> = env.iter().chain(extra).copied().collect();
-    let s = SidecarProcess::start(
-        BIN,
-        &redis.url(),
-        &pg.url_as("ferry_app"),
-        &env,
-        Stdio::null(),
-    );
-    wait_caught_up(&s);
-    (redis, pg, s)
-}
-
-/// A raw read cached for 600 s with no tables named.
-fn read(s: &SidecarProcess, sql: &str, params: Value) -> Answer {
-    let a = s
-        .client
-        .query(json!({"sql": sql, "params": params, "cache": {"ttl_s": 600}}));
-    assert_eq!(a.status, 200, "{sql}: {:?}", a.body);
-    a
-}
-
-/// Reads until the answer is a hit, each answer checked by `fresh` (what Postgres holds now).
-fn until_hit(s: &SidecarProcess, sql: &str, params: Value, fresh: impl Fn(&Value)) {
-    wait_until("a hit with the fresh rows", Duration::from_secs(10), || {
-        let a = read(s, sql, params.clone());
-        fresh(&a.body["rows"]);
-        a.body["cache"] == "hit"
-    });
-}
 
 #[test]
 fn inferred_reads_stay_fresh_through_views_joins_subqueries_and_ctes() {
@@ -334,59 +252,6 @@ fn a_neon_token_caches_unchanged_code_and_psql_writes_reach_it() {
     assert_eq!(cache, "", "{body}");
 }
 
-/// A point read by the table's key depends on its row: a write to another row leaves it a hit,
-/// a write to its row (its key changed, too) is seen. A read that also reads another row (a
-/// self-join) depends on the whole table.
-#[test]
-fn a_point_read_by_key_depends_on_its_row_alone() {
-    let (_redis, pg, s) = stack();
-    let mut psql = pg.client();
-    let by_id = "SELECT title FROM posts WHERE id = $1";
-    let title = |id: i64| {
-        let a = read(&s, by_id, json!([id]));
-        (
-            a.body["rows"][0]["title"]
-                .as_str()
-                .unwrap_or("<none>")
-                .to_string(),
-            a.body["cache"].as_str().unwrap_or_default().to_string(),
-            a.body["key"].as_str().unwrap_or_default().to_string(),
-        )
-    };
-    for id in [1, 2, 3, 30] {
-        wait_until("a hit", Duration::from_secs(10), || title(id).1 == "hit");
-    }
-    assert_eq!(title(1).2, "~row:public.posts:1");
-    let pair = "SELECT b.title FROM posts a JOIN posts b ON b.id = a.id + 1 WHERE a.id = $1";
-    until_hit(&s, pair, json!([1]), |rows| {
-        assert_eq!(rows[0]["title"], "second")
-    });
-
-    psql.execute(
-        "UPDATE posts SET title = 'second, edited' WHERE id = 2",
-        &[],
-    )
-    .expect("update 2");
-    after_bound(Instant::now());
-    wait_caught_up(&s);
-    assert_eq!(title(2).0, "second, edited");
-    assert_eq!(title(1).1, "hit", "another row's write left row 1's entry");
-    // The self-join read row 2 too: it depends on the table.
-    let a = read(&s, pair, json!([1]));
-    assert_eq!(a.body["rows"][0]["title"], "second, edited", "{:?}", a.body);
-
-    // A key changed: the old row's entry and the new row's (cached as no row) both go.
-    psql.execute("UPDATE posts SET id = 30 WHERE id = 3", &[])
-        .expect("move 3");
-    after_bound(Instant::now());
-    assert_eq!(title(3).0, "<none>");
-    assert_eq!(title(30).0, "third");
-    psql.execute("DELETE FROM posts WHERE id = 30", &[])
-        .expect("delete");
-    after_bound(Instant::now());
-    assert_eq!(title(30).0, "<none>");
-}
-
 /// `cache.default_ttl_s`: a read that asks for no caching is cached all the same, on the tables
 /// Postgres says it reads, and kept fresh by the stream; one it cannot keep fresh says why.
 #[test]
@@ -414,63 +279,4 @@ fn the_sidecars_default_caches_reads_that_ask_nothing() {
         .as_str()
         .unwrap_or_default()
         .contains("now()"));
-}
-
-/// What only looks like a point read is kept fresh by its table: a key compared through a
-/// subquery (its output is printed `$n` in the plan, as a parameter is), a key under a
-/// case-insensitive collation (`'ALICE'` finds `alice`); and a table whose replica identity
-/// changed under a cached point read (the stream keys rows by the identity) drops it.
-#[test]
-fn what_only_looks_like_a_point_read_stays_fresh() {
-    let (_redis, pg, s) = stack();
-    let mut psql = pg.client();
-    let key_of = |sql: &str, params: Value| {
-        let a = read(&s, sql, params);
-        a.body["key"].as_str().unwrap_or_default().to_string()
-    };
-    // The subquery's `$1` is the request's $2 (row 2), not $1.
-    let sub =
-        "SELECT title, $1::int AS decoy FROM posts WHERE (SELECT true) AND id = (SELECT $2::int)";
-    until_hit(&s, sub, json!([1, 2]), |rows| {
-        assert_eq!(rows[0]["title"], "second")
-    });
-    assert!(!key_of(sub, json!([1, 2])).starts_with("~row:"));
-    let ci = "SELECT v FROM users WHERE name = $1";
-    until_hit(&s, ci, json!(["ALICE"]), |rows| assert_eq!(rows[0]["v"], 1));
-    assert!(!key_of(ci, json!(["ALICE"])).starts_with("~row:"));
-    psql.batch_execute(
-        "UPDATE posts SET title = 'two' WHERE id = 2; UPDATE users SET v = 2 WHERE name = 'alice';",
-    )
-    .expect("updates");
-    after_bound(Instant::now());
-    assert_eq!(read(&s, sub, json!([1, 2])).body["rows"][0]["title"], "two");
-    assert_eq!(read(&s, ci, json!(["ALICE"])).body["rows"][0]["v"], 2);
-
-    // The stream last saw posts with REPLICA IDENTITY FULL; back to the key, a point read is
-    // cached by its row; then FULL again and a write to that row, which the stream cannot key.
-    psql.batch_execute(
-        "ALTER TABLE posts REPLICA IDENTITY FULL; UPDATE posts SET title = 'third!' WHERE id = 3;
-         ALTER TABLE posts REPLICA IDENTITY DEFAULT;",
-    )
-    .expect("full, then default");
-    let by_id = "SELECT title FROM posts WHERE id = $1";
-    wait_until("a point read by row", Duration::from_secs(10), || {
-        let a = read(&s, by_id, json!([1]));
-        a.body["cache"] == "hit" && a.body["key"] == "~row:public.posts:1"
-    });
-    // FULL again, a write to row 1 (its key not sent: the stream cannot key it), and back to
-    // the key: the point read by row 1 is made again, and must not find the old entry.
-    psql.batch_execute("ALTER TABLE posts REPLICA IDENTITY FULL")
-        .expect("full");
-    psql.execute("UPDATE posts SET title = 'one, edited' WHERE id = 1", &[])
-        .expect("a write under FULL");
-    after_bound(Instant::now());
-    wait_caught_up(&s);
-    psql.batch_execute("ALTER TABLE posts REPLICA IDENTITY DEFAULT")
-        .expect("default");
-    wait_until("a point read by row again", Duration::from_secs(10), || {
-        let a = read(&s, by_id, json!([1]));
-        assert_eq!(a.body["rows"][0]["title"], "one, edited", "{:?}", a.body);
-        a.body["key"] == "~row:public.posts:1"
-    });
 }
