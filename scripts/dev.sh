@@ -325,8 +325,8 @@ Existing Upstash code, unchanged (the token owns the door's own Redis):
   export UPSTASH_REDIS_REST_URL=http://127.0.0.1:$SIDECAR_PORT UPSTASH_REDIS_REST_TOKEN=\$(cat .run/upstash-token)
   curl -s \$UPSTASH_REDIS_REST_URL/set/hello/world -H "authorization: Bearer \$UPSTASH_REDIS_REST_TOKEN"
 Existing Neon code, unchanged (and neonConfig.fetchEndpoint = 'http://127.0.0.1:$SIDECAR_PORT/sql'),
-cached with no code change on the tables Postgres says it reads (run it twice: a hit; run the psql
-UPDATE above again, then it: fresh):
+cached with no code change on what Postgres says it reads (run it twice: a hit; after a psql UPDATE
+of row 1, say SET name = 'again': fresh):
   export DATABASE_URL=postgresql://app:\$(cat .run/neon-token)@db.ferry.invalid/app
   curl -si http://127.0.0.1:$SIDECAR_PORT/sql -H "Neon-Connection-String: \$DATABASE_URL" -d '{"query":"SELECT name FROM items WHERE id = 1"}' | grep -iE 'ferry-cache|rows'
 The sidecar itself (signed requests):

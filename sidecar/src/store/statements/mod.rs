@@ -8,6 +8,7 @@
 //! says leave their session as they found it (no reset after them); `inference`: what a read
 //! cached with no tables named depends on, asked on the request path.
 
+pub(crate) mod behind;
 pub(crate) mod class;
 pub(crate) mod inference;
 pub(crate) mod interactive;

@@ -12,16 +12,14 @@ use crate::store::postgres::failure::Failure;
 use crate::store::postgres::identity::SessionIdentity;
 use crate::store::postgres::loop_session::{AsyncSession, Prepared};
 use crate::store::postgres::param_types::{self, ParamTypes};
+use crate::store::statements::behind::{sent_behind, Sent};
 use crate::store::statements::class::{self, Route};
 use crate::store::statements::rows::{self, RowBudget};
 use ferry_shared::api::Row;
 use futures_util::StreamExt;
 use postgres_types::ToSql;
 use serde_json::Value;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 use tokio::sync::oneshot;
 use tokio_postgres::{Client, RowStream};
 
@@ -206,9 +204,6 @@ async fn reset_session(client: &Client, sent: Option<Sent<'_>>) -> bool {
     reset_ok
 }
 
-/// The session's reset, as a future of the driver.
-type ResetFuture<'a> = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + 'a>>;
-
 /// `pooled::run` for the async driver: with remembered parameter types one round trip, with the
 /// session's reset sent right behind the statement (both written before either answer is
 /// read); else prepare (checked, types remembered) and run, and the caller resets after. A
@@ -267,48 +262,6 @@ async fn read_on<'a>(
         collect(client.query_raw(&stmt, rows::refs(&bound)).await, limits).await
     };
     (slow.await, None)
-}
-
-/// The reset, sent right behind a statement: finished when its answer came with the first
-/// poll (the connection had already failed), else still to be awaited.
-enum Sent<'a> {
-    Done(Result<(), tokio_postgres::Error>),
-    Pending(ResetFuture<'a>),
-}
-
-impl Sent<'_> {
-    async fn finish(self) -> Result<(), tokio_postgres::Error> {
-        match self {
-            Sent::Done(r) => r,
-            Sent::Pending(f) => f.await,
-        }
-    }
-}
-
-/// Runs `first` to its end with `reset` started right behind it: polled once as soon as
-/// `first` has sent its request, so both requests go out in one write.
-async fn sent_behind<'a, A: Future>(first: A, reset: ResetFuture<'a>) -> (A::Output, Sent<'a>) {
-    let mut first = std::pin::pin!(first);
-    let mut sent: Option<Sent<'a>> = None;
-    let mut reset = Some(reset);
-    let out = std::future::poll_fn(|cx| {
-        let out = first.as_mut().poll(cx);
-        if let Some(mut f) = reset.take() {
-            sent = Some(match f.as_mut().poll(cx) {
-                Poll::Ready(r) => Sent::Done(r),
-                Poll::Pending => Sent::Pending(f),
-            });
-        }
-        out
-    })
-    .await;
-    let sent = match (sent, reset) {
-        (Some(s), _) => s,
-        // `first` was done at its first poll, before the reset was sent: send it now.
-        (None, Some(f)) => Sent::Pending(f),
-        (None, None) => Sent::Done(Ok(())),
-    };
-    (out, sent)
 }
 
 /// Decodes rows as they arrive, within the read limits (see `rows::read_rows`).

@@ -20,6 +20,7 @@ use crate::error::ApiError;
 use crate::error::PgFields;
 use crate::store::pools::session::RESET;
 use crate::store::pools::Pools;
+use crate::store::statements::behind::{sent_behind, Sent};
 use ferry_shared::api::Isolation;
 use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
@@ -66,15 +67,23 @@ pub(crate) async fn run(
     let Some(client) = session.client.as_ref() else {
         return Err(ApiError::internal("session without a client"));
     };
-    let out = match &plan.identity {
+    let (out, sent) = match &plan.identity {
         Some(who) => match who.assume_async(client).await {
             Ok(()) => on_session(client, plan, limits).await,
-            Err(f) => Err(f.into_api()),
+            Err(f) => (Err(f.into_api()), None),
         },
         None => on_session(client, plan, limits).await,
     };
     let cut_short = matches!(out, Err(ApiError::ResultTooLarge { .. }));
-    if !cut_short && !client.is_closed() && client.batch_execute(RESET).await.is_ok() {
+    // The reset sent behind a single read fails when the read did (its transaction was still
+    // aborted when the reset ran): then it is sent again, after the rollback.
+    let reset = !cut_short
+        && !client.is_closed()
+        && match sent {
+            Some(sent) => sent.finish().await.is_ok() || client.batch_execute(RESET).await.is_ok(),
+            None => client.batch_execute(RESET).await.is_ok(),
+        };
+    if reset {
         // DISCARD ALL dropped the driver's cached type-lookup statements too.
         client.clear_type_cache();
         session.reusable = true;
@@ -82,11 +91,23 @@ pub(crate) async fn run(
     out
 }
 
-async fn on_session(
-    client: &Client,
+/// Runs the plan; with the session's reset already sent behind a single read's statement.
+async fn on_session<'a>(
+    client: &'a Client,
     plan: &SqlPlan,
     limits: ReadLimits,
-) -> Result<Value, ApiError> {
+) -> (Result<Value, ApiError>, Option<Sent<'a>>) {
+    match on_session_inner(client, plan, limits).await {
+        Ok((v, sent)) => (Ok(v), sent),
+        Err(e) => (Err(e), None),
+    }
+}
+
+async fn on_session_inner<'a>(
+    client: &'a Client,
+    plan: &SqlPlan,
+    limits: ReadLimits,
+) -> Result<(Value, Option<Sent<'a>>), ApiError> {
     let mut budget = Budget {
         limits,
         rows: 0,
@@ -97,7 +118,8 @@ async fn on_session(
         if plan.read_only {
             // In a transaction block of its own, as a batch is: outside one, a DO block could
             // COMMIT the read-only transaction it was given and write in the next. BEGIN goes
-            // in the same write as the prepare, COMMIT in the statement's own round trip.
+            // in the same write as the prepare, COMMIT in the statement's own round trip, and
+            // the session's reset right behind it (no round trip of its own).
             let (begin, stmt) = futures_util::future::join(
                 client.batch_execute("BEGIN READ ONLY"),
                 client.prepare(&q.sql),
@@ -105,14 +127,21 @@ async fn on_session(
             .await;
             begin.map_err(pg)?;
             let ran = match stmt {
-                Ok(stmt) => statement(client, q, &stmt, &mut budget, pg, "\n;COMMIT").await,
+                Ok(stmt) => {
+                    let read = statement(client, q, &stmt, &mut budget, pg, "\n;COMMIT");
+                    match sent_behind(read, Box::pin(client.batch_execute(RESET))).await {
+                        (Ok(v), sent) => return Ok((v, Some(sent))),
+                        // The reset ran inside the failed transaction: sent again after it.
+                        (Err(e), _) => Err(e),
+                    }
+                }
                 Err(e) => Err(pg(e)),
             };
             // A result cut short closes the session instead (its rows may still be coming).
             if matches!(&ran, Err(e) if !matches!(e, ApiError::ResultTooLarge { .. })) {
                 let _ = client.batch_execute("ROLLBACK").await;
             }
-            return ran;
+            return ran.map(|v| (v, None));
         }
         let stmt = {
             // Sessions start read-only (a read cannot write); this one may write. Sent in
@@ -127,7 +156,9 @@ async fn on_session(
         };
         // A statement that may write is its own transaction: lost once sent, it may have
         // committed, and no outcome is kept for `/sql` (it is not signed).
-        return statement(client, q, &stmt.map_err(pg)?, &mut budget, committing, "").await;
+        return statement(client, q, &stmt.map_err(pg)?, &mut budget, committing, "")
+            .await
+            .map(|v| (v, None));
     }
     client.batch_execute(&begin(plan)).await.map_err(pg)?;
     let mut results = Vec::with_capacity(plan.queries.len());
@@ -148,7 +179,7 @@ async fn on_session(
         let _ = client.batch_execute("ROLLBACK").await;
         return Err(committing(e));
     }
-    Ok(json!({ "results": results }))
+    Ok((json!({ "results": results }), None))
 }
 
 /// The statement that opens a batch's transaction (options are enums: nothing from the
