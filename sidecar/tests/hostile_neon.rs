@@ -108,6 +108,35 @@ fn a_read_only_token_cannot_write_by_any_path() {
         .client
         .neon(RW, json!({ "query": "DO $$BEGIN END$$" }), &[]);
     assert_eq!(rw.status, 200, "{}", rw.body);
+
+    // A line comment ended by a carriage return hides nothing (Postgres's lexer ends it there).
+    for sql in [
+        "--\rLISTEN x",
+        "--\rDO $$BEGIN END$$",
+        "--\rSET work_mem = '77MB'",
+    ] {
+        let hidden = s.client.neon(RO, json!({ "query": sql }), &[]);
+        assert_eq!(
+            hidden.body["code"], "statement_not_allowed",
+            "{sql:?}: {}",
+            hidden.body
+        );
+    }
+    // Values that are not UTF-8 (client_encoding changed by the read itself) are refused, and
+    // the worker goes on serving: the next read on the same token answers.
+    let latin = s.client.neon(
+        RO,
+        json!({ "query": "SELECT set_config('client_encoding', 'LATIN1', false), 'é'::text" }),
+        &[],
+    );
+    assert_eq!(latin.status, 400, "{}", latin.body);
+    for _ in 0..4 {
+        let next = s
+            .client
+            .neon(RO, json!({ "query": "SELECT 'é' AS e" }), &[]);
+        assert_eq!(next.status, 200, "{}", next.body);
+        assert_eq!(next.body["rows"][0]["e"], "é");
+    }
 }
 
 /// What `DO` sets on a role for every later session of it (no text check sees it).

@@ -139,16 +139,19 @@ pub(crate) fn analyse(client: &mut Client, sql: &str) -> Result<Verdict, postgre
         Err(e) => return Err(e),
     };
     let create = probe(sql, described.params());
-    let mut tx = client.build_transaction().read_only(false).start()?;
-    if let Err(e) = tx.execute(create.as_str(), &[]) {
-        return match settled(&e) {
-            true => Ok(Verdict::Unknown(describe(&e))),
-            false => Err(e),
-        };
-    }
-    let rows = tx.query(WHAT_IT_CALLS, &[])?;
-    tx.rollback()?;
-    Ok(verdict_of(rows, sql))
+    client.batch_execute(BEGIN)?;
+    let rows = match client.execute(create.as_str(), &[]) {
+        Ok(_) => client.query(WHAT_IT_CALLS, &[]),
+        Err(e) => {
+            client.batch_execute("ROLLBACK")?;
+            return match settled(&e) {
+                true => Ok(Verdict::Unknown(describe(&e))),
+                false => Err(e),
+            };
+        }
+    };
+    client.batch_execute("ROLLBACK")?;
+    Ok(verdict_of(rows?, sql))
 }
 
 /// [`analyse`] on a worker's own session (its event loop), for a read on the request path:
@@ -164,7 +167,7 @@ pub(crate) async fn analyse_on_loop(
     };
     let create = probe(sql, described.params());
     // Sessions start read-only (pinned at connect): the probe is made, read and rolled back.
-    client.batch_execute("BEGIN READ WRITE").await?;
+    client.batch_execute(BEGIN).await?;
     if let Err(e) = client.execute(create.as_str(), &[]).await {
         client.batch_execute("ROLLBACK").await?;
         return match settled(&e) {
@@ -184,6 +187,11 @@ pub(crate) async fn analyse_on_loop(
     client.batch_execute("ROLLBACK").await?;
     verdict
 }
+
+/// The probe's transaction, which writes (its temporary function, rolled back) and is named
+/// apart in `pg_stat_activity` while it lasts: Ferry's own analysis, not a request's
+/// transaction left open.
+const BEGIN: &str = "BEGIN READ WRITE; SET LOCAL application_name = 'ferry-analysis'";
 
 /// The probe: `sql` as the body of a temporary function taking its parameters. One statement
 /// per message (extended protocol): the body cannot end the transaction.

@@ -27,7 +27,9 @@ impl Sent<'_> {
 }
 
 /// Runs `first` to its end with `reset` started right behind it: polled once as soon as
-/// `first` has sent its request, so both requests go out in one write.
+/// `first` is waiting (it has sent its request), so both requests go out in one write. A
+/// `first` done at its first poll (it sent nothing, or failed at once) gets the reset after
+/// it, never ahead of it.
 pub(super) async fn sent_behind<'a, A: Future>(
     first: A,
     reset: ResetFuture<'a>,
@@ -37,11 +39,13 @@ pub(super) async fn sent_behind<'a, A: Future>(
     let mut reset = Some(reset);
     let out = std::future::poll_fn(|cx| {
         let out = first.as_mut().poll(cx);
-        if let Some(mut f) = reset.take() {
-            sent = Some(match f.as_mut().poll(cx) {
-                Poll::Ready(r) => Sent::Done(r),
-                Poll::Pending => Sent::Pending(f),
-            });
+        if out.is_pending() {
+            if let Some(mut f) = reset.take() {
+                sent = Some(match f.as_mut().poll(cx) {
+                    Poll::Ready(r) => Sent::Done(r),
+                    Poll::Pending => Sent::Pending(f),
+                });
+            }
         }
         out
     })

@@ -178,7 +178,8 @@ impl<'a> Words<'a> {
                 .rest
                 .trim_start_matches(|c: char| c.is_whitespace() || c == '(');
             if let Some(after) = s.strip_prefix("--") {
-                self.rest = after.split_once('\n').map_or("", |(_, r)| r);
+                // Postgres's lexer ends a `--` comment at either line break (`\n` or `\r`).
+                self.rest = after.split_once(['\n', '\r']).map_or("", |(_, r)| r);
             } else if s.starts_with("/*") {
                 self.rest = skip_block_comment(s);
             } else {
@@ -237,6 +238,9 @@ mod tests {
             "BEGIN",
             "begin;",
             "  /* a /* nested */ comment */ -- line\n start transaction read write",
+            // A carriage return ends a line comment too, as Postgres's lexer has it.
+            "--\rBEGIN",
+            "-- a comment\r\nROLLBACK",
             "(commit)",
             "PREPARE TRANSACTION 'x'",
             "rollback to savepoint s",

@@ -383,10 +383,15 @@ impl Budget {
                 self.limits.max_rows
             )));
         }
-        let values = (0..row.len()).map(|i| row.get(i));
         let mut out_array = Vec::new();
         let mut out_object = Map::new();
-        for (i, v) in values.enumerate() {
+        for i in 0..row.len() {
+            // Not UTF-8 only when the caller changed client_encoding (set_config): refused,
+            // never a panic of the worker.
+            let v = row.try_get(i).map_err(|_| ApiError::BadRequest {
+                message: "a value is not UTF-8 (client_encoding must stay UTF8)".into(),
+                field: None,
+            })?;
             let name = names.get(i).copied().unwrap_or("?column?");
             self.bytes += name.len() + v.map_or(4, str::len) + 4;
             let v = v.map_or(Value::Null, |s| Value::String(s.to_string()));
