@@ -28,6 +28,11 @@ ALTER VIEW mine OWNER TO ferry_app;
 
 /// The explanation of `sql`, with the change stream watching posts and authors (or off).
 fn explain(pg: &PgServer, sql: &str, changes: bool) -> (i32, String) {
+    explain_with(pg, sql, changes, &[])
+}
+
+/// [`explain`], with `extra` environment.
+fn explain_with(pg: &PgServer, sql: &str, changes: bool, extra: &[(&str, &str)]) -> (i32, String) {
     let out = Command::new(BIN)
         .args(["--explain-cache", sql])
         .env_clear()
@@ -39,6 +44,7 @@ fn explain(pg: &PgServer, sql: &str, changes: bool) -> (i32, String) {
             if changes { "true" } else { "false" },
         )
         .env("FERRY_CHANGES_TABLES", "posts,authors")
+        .envs(extra.iter().copied())
         .output()
         .expect("run binary");
     let text = format!(
@@ -109,6 +115,22 @@ fn dependencies_come_from_postgres_and_only_what_can_stay_fresh_is_cached() {
     let (_, text) = explain(&pg, "SELECT shout(title) FROM posts WHERE id = $1", true);
     assert!(
         cache_line(&text).contains("user-defined function shout(text)"),
+        "{text}"
+    );
+    assert!(
+        cache_line(&text).contains("cache.immutable_functions = [\"public.shout(text)\"]"),
+        "{text}"
+    );
+    // The operator vouches for it: then it is cached on what it reads.
+    let (_, text) = explain_with(
+        &pg,
+        "SELECT shout(title) FROM posts WHERE id = $1",
+        true,
+        &[("FERRY_CACHE_IMMUTABLE_FUNCTIONS", "public.shout(text)")],
+    );
+    assert_eq!(
+        cache_line(&text),
+        "cache: cached with no table named, dropped by any committed change to public.posts",
         "{text}"
     );
     // A view the request role owns: a request could redefine it.

@@ -308,6 +308,20 @@ mod tests {
     }
 
     #[test]
+    fn an_immutable_function_is_named_with_its_schema_and_arguments() {
+        let one = ("FERRY_POSTGRES_SINGLE_ROLE", "true");
+        let bare = ("FERRY_CACHE_IMMUTABLE_FUNCTIONS", "shout");
+        let e = Config::load(None, &env(&[SECRET, one, bare])).expect_err("bare name");
+        assert!(
+            e.to_string().contains("cache.immutable_functions[0]"),
+            "{e}"
+        );
+        let named = ("FERRY_CACHE_IMMUTABLE_FUNCTIONS", "public.shout(text)");
+        let c = Config::load(None, &env(&[SECRET, one, named])).expect("named");
+        assert_eq!(c.cache.immutable_functions, vec!["public.shout(text)"]);
+    }
+
+    #[test]
     fn unknown_file_keys_are_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("ferry.toml");

@@ -181,6 +181,11 @@ pub struct CacheConfig {
     /// cached this many seconds on the tables Postgres says it reads, where the change stream is
     /// on (else refused at load); 0: off.
     pub default_ttl_s: u64,
+    /// Functions the operator vouches for, as `schema.name(argument types)`
+    /// (`public.shout(text)`, as `--explain-cache` names them): they read no table and give the
+    /// same answer for the same arguments, so a read calling them may be cached on its tables.
+    /// Postgres cannot check a user's function; a wrong entry is a stale read.
+    pub immutable_functions: Vec<String>,
 }
 
 /// Bounds on the work one request may cause. The defaults fit a sidecar of 64 MB.
@@ -313,6 +318,7 @@ impl Default for CacheConfig {
             max_batch: 1000,
             negative_ttl_s: 10,
             default_ttl_s: 0,
+            immutable_functions: Vec::new(),
         }
     }
 }

@@ -133,6 +133,7 @@ pub fn reload(old: &Config, new: Config, has_role: impl Fn(&str) -> bool) -> Rel
         max_batch,
         negative_ttl_s,
         default_ttl_s,
+        immutable_functions,
     } = cache;
     let o = &old.cache;
     keep("cache.key_prefix", key_prefix != o.key_prefix);
@@ -151,6 +152,7 @@ pub fn reload(old: &Config, new: Config, has_role: impl Fn(&str) -> bool) -> Rel
         max_key_bytes,
         max_batch,
         default_ttl_s,
+        immutable_functions,
         ..old.cache.clone()
     };
 

@@ -115,6 +115,17 @@ impl Config {
         if self.cache.max_ttl_s == 0 {
             return invalid("cache.max_ttl_s", "must be at least 1");
         }
+        for (i, f) in self.cache.immutable_functions.iter().enumerate() {
+            let shaped = f.split_once('.').is_some_and(|(schema, rest)| {
+                !schema.is_empty() && rest.contains('(') && rest.ends_with(')')
+            });
+            if !shaped {
+                return invalid(
+                    &format!("cache.immutable_functions[{i}]"),
+                    "schema.name(argument types), as --explain-cache names it: public.shout(text)",
+                );
+            }
+        }
         if self.cache.default_ttl_s > self.cache.max_ttl_s {
             return invalid("cache.default_ttl_s", "must not exceed cache.max_ttl_s");
         }

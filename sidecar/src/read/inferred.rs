@@ -55,12 +55,18 @@ pub(crate) fn cacheable(analysis: &Analysis, config: &Config) -> Result<Vec<Stri
         if !f.user && SESSION_STATE.contains(&f.name.as_str()) {
             continue;
         }
+        // The operator vouches for it (cache.immutable_functions).
+        if !f.qualified.is_empty() && config.cache.immutable_functions.contains(&f.qualified) {
+            continue;
+        }
         why.push(match f.user {
             true => (
                 "function",
                 format!(
-                    "it calls {}: Postgres cannot say what it reads, nor vouch for its volatility",
-                    f.describe()
+                    "it calls {}: Postgres cannot say what it reads, nor vouch for its volatility \
+                     (an operator may: cache.immutable_functions = [\"{}\"])",
+                    f.describe(),
+                    f.qualified
                 ),
             ),
             false => (

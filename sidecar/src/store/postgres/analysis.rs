@@ -63,6 +63,9 @@ pub(crate) struct Called {
     pub volatility: char,
     /// Not one of Postgres's own (its volatility is its author's claim).
     pub user: bool,
+    /// `schema.name(argument types)` (`public.shout(text)`), as `cache.immutable_functions`
+    /// names it; empty for what is not a function call (the current time, `TABLESAMPLE`).
+    pub qualified: String,
 }
 
 impl Called {
@@ -239,6 +242,7 @@ fn verdict_of(rows: Vec<Row>, sql: &str) -> Verdict {
     };
     for row in rows {
         let (what, name, kind): (&str, String, String) = (row.get(0), row.get(1), row.get(2));
+        let qualified: String = row.get(3);
         let first = kind.chars().next().unwrap_or('?');
         if kind.ends_with('o') {
             analysis.owned.push(name.clone());
@@ -248,12 +252,14 @@ fn verdict_of(rows: Vec<Row>, sql: &str) -> Verdict {
                 name,
                 volatility: first,
                 user: kind.contains('u'),
+                qualified,
             }),
             "shape" => analysis.shape = name,
             "timeconst" if relative_time(sql) => analysis.functions.push(Called {
                 name: "a date or time such as 'now' or 'today' (read when it is parsed)".into(),
                 volatility: 's',
                 user: false,
+                qualified: String::new(),
             }),
             "timeconst" => {}
             _ => analysis.relations.push((name, first)),
@@ -320,24 +326,25 @@ SELECT 'function', p.oid::regprocedure::text,
        p.provolatile::text || CASE WHEN p.oid >= 16384 THEN 'u' ELSE '' END
        || CASE WHEN p.oid >= 16384 AND pg_has_role(p.proowner, 'USAGE')
                     AND NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
-               THEN 'o' ELSE '' END
-  FROM called JOIN pg_proc p ON p.oid = called.fn
+               THEN 'o' ELSE '' END,
+       pn.nspname || '.' || p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')'
+  FROM called JOIN pg_proc p ON p.oid = called.fn JOIN pg_namespace pn ON pn.oid = p.pronamespace
  WHERE p.provolatile <> 'i' OR p.oid >= 16384
 UNION ALL
 SELECT 'relation', n.nspname || '.' || c.relname,
        c.relkind::text
        || CASE WHEN c.oid >= 16384 AND pg_has_role(c.relowner, 'USAGE')
                     AND NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
-               THEN 'o' ELSE '' END
+               THEN 'o' ELSE '' END, ''
   FROM rels JOIN pg_class c ON c.oid = rels.oid JOIN pg_namespace n ON n.oid = c.relnamespace
 UNION ALL
-SELECT 'function', 'the current date or time (CURRENT_TIMESTAMP, CURRENT_DATE, LOCALTIME, ...)', 's'
+SELECT 'function', 'the current date or time (CURRENT_TIMESTAMP, CURRENT_DATE, LOCALTIME, ...)', 's', ''
  WHERE EXISTS (SELECT 1 FROM trees WHERE t ~ '\\{SQLVALUEFUNCTION :op [0-8] ')
 UNION ALL
-SELECT 'function', 'TABLESAMPLE (another sample each run)', 's'
+SELECT 'function', 'TABLESAMPLE (another sample each run)', 's', ''
  WHERE EXISTS (SELECT 1 FROM trees WHERE t ~ ':tsmhandler ')
 UNION ALL
-SELECT 'timeconst', '', ''
+SELECT 'timeconst', '', '', ''
  WHERE EXISTS (SELECT 1 FROM trees WHERE t ~ ':consttype (1082|1083|1114|1184|1266) ')
 UNION ALL
 SELECT 'shape', md5(coalesce((SELECT string_agg(t, ' ' ORDER BY t) FROM trees), '')
@@ -359,7 +366,7 @@ SELECT 'shape', md5(coalesce((SELECT string_agg(t, ' ' ORDER BY t) FROM trees), 
          || coalesce((SELECT md5(string_agg(setdatabase || '.' || setrole || ':'
                                             || array_to_string(setconfig, ','), ','
                                             ORDER BY setdatabase, setrole))
-                        FROM pg_db_role_setting), '')), ''
+                        FROM pg_db_role_setting), '')), '', ''
 ORDER BY 1, 2";
 
 /// A name as an SQL identifier, quoted.
