@@ -62,6 +62,9 @@ pub enum ApiError {
     UnsupportedMediaType,
     #[error("not cached")]
     NotCached,
+    /// `only-if-cached` for a read that can never be cached (`read::inferred`): why not.
+    #[error("never cached: {why}")]
+    NeverCached { why: String },
     #[error("raw sql forbidden")]
     RawSqlForbidden,
     #[error("role not allowed: {role}")]
@@ -156,7 +159,7 @@ impl ApiError {
             ApiError::NotText { .. } => ErrorCode::NotText,
             ApiError::NotFound => ErrorCode::NotFound,
             ApiError::UnsupportedMediaType => ErrorCode::UnsupportedMediaType,
-            ApiError::NotCached => ErrorCode::NotCached,
+            ApiError::NotCached | ApiError::NeverCached { .. } => ErrorCode::NotCached,
             ApiError::RawSqlForbidden => ErrorCode::RawSqlForbidden,
             ApiError::RoleNotAllowed { .. } => ErrorCode::RoleNotAllowed,
             ApiError::RateLimited { .. } => ErrorCode::RateLimited,

@@ -109,6 +109,21 @@ fn inferred_reads_stay_fresh_through_views_joins_subqueries_and_ctes() {
     let a = read(&s, "SELECT note FROM audit WHERE id = 1", json!([]));
     assert_eq!(a.body["rows"][0]["note"], "changed");
 
+    // `only-if-cached` never touches Postgres: a read that is never cached says why.
+    let never = s.client.query(json!({"sql": "SELECT now() AS t",
+                                      "cache": {"ttl_s": 60, "mode": "only-if-cached"}}));
+    assert_eq!(
+        (never.status, never.code()),
+        (404, "not_cached"),
+        "{:?}",
+        never.body
+    );
+    let message = never.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("never cached: it calls stable now()"),
+        "{message}"
+    );
+
     // `infer: false` keeps the old rule: TTL only, whoever writes.
     let ttl_only = |s: &SidecarProcess| {
         s.client

@@ -70,6 +70,9 @@ impl ApiError {
             ApiError::NotFound => "no such route".into(),
             ApiError::UnsupportedMediaType => "the body must be application/json".into(),
             ApiError::NotCached => "not in the cache, and cache.mode is only-if-cached".into(),
+            ApiError::NeverCached { why } => {
+                format!("cache.mode is only-if-cached, and this read is never cached: {why}")
+            }
             ApiError::RawSqlForbidden => {
                 "raw SQL is not allowed here: send a named query (\"query\": \"NAME\")".into()
             }

@@ -225,7 +225,7 @@ const NOT_ASKED: &str = "Postgres could not be asked what it reads now";
 fn refuse(plan: &mut ReadPlan, mode: CacheMode, (class, why): Why) -> Result<(), ApiError> {
     crate::metrics::global().inferred("bypass", class);
     if mode == CacheMode::OnlyIfCached {
-        return Err(ApiError::NotCached);
+        return Err(ApiError::NeverCached { why });
     }
     plan.infer = Infer::Refused(why.into());
     Ok(())

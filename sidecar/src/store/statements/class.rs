@@ -61,7 +61,8 @@ impl Refusal {
             }
             Refusal::Copy => "COPY cannot run over this API; use INSERT or SELECT",
             Refusal::NotARead => {
-                "reads must be SELECT, WITH, VALUES, TABLE or SHOW; send writes to /v1/execute"
+                "reads must be SELECT, WITH, VALUES, TABLE or SHOW; send a write as one \
+                 (/v1/execute; on /sql, without Ferry-Cache-TTL)"
             }
             Refusal::Procedural => "a read-only caller cannot run DO blocks or CALL procedures",
             Refusal::Roles => {
