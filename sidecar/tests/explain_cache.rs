@@ -33,18 +33,25 @@ fn explain(pg: &PgServer, sql: &str, changes: bool) -> (i32, String) {
 
 /// [`explain`], with `extra` environment.
 fn explain_with(pg: &PgServer, sql: &str, changes: bool, extra: &[(&str, &str)]) -> (i32, String) {
+    let changes = (
+        "FERRY_CHANGES_ENABLED",
+        if changes { "true" } else { "false" },
+    );
+    let env: Vec<(&str, &str)> = [changes].into_iter().chain(extra.iter().copied()).collect();
+    run(pg, &["--explain-cache", sql], &env)
+}
+
+/// The binary with `args`, as `ferry_app` with its own roles, the change stream's tables
+/// posts and authors, and `env`: (exit code, everything it printed).
+fn run(pg: &PgServer, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     let out = Command::new(BIN)
-        .args(["--explain-cache", sql])
+        .args(args)
         .env_clear()
         .env("FERRY_SECRET", ferry_testkit::SECRET)
         .env("FERRY_DATABASE_URL", pg.url_as("ferry_app"))
         .envs(ferry_testkit::process::roles_env(&pg.url_as("ferry_app")))
-        .env(
-            "FERRY_CHANGES_ENABLED",
-            if changes { "true" } else { "false" },
-        )
         .env("FERRY_CHANGES_TABLES", "posts,authors")
-        .envs(extra.iter().copied())
+        .envs(env.iter().copied())
         .output()
         .expect("run binary");
     let text = format!(
@@ -219,25 +226,18 @@ tables = ["posts"]
 "#,
     )
     .expect("config");
-    let out = Command::new(BIN)
-        .args([
+    let changes_url = pg.url_as("ferry_changes");
+    let (_, text) = run(
+        &pg,
+        &[
             "--config",
             path.to_str().unwrap_or_default(),
             "--check-config",
-        ])
-        .env_clear()
-        .env("FERRY_SECRET", ferry_testkit::SECRET)
-        .env("FERRY_DATABASE_URL", pg.url_as("ferry_app"))
-        .envs(ferry_testkit::process::roles_env(&pg.url_as("ferry_app")))
-        .env("FERRY_CHANGES_ENABLED", "true")
-        .env("FERRY_CHANGES_TABLES", "posts,authors")
-        .env("FERRY_CHANGES_URL", pg.url_as("ferry_changes"))
-        .output()
-        .expect("run binary");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        &[
+            ("FERRY_CHANGES_ENABLED", "true"),
+            ("FERRY_CHANGES_URL", changes_url.as_str()),
+        ],
     );
     assert!(
         text.contains(

@@ -13,14 +13,15 @@
 //! Rows are read as they arrive, within the read limits. Two round trips a statement, where
 //! Neon's patched driver needs one.
 
+mod errors;
 mod sql;
 
 use crate::config::ReadLimits;
 use crate::error::ApiError;
-use crate::error::PgFields;
 use crate::store::pools::session::RESET;
 use crate::store::pools::Pools;
 use crate::store::statements::behind::{sent_behind, Sent};
+use errors::{committing, pg};
 use ferry_shared::api::Isolation;
 use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
@@ -310,56 +311,6 @@ fn located(e: ApiError, completed: usize, target: usize) -> ApiError {
         };
     }
     ApiError::Postgres(f)
-}
-
-/// [`pg`] for a failure during a COMMIT (or a statement that commits on its own): the
-/// connection lost then, it may have committed (`store::postgres::failure::commit_lost`).
-fn committing(e: tokio_postgres::Error) -> ApiError {
-    if crate::store::postgres::failure::connection_lost(&e) {
-        crate::store::postgres::failure::commit_lost(e).into_api()
-    } else {
-        pg(e)
-    }
-}
-
-/// A Postgres failure: the caller's own (a 400 with Postgres's fields), or server trouble
-/// (Ferry's 5xx, no detail).
-fn pg(e: tokio_postgres::Error) -> ApiError {
-    let fields = e.as_db_error().map(|d| PgFields {
-        message: d.message().to_string(),
-        code: d.code().code().to_string(),
-        severity: d.severity().to_string(),
-        detail: d.detail().map(str::to_string),
-        hint: d.hint().map(str::to_string),
-        position: match d.position() {
-            Some(tokio_postgres::error::ErrorPosition::Original(p)) => Some(p.to_string()),
-            _ => None,
-        },
-        internal_position: match d.position() {
-            Some(tokio_postgres::error::ErrorPosition::Internal { position, .. }) => {
-                Some(position.to_string())
-            }
-            _ => None,
-        },
-        internal_query: match d.position() {
-            Some(tokio_postgres::error::ErrorPosition::Internal { query, .. }) => {
-                Some(query.clone())
-            }
-            _ => None,
-        },
-        where_: d.where_().map(str::to_string),
-        schema: d.schema().map(str::to_string),
-        table: d.table().map(str::to_string),
-        column: d.column().map(str::to_string),
-        data_type: d.datatype().map(str::to_string),
-        constraint: d.constraint().map(str::to_string),
-    });
-    match (crate::store::postgres::failure::pg_failure(e), fields) {
-        (ApiError::Sql { .. } | ApiError::BadParams { .. }, Some(f)) => {
-            ApiError::Postgres(Box::new(f))
-        }
-        (api, _) => api,
-    }
 }
 
 /// The read limits over all of a request's rows.
