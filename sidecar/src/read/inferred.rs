@@ -183,7 +183,7 @@ pub(crate) async fn resolve(
             let row = analysis
                 .point
                 .as_ref()
-                .filter(|p| plan.identity.is_none() && tables == [p.table.clone()])
+                .filter(|p| plan.identity.is_none() && tables.len() == 1 && tables[0] == p.table)
                 .and_then(|p| Some((p, p.row_id(&plan.params)?)));
             match row {
                 Some((p, id)) => {
@@ -201,13 +201,11 @@ pub(crate) async fn resolve(
             plan.cache = Some(*cache);
             Ok(())
         }
-        Err(mut why) => {
-            let first = why.remove(0);
-            let text = std::iter::once(first.1)
-                .chain(why.into_iter().map(|w| w.1))
-                .collect::<Vec<_>>()
-                .join("; ");
-            refuse(plan, cache.mode, (first.0, text))
+        Err(why) => {
+            // Counted under the first reason's class; every reason said.
+            let class = why.first().map_or("unwatched", |w| w.0);
+            let text: Vec<String> = why.into_iter().map(|w| w.1).collect();
+            refuse(plan, cache.mode, (class, text.join("; ")))
         }
     }
 }
