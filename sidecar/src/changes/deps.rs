@@ -1,15 +1,17 @@
 //! From a change in the stream to the cache entries it makes stale.
 //!
 //! A change to a row of a watched table moves the table's tag (every entry that declared the
-//! table) and the keys of that row in each keyspace on the table (`<keyspace>:<id>`, for the
-//! old and the new id). When a row's id cannot be known for certain (the key column is not in
-//! the replica identity, or its value did not come with the change), the keyspace's rows are
-//! dropped as a whole (the table's reset tag): never less than needed. TRUNCATE and DDL drop
-//! both the table's entries and its keyspace rows.
+//! table, or was inferred to read it) and, for each of the row's values, old and new, the key
+//! of the reads by that value (`value_key`: inferred reads by an equality on an indexed
+//! column) and of the keyspace rows keyed by it (`<keyspace>:<id>`). A value the stream did not
+//! send (an old value outside the replica identity, an unchanged TOASTed one) names no key:
+//! every entry named by a value of that column goes (`values_tag`): never less than needed.
+//! TRUNCATE and DDL drop every entry of the table, by its tag and its reset tag.
 
 use super::pgoutput::{Cell, Event, Relation};
 use crate::config::{table_name, Config};
-use crate::store::cache::{row_key, table_reset_tag, table_tag};
+use crate::store::cache::{table_reset_tag, table_tag, value_key, values_tag};
+use crate::store::postgres::by_value::names_an_entry;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The watched tables and the keyspaces reading each.
@@ -32,7 +34,14 @@ pub(super) struct Invalidations {
     pub tags: BTreeSet<String>,
     /// Everything cached (a new or lost slot: nothing says what changed meanwhile).
     pub everything: bool,
+    /// How many value keys each column (its `values_tag`) has moved in this batch.
+    pub values_per_column: BTreeMap<String, usize>,
 }
+
+/// The most value keys one column moves in one batch: past it, every read by the column goes
+/// (its `values_tag`), so a burst of changes costs Redis at most this many keys per column,
+/// not one per distinct value.
+const MAX_VALUES_PER_COLUMN: usize = 64;
 
 impl Invalidations {
     pub(super) fn is_empty(&self) -> bool {
@@ -41,6 +50,21 @@ impl Invalidations {
 
     pub(super) fn len(&self) -> usize {
         self.keys.len() + self.tags.len()
+    }
+
+    /// The reads of `table` by `column`'s value `value` go: by their key, or with every read by
+    /// the column once it has moved `MAX_VALUES_PER_COLUMN` keys in this batch.
+    fn value(&mut self, table: &str, column: &str, value: &str) {
+        let tag = values_tag(table, column);
+        if self.tags.contains(&tag) {
+            return;
+        }
+        let moved = self.values_per_column.entry(tag).or_default();
+        if *moved == MAX_VALUES_PER_COLUMN {
+            self.tags.insert(values_tag(table, column));
+        } else if self.keys.insert(value_key(table, column, value)) {
+            *moved += 1;
+        }
     }
 }
 
@@ -69,7 +93,7 @@ impl Watched {
     /// Adds what `event` makes stale to `into`.
     pub(super) fn note(&self, event: &Event<'_>, into: &mut Invalidations) {
         match event {
-            Event::Row { relation, old, new } => self.row(relation, old, new, into),
+            Event::Row { relation, old, new } => self.row(relation, [old, new], into),
             Event::Truncate { tables } => {
                 for t in tables {
                     self.whole_table(t, into);
@@ -88,78 +112,38 @@ impl Watched {
         }
     }
 
-    /// The row's own key (`row_key`), old and new, when its replica identity is a one-column
-    /// primary key (the default identity): what inferred point reads by that key depend on. The
-    /// identity column always comes with the change (old only when it changed). Any other
-    /// identity (FULL, another index, several columns: the table's may have changed since a
-    /// point read was cached) drops every row's entries (the reset tag): never less than needed.
-    fn by_identity(
-        relation: &Relation,
-        old: &Option<Vec<Cell>>,
-        new: &Option<Vec<Cell>>,
-        into: &mut Invalidations,
-    ) {
-        let mut identity = relation
-            .columns
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.in_identity);
-        let (Some((i, _)), None, true) =
-            (identity.next(), identity.next(), relation.identity_is_key)
-        else {
-            into.tags.insert(table_reset_tag(&relation.table));
-            return;
-        };
-        for tuple in [old, new].into_iter().flatten() {
-            match tuple.get(i) {
-                Some(Cell::Text(id)) => {
-                    into.keys.insert(row_key(&relation.table, id));
-                }
-                Some(Cell::Null) => {}
-                _ => {
-                    into.tags.insert(table_reset_tag(&relation.table));
-                }
-            }
-        }
-    }
-
-    fn row(
-        &self,
-        relation: &Relation,
-        old: &Option<Vec<Cell>>,
-        new: &Option<Vec<Cell>>,
-        into: &mut Invalidations,
-    ) {
+    /// The table's tag, and each value of the row, old and new, by its column: the reads by
+    /// that value and the keyspace rows keyed by it.
+    fn row(&self, relation: &Relation, rows: [&Option<Vec<Cell>>; 2], into: &mut Invalidations) {
         let Some(keyed) = self.tables.get(&relation.table) else {
             return;
         };
-        into.tags.insert(table_tag(&relation.table));
-        Self::by_identity(relation, old, new, into);
-        for k in keyed {
-            let Some(i) = relation.columns.iter().position(|c| c.name == k.key_column) else {
-                into.tags.insert(table_reset_tag(&relation.table));
-                continue;
-            };
-            // An UPDATE without the old identity kept the identity: the old id is the new one
-            // only if the key column is part of it.
-            let old_id_known = old.is_some()
-                || new.is_none()
-                || relation.identity_full
-                || relation.columns[i].in_identity;
-            if !old_id_known {
-                into.tags.insert(table_reset_tag(&relation.table));
-            }
-            for tuple in [old, new].into_iter().flatten() {
-                match tuple.get(i) {
-                    Some(Cell::Text(id)) => {
-                        into.keys.insert(format!("{}:{id}", k.keyspace));
+        let table = &relation.table;
+        into.tags.insert(table_tag(table));
+        for (i, column) in relation.columns.iter().enumerate() {
+            let keyspaces = keyed.iter().filter(|k| k.key_column == column.name);
+            for cells in rows.into_iter().flatten() {
+                match cells.get(i) {
+                    Some(Cell::Text(v)) => {
+                        if names_an_entry(v) {
+                            into.value(table, &column.name, v);
+                        }
+                        for k in keyspaces.clone() {
+                            into.keys.insert(format!("{}:{v}", k.keyspace));
+                        }
                     }
-                    // A NULL id names no entry; an id the stream did not send is unknown.
+                    // A NULL matches no equality and names no keyspace row.
                     Some(Cell::Null) => {}
-                    _ => {
-                        into.tags.insert(table_reset_tag(&relation.table));
+                    Some(Cell::Unsent) | None => {
+                        into.tags.insert(values_tag(table, &column.name));
                     }
                 }
+            }
+        }
+        // A keyspace keyed by a column the stream does not describe: its rows are unknown.
+        for k in keyed {
+            if !relation.columns.iter().any(|c| c.name == k.key_column) {
+                into.tags.insert(values_tag(table, &k.key_column));
             }
         }
     }
@@ -201,7 +185,6 @@ mod tests {
                 },
             ],
             identity_full: false,
-            identity_is_key: true,
         }
     }
 
@@ -210,41 +193,93 @@ mod tests {
     }
 
     #[test]
-    fn a_row_change_drops_its_keys_and_the_table_tag() {
+    fn a_row_change_drops_the_keys_of_its_values_old_and_new_and_the_table_tag() {
         let w = watched();
         let rel = items(true);
         let mut inv = Invalidations::default();
+        // A key changed: the old row came as its identity (the name was not sent).
         let moved = Event::Row {
             relation: &rel,
-            old: Some(vec![text("1"), Cell::Null]),
+            old: Some(vec![text("1"), Cell::Unsent]),
             new: Some(vec![text("2"), text("x")]),
         };
         w.note(&moved, &mut inv);
-        // The keyspace's rows, and the rows by their identity (inferred point reads).
         assert_eq!(
             inv.keys,
             BTreeSet::from([
                 "items:1".to_string(),
                 "items:2".to_string(),
-                row_key("public.items", "1"),
-                row_key("public.items", "2"),
+                value_key("public.items", "id", "1"),
+                value_key("public.items", "id", "2"),
             ])
+        );
+        // The old name is unknown: every read by a name goes (the new name's key with them);
+        // reads by other ids stay.
+        assert_eq!(
+            inv.tags,
+            BTreeSet::from([
+                table_tag("public.items"),
+                values_tag("public.items", "name")
+            ])
+        );
+    }
+
+    #[test]
+    fn an_insert_names_its_values_alone_and_long_values_name_no_read() {
+        let w = watched();
+        let rel = items(true);
+        let mut inv = Invalidations::default();
+        let long = "x".repeat(crate::store::postgres::by_value::MAX_VALUE_KEY + 1);
+        let insert = Event::Row {
+            relation: &rel,
+            old: None,
+            new: Some(vec![text("7"), text(&long)]),
+        };
+        w.note(&insert, &mut inv);
+        assert_eq!(
+            inv.keys,
+            BTreeSet::from(["items:7".to_string(), value_key("public.items", "id", "7")])
         );
         assert_eq!(inv.tags, BTreeSet::from([table_tag("public.items")]));
     }
 
     #[test]
-    fn an_unknown_old_id_drops_the_keyspace() {
+    fn a_burst_moves_a_bounded_number_of_keys_per_column() {
+        let w = watched();
+        let rel = items(true);
+        let mut inv = Invalidations::default();
+        for i in 0..1000 {
+            let insert = Event::Row {
+                relation: &rel,
+                old: None,
+                new: Some(vec![text(&i.to_string()), text("same")]),
+            };
+            w.note(&insert, &mut inv);
+        }
+        let by = |prefix: &str| inv.keys.iter().filter(|k| k.starts_with(prefix)).count();
+        assert_eq!(by("items:"), 1000, "a keyspace's rows are never coalesced");
+        assert_eq!(
+            by(&value_key("public.items", "id", "")),
+            MAX_VALUES_PER_COLUMN
+        );
+        assert_eq!(by(&value_key("public.items", "name", "")), 1);
+        assert!(inv.tags.contains(&values_tag("public.items", "id")));
+        assert!(!inv.tags.contains(&values_tag("public.items", "name")));
+    }
+
+    #[test]
+    fn a_keyspace_id_outside_the_identity_is_unknown_on_delete() {
         let w = watched();
         let rel = items(false);
         let mut inv = Invalidations::default();
-        let update = Event::Row {
+        let delete = Event::Row {
             relation: &rel,
-            old: None,
-            new: Some(vec![text("2"), text("x")]),
+            old: Some(vec![Cell::Unsent, Cell::Unsent]),
+            new: None,
         };
-        w.note(&update, &mut inv);
-        assert!(inv.tags.contains(&table_reset_tag("public.items")));
+        w.note(&delete, &mut inv);
+        assert!(inv.tags.contains(&values_tag("public.items", "id")));
+        assert!(inv.keys.is_empty(), "{:?}", inv.keys);
     }
 
     #[test]

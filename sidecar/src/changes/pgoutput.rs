@@ -14,8 +14,6 @@ pub(super) struct Relation {
     pub columns: Vec<Column>,
     /// `f`: REPLICA IDENTITY FULL (the old row comes whole with every UPDATE and DELETE).
     pub identity_full: bool,
-    /// `d`: REPLICA IDENTITY DEFAULT, the primary key (what inferred point reads are named by).
-    pub identity_is_key: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,17 +27,18 @@ pub(super) struct Column {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Cell {
     Null,
-    /// An unchanged TOASTed value that the stream did not repeat.
-    Unchanged,
+    /// A value the stream did not send: an unchanged TOASTed one, or an old one outside the
+    /// replica identity. Whatever it was, entries named by it must go.
+    Unsent,
     Text(String),
 }
 
 /// What a change message says, with its relation resolved.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Event<'a> {
-    /// INSERT, UPDATE or DELETE of one row. `old` is the replica identity (or the full old row)
-    /// when the stream sends it: always for DELETE, for UPDATE only when the identity changed
-    /// (or with REPLICA IDENTITY FULL).
+    /// INSERT, UPDATE or DELETE of one row. `old` is the old row for UPDATE and DELETE (None
+    /// for INSERT): whole under REPLICA IDENTITY FULL; else its identity columns (for an UPDATE
+    /// that kept them, the new row's) and `Unsent` for the rest.
     Row {
         relation: &'a Relation,
         old: Option<Vec<Cell>>,
@@ -104,7 +103,7 @@ impl<'a> Reader<'a> {
         for _ in 0..n {
             cells.push(match self.u8()? {
                 b'n' => Cell::Null,
-                b'u' => Cell::Unchanged,
+                b'u' => Cell::Unsent,
                 b't' | b'b' => {
                     let len = self.u32()? as usize;
                     Cell::Text(String::from_utf8_lossy(self.take(len)?).into_owned())
@@ -125,7 +124,7 @@ impl Decoder {
                 let schema = r.cstr()?;
                 let name = r.cstr()?;
                 let identity = r.u8()?;
-                let (identity_full, identity_is_key) = (identity == b'f', identity == b'd');
+                let identity_full = identity == b'f';
                 let n = r.i16()?.max(0) as usize;
                 let mut columns = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -141,7 +140,6 @@ impl Decoder {
                     table: format!("{schema}.{name}"),
                     columns,
                     identity_full,
-                    identity_is_key,
                 };
                 let table = relation.table.clone();
                 match self.relations.insert(id, relation) {
@@ -168,14 +166,20 @@ impl Decoder {
                 let mut old = None;
                 let mut kind = r.u8()?;
                 if kind == b'K' || kind == b'O' {
-                    old = Some(r.tuple()?);
+                    old = Some(old_row(relation, kind, r.tuple()?));
                     kind = r.u8()?;
                 }
                 if kind != b'N' {
                     return Err(DecodeError("UPDATE without a new tuple"));
                 }
-                let new = Some(r.tuple()?);
-                Ok(Event::Row { relation, old, new })
+                let new = r.tuple()?;
+                // The identity was not sent, so it did not change: the new row's.
+                let old = old.unwrap_or_else(|| old_row(relation, b'K', new.clone()));
+                Ok(Event::Row {
+                    relation,
+                    old: Some(old),
+                    new: Some(new),
+                })
             }
             b'D' => {
                 let relation = self.relation(r.u32()?)?;
@@ -183,7 +187,7 @@ impl Decoder {
                 if kind != b'K' && kind != b'O' {
                     return Err(DecodeError("DELETE without its old row"));
                 }
-                let old = Some(r.tuple()?);
+                let old = Some(old_row(relation, kind, r.tuple()?));
                 Ok(Event::Row {
                     relation,
                     old,
@@ -208,6 +212,19 @@ impl Decoder {
             "a change to a relation the stream has not described",
         ))
     }
+}
+
+/// An old row as sent (`O`: whole) or as its identity (`K`): the stream writes the columns
+/// outside the identity as NULLs, which they need not be, so they are `Unsent`.
+fn old_row(relation: &Relation, kind: u8, mut cells: Vec<Cell>) -> Vec<Cell> {
+    if kind == b'K' && !relation.identity_full {
+        for (cell, column) in cells.iter_mut().zip(&relation.columns) {
+            if !column.in_identity {
+                *cell = Cell::Unsent;
+            }
+        }
+    }
+    cells
 }
 
 #[cfg(test)]
@@ -259,11 +276,24 @@ mod tests {
         match d.decode(&upd).expect("update") {
             Event::Row { relation, old, new } => {
                 assert_eq!(relation.table, "public.items");
-                assert_eq!(old, Some(vec![Cell::Text("1".into()), Cell::Null]));
+                // The NULL sent for a column outside the identity is not a value.
+                assert_eq!(old, Some(vec![Cell::Text("1".into()), Cell::Unsent]));
                 assert_eq!(
                     new,
                     Some(vec![Cell::Text("2".into()), Cell::Text("x".into())])
                 );
+            }
+            other => panic!("{other:?}"),
+        }
+
+        // An UPDATE that kept its identity sends no old row: the identity is the new row's.
+        let mut kept = vec![b'U'];
+        kept.extend(7u32.to_be_bytes());
+        kept.push(b'N');
+        kept.extend(tuple(&[Some("2"), Some("y")]));
+        match d.decode(&kept).expect("update") {
+            Event::Row { old, .. } => {
+                assert_eq!(old, Some(vec![Cell::Text("2".into()), Cell::Unsent]));
             }
             other => panic!("{other:?}"),
         }

@@ -18,7 +18,7 @@ use super::lookup::Reads;
 use super::plan::{Infer, ReadFormat, ReadPlan};
 use crate::config::Config;
 use crate::error::ApiError;
-use crate::store::cache::{row_key, table_reset_tag, table_tag, Cache};
+use crate::store::cache::{table_reset_tag, table_tag, value_key, values_tag, Cache};
 use crate::store::postgres::analysis::{Analysis, Verdict};
 use crate::store::postgres::verdicts::Inferred;
 use ferry_shared::api::CacheMode;
@@ -177,18 +177,20 @@ pub(crate) async fn resolve(
             // Entries of another definition of what it reads are never found again.
             cache.fingerprint =
                 Cache::fingerprint_in(&["inferred", &analysis.shape, &cache.fingerprint], "", &[]);
-            // A point read by its table's key depends on its row: named as the row, which the
-            // change stream moves, and dropped whole only by TRUNCATE or DDL. Not for an end
-            // user (an entry named by its row would hold every user's reads of it).
-            let row = analysis
-                .point
+            // A read of one table's rows by a column's value depends on the rows of that
+            // value: named by it, which the change stream moves, and dropped whole by a change
+            // whose old value was not sent, TRUNCATE or DDL. Not for an end user (an entry
+            // named by a value would hold every user's reads of it).
+            let by_value = analysis
+                .by_value
                 .as_ref()
-                .filter(|p| plan.identity.is_none() && tables.len() == 1 && tables[0] == p.table)
-                .and_then(|p| Some((p, p.row_id(&plan.params)?)));
-            match row {
-                Some((p, id)) => {
-                    cache.tags.push(table_reset_tag(&p.table));
-                    cache.key = row_key(&p.table, &id);
+                .filter(|v| plan.identity.is_none() && tables.len() == 1 && tables[0] == v.table)
+                .and_then(|v| Some((v, v.value(&plan.params)?)));
+            match by_value {
+                Some((v, value)) => {
+                    cache.tags.push(table_reset_tag(&v.table));
+                    cache.tags.push(values_tag(&v.table, &v.column));
+                    cache.key = value_key(&v.table, &v.column, &value);
                 }
                 None => {
                     cache.tags.extend(tables.iter().map(|t| table_tag(t)));

@@ -18,6 +18,9 @@ CREATE TABLE audit (id int PRIMARY KEY, note text NOT NULL);
 INSERT INTO authors VALUES (1, 'ada'), (2, 'bob');
 INSERT INTO posts VALUES (1, 1, 'first'), (2, 1, 'second'), (3, 2, 'third');
 INSERT INTO audit VALUES (1, 'unwatched');
+CREATE TABLE comments (id int PRIMARY KEY, post_id int NOT NULL, body text NOT NULL);
+CREATE INDEX ON comments (post_id);
+INSERT INTO comments VALUES (1, 1, 'c1'), (2, 1, 'c2'), (3, 2, 'c3');
 CREATE VIEW author_posts AS
   SELECT a.id, a.name, p.title FROM authors a JOIN posts p ON p.author_id = a.id;
 CREATE VIEW author_page AS SELECT * FROM author_posts;
@@ -32,9 +35,9 @@ CREATE SCHEMA sx;
 CREATE TABLE sx.secret (id int PRIMARY KEY, s text NOT NULL);
 INSERT INTO sx.secret VALUES (1, 'topsecret');
 GRANT USAGE ON SCHEMA sx TO ferry_app, ferry_changes;
-GRANT SELECT ON authors, posts, audit, author_posts, author_page, parent, child, sx.secret, users
+GRANT SELECT ON authors, posts, comments, audit, author_posts, author_page, parent, child, sx.secret, users
   TO ferry_app, ferry_changes, ferry_neon;
-ALTER PUBLICATION ferry ADD TABLE authors, posts, parent, child, sx.secret, users;
+ALTER PUBLICATION ferry ADD TABLE authors, posts, comments, parent, child, sx.secret, users;
 ";
 
 pub fn stack() -> (RedisServer, PgServer, SidecarProcess) {
@@ -53,7 +56,7 @@ pub fn stack_with(extra: &[(&str, &str)]) -> (RedisServer, PgServer, SidecarProc
         ("FERRY_CHANGES_ENABLED", "true"),
         (
             "FERRY_CHANGES_TABLES",
-            "orders,authors,posts,parent,child,sx.secret,users",
+            "orders,authors,posts,comments,parent,child,sx.secret,users",
         ),
         ("FERRY_CHANGES_MAX_LAG_MS", "400"),
         ("FERRY_CHANGES_HEARTBEAT_MS", "50"),

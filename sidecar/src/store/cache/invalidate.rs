@@ -47,9 +47,13 @@ impl Cache {
         let mut moved = Vec::new();
         for (k, _) in &chunk.keys {
             let version = self.version_key(k);
+            // Only a version that exists is replaced: a key with none has no entry and no read
+            // in flight (a read's lookup makes one before it goes to Postgres), and a change
+            // stream moving a key per changed value must not leave one behind per value.
             pipe.cmd("SET")
                 .arg(&version)
                 .arg(token())
+                .arg("XX")
                 .arg("EX")
                 .arg(self.version_ttl_s)
                 .del(self.hashed_entry_key(k));

@@ -7,8 +7,9 @@
 //!   its place. Without a caller's key the entry is `q:sha256:<hash of statement and params>`.
 //! - `v:<key>`: the key's version, a random token replaced by every invalidation of the key.
 //! - `t:<tag>`: a tag's version, a random token replaced by every invalidation of the tag.
-//! - `tbl:<schema.table>` / `tblr:<schema.table>`: the versions of the tags derived from a
-//!   table (`table_tag`, `table_reset_tag`), moved by the change stream (`changes/`).
+//! - `tbl:<schema.table>` / `tblr:<schema.table>` / `tblv:<schema.table.column>`: the versions
+//!   of the tags derived from a table (`table_tag`, `table_reset_tag`, `values_tag`), moved by
+//!   the change stream (`changes/`).
 //! - `epoch`: the cache-wide version every entry carries (moved when invalidations that waited
 //!   for Redis overflowed their bound: everything is invalid at once).
 //! - `k:<key>`: plain cache command keys (see `commands.rs`), a namespace of their own.
@@ -62,6 +63,7 @@ const EPOCH_TAG: &str = "\u{0}epoch";
 /// Marks the tags Ferry derives from table names (never a caller's tag: no control characters).
 const TABLE_TAG: &str = "\u{0}table:";
 const TABLE_RESET_TAG: &str = "\u{0}table-reset:";
+const VALUES_TAG: &str = "\u{0}values:";
 
 /// The tag of entries that depend on a whole table (`cache.tables`): moved by every committed
 /// change to the table, whoever made it (see `changes/`).
@@ -69,15 +71,23 @@ pub(crate) fn table_tag(table: &str) -> String {
     format!("{TABLE_TAG}{table}")
 }
 
-/// The key of the entries of point reads, by a one-column primary key, of row `id` of `table`
-/// (`read::inferred`): moved by the change stream when that row changes (its old or new key);
-/// they carry the table's reset tag for TRUNCATE and DDL, not its tag.
-pub(crate) fn row_key(table: &str, id: &str) -> String {
-    format!("~row:{table}:{id}")
+/// The key of the entries of reads of `table`'s rows whose `column` holds `value` (inferred
+/// reads by an equality on an indexed column, `read::inferred`): moved by the change stream
+/// when a row with that value, old or new, changes. They carry `values_tag` of the column for
+/// the changes whose old value the stream did not send, and the table's reset tag for
+/// TRUNCATE and DDL, not its tag.
+pub(crate) fn value_key(table: &str, column: &str, value: &str) -> String {
+    format!("~val:{table}.{column}:{value}")
 }
 
-/// The tag every row of a keyspace on `table` carries: moved only when the table changes as a
-/// whole (TRUNCATE, DDL, a change whose row key is unknown); single rows move their own key.
+/// The tag of every entry named by a value of `table.column` (`value_key`, and a keyspace's
+/// rows keyed by the column): moved by a change whose old value of the column was not sent.
+pub(crate) fn values_tag(table: &str, column: &str) -> String {
+    format!("{VALUES_TAG}{table}.{column}")
+}
+
+/// The tag every row of a keyspace on `table`, and every value read of it, carries: moved only
+/// when the table changes as a whole (TRUNCATE, DDL, an invalidation of the table by name).
 pub(crate) fn table_reset_tag(table: &str) -> String {
     format!("{TABLE_RESET_TAG}{table}")
 }
@@ -282,6 +292,8 @@ impl Cache {
             format!("{}tbl:{t}", self.prefix)
         } else if let Some(t) = tag.strip_prefix(TABLE_RESET_TAG) {
             format!("{}tblr:{t}", self.prefix)
+        } else if let Some(c) = tag.strip_prefix(VALUES_TAG) {
+            format!("{}tblv:{c}", self.prefix)
         } else {
             format!("{}t:{tag}", self.prefix)
         }

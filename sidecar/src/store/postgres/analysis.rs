@@ -50,9 +50,9 @@ pub(crate) struct Analysis {
     /// LEVEL SECURITY`, a table dropped and made again) changes it: cached entries carry it in
     /// their fingerprint, so entries of the old definition are never found again.
     pub shape: String,
-    /// A point read of one row by its table's key (asked on the request path only:
-    /// `point_read`).
-    pub point: Option<super::point_read::Point>,
+    /// A read of one table's rows by one column's value (asked on the request path only:
+    /// `by_value`).
+    pub by_value: Option<super::by_value::ByValue>,
 }
 
 /// A function a statement calls: `now()`, stable, built in.
@@ -184,7 +184,7 @@ pub(crate) async fn analyse_on_loop(
     if let Ok(Verdict::Analysed(a)) = &mut verdict {
         if let ([(table, 'r')], true) = (a.relations.as_slice(), a.functions.is_empty()) {
             let n = described.params().len();
-            a.point = super::point_read::point_read(client, sql, n, table).await;
+            a.by_value = super::by_value::by_value(client, sql, n, table).await;
         }
     }
     client.batch_execute("ROLLBACK").await?;
@@ -238,7 +238,7 @@ fn verdict_of(rows: Vec<Row>, sql: &str) -> Verdict {
         relations: Vec::new(),
         owned: Vec::new(),
         shape: String::new(),
-        point: None,
+        by_value: None,
     };
     for row in rows {
         let (what, name, kind): (&str, String, String) = (row.get(0), row.get(1), row.get(2));

@@ -8,13 +8,13 @@
 //! caller sees them.
 
 pub(crate) mod analysis;
+pub(crate) mod by_value;
 pub(crate) mod deadline;
 pub(crate) mod failure;
 pub(crate) mod identity;
 pub(crate) mod loop_session;
 pub(crate) mod own_sessions;
 pub(crate) mod param_types;
-pub(crate) mod point_read;
 pub(crate) mod roles;
 pub(crate) mod schema;
 pub(crate) mod verdicts;

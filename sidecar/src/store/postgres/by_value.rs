@@ -1,0 +1,180 @@
+//! Whether a read of one table reads only the rows whose column holds one value
+//! (`WHERE post_id = $1`, `WHERE id = $1`): then its result depends on those rows alone, and a
+//! cached copy is dropped by a change to a row with that value, old or new (`cache::value_key`,
+//! moved by the change stream), not by a change to any row of the table.
+//!
+//! Postgres's planner says it, not the statement's text: the statement's generic plan (its
+//! parameters unknown), with sequential and bitmap scans off so that any condition an index can
+//! take is taken, must scan the table exactly once, by an index scan whose whole index
+//! condition is `column = $n`. An index scan returns only rows that meet its index condition,
+//! so every row the read can see holds `$n`. A second scan of the table (a self-join, a
+//! subquery), an `OR`, an expression around the column or the parameter, or a cast all fail
+//! the test, and the read depends on its table as any other.
+//!
+//! Only columns whose text the change stream and the request agree on: integers (the request's
+//! number or numeric string, written as Postgres writes it) and `text` of a deterministic
+//! collation (under a case-insensitive one, `'ALICE'` finds row `alice`). No plan with a
+//! subquery (an InitPlan's output is printed `$n` too). Any replica identity: a change whose
+//! old value the stream did not send drops every read by the column (`cache::values_tag`).
+
+use serde_json::Value;
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+/// The longest value that names an entry (as `limits.key` bounds a caller's key): a read by a
+/// longer one, or one with a control character, depends on its table, so such a value in a
+/// change moves no key.
+pub(crate) const MAX_VALUE_KEY: usize = 256;
+
+/// Whether `value` can name an entry (`value_key`).
+pub(crate) fn names_an_entry(value: &str) -> bool {
+    value.len() <= MAX_VALUE_KEY && !value.chars().any(char::is_control)
+}
+
+/// A read of `table` (`schema.name`) by the value of `column` in parameter `param` (0-based).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ByValue {
+    pub table: String,
+    /// The column's name as the change stream sends it (unquoted).
+    pub column: String,
+    pub param: usize,
+    /// The column is an integer (else text).
+    pub integer: bool,
+}
+
+impl ByValue {
+    /// The value as the change stream writes it, from the read's parameters; None when it
+    /// cannot be told for certain (then the read depends on its table).
+    pub(crate) fn value(&self, params: &[Value]) -> Option<String> {
+        let v = match (params.get(self.param)?, self.integer) {
+            (Value::Number(n), true) => n.as_i64()?.to_string(),
+            (Value::String(s), true) => s.trim().parse::<i64>().ok()?.to_string(),
+            (Value::String(s), false) => s.clone(),
+            _ => return None,
+        };
+        names_an_entry(&v).then_some(v)
+    }
+}
+
+/// The columns of `table` whose values the stream and requests agree on: (the name as the
+/// plan prints it, the name, integer).
+const COLUMNS: &str = "
+SELECT quote_ident(a.attname), a.attname::text, t.typname IN ('int2', 'int4', 'int8')
+  FROM pg_class c
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+  JOIN pg_type t ON t.oid = a.atttypid
+  LEFT JOIN pg_collation co ON co.oid = a.attcollation
+ WHERE n.nspname || '.' || c.relname = $1 AND c.relkind = 'r'
+   AND t.typname IN ('int2', 'int4', 'int8', 'text')
+   AND (a.attcollation = 0 OR co.collisdeterministic)";
+
+/// Asks the planner, inside the caller's transaction (rolled back after: the settings are
+/// `SET LOCAL`), whether `sql` (with `params` parameters) reads `table` by one column's value.
+/// Any refusal is "no": the read then depends on the whole table.
+pub(crate) async fn by_value(
+    client: &Client,
+    sql: &str,
+    params: usize,
+    table: &str,
+) -> Option<ByValue> {
+    let columns = client.query(COLUMNS, &[&table]).await.ok()?;
+    client
+        .batch_execute(
+            "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; \
+             SET LOCAL plan_cache_mode = force_generic_plan",
+        )
+        .await
+        .ok()?;
+    // One statement per message (extended protocol): the caller's text cannot end the
+    // transaction. Prepared statements outlive a rollback: deallocated below (and the session
+    // is reset after the analysis anyway).
+    client
+        .execute(
+            format!("PREPARE ferry_value_probe AS {sql}\n").as_str(),
+            &[],
+        )
+        .await
+        .ok()?;
+    let args = vec!["NULL"; params].join(", ");
+    let explain = match params {
+        0 => "EXPLAIN (FORMAT JSON) EXECUTE ferry_value_probe".to_string(),
+        _ => format!("EXPLAIN (FORMAT JSON) EXECUTE ferry_value_probe({args})"),
+    };
+    let plan = client.simple_query(&explain).await;
+    let _ = client.batch_execute("DEALLOCATE ferry_value_probe").await;
+    let text = plan.ok()?.into_iter().find_map(|m| match m {
+        SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+        _ => None,
+    })?;
+    let plan: Value = serde_json::from_str(&text).ok()?;
+    let mut scans = Vec::new();
+    let mut subplans = false;
+    scans_of(&plan[0]["Plan"], &mut scans, &mut subplans);
+    // A subquery's output is printed as `$n` too (an InitPlan's): no plan with one is trusted.
+    let ([only], false) = (scans.as_slice(), subplans) else {
+        return None;
+    };
+    let by_index = matches!(
+        only["Node Type"].as_str(),
+        Some("Index Scan" | "Index Only Scan")
+    );
+    if !by_index {
+        return None;
+    }
+    let (printed, n) = only["Index Cond"]
+        .as_str()?
+        .strip_prefix('(')?
+        .strip_suffix(')')?
+        .split_once(" = $")?;
+    let n: usize = n.parse().ok()?;
+    let column = columns.iter().find(|c| c.get::<_, String>(0) == printed)?;
+    (1..=params).contains(&n).then(|| ByValue {
+        table: table.to_string(),
+        column: column.get(1),
+        param: n - 1,
+        integer: column.get(2),
+    })
+}
+
+/// Every node of `plan` that scans a relation; and whether any is a subquery's plan.
+fn scans_of<'a>(plan: &'a Value, into: &mut Vec<&'a Value>, subplans: &mut bool) {
+    if plan.get("Relation Name").is_some() {
+        into.push(plan);
+    }
+    let relationship = plan["Parent Relationship"].as_str();
+    if plan.get("Subplan Name").is_some() || matches!(relationship, Some("InitPlan" | "SubPlan")) {
+        *subplans = true;
+    }
+    for child in plan["Plans"].as_array().into_iter().flatten() {
+        scans_of(child, into, subplans);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_value_is_written_as_the_stream_writes_it_or_not_at_all() {
+        let int = ByValue {
+            table: "public.posts".into(),
+            column: "id".into(),
+            param: 0,
+            integer: true,
+        };
+        assert_eq!(int.value(&[json!(7)]).as_deref(), Some("7"));
+        assert_eq!(int.value(&[json!("007")]).as_deref(), Some("7"));
+        assert_eq!(int.value(&[json!(7.5)]), None);
+        assert_eq!(int.value(&[json!(null)]), None);
+        assert_eq!(int.value(&[]), None);
+        let text = ByValue {
+            integer: false,
+            ..int
+        };
+        assert_eq!(text.value(&[json!("a b")]).as_deref(), Some("a b"));
+        assert_eq!(text.value(&[json!(7)]), None);
+        assert_eq!(text.value(&[json!("a\nb")]), None);
+        assert_eq!(text.value(&[json!("x".repeat(257))]), None);
+    }
+}
