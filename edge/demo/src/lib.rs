@@ -1,6 +1,6 @@
 //! Ferry's demo Worker (the one `scripts/dev.sh` runs and `wrangler deploy` publishes): a small
 //! items API on the `ferry-edge` library. `routing` matches every request (JSON errors for the
-//! rest), `routes` has one handler per route, `requests` what each route asks the sidecar, and
+//! rest), `routes` has one handler per route (`handler` what they share), `requests` what each route asks the sidecar, and
 //! `pricing` the arithmetic of `POST /items/:id/reprice`. Pure logic is tested natively; the
 //! handlers and the `#[event(fetch)]` entry build for wasm32 only.
 
@@ -15,18 +15,21 @@ pub mod requests;
 pub mod routing;
 
 #[cfg(target_arch = "wasm32")]
+mod handler;
+#[cfg(target_arch = "wasm32")]
 mod routes;
 
 #[cfg(target_arch = "wasm32")]
 mod entry {
-    use crate::routes::{self, Ctx};
+    use crate::handler::{error_response, request_id, Ctx};
+    use crate::routes;
     use crate::routing::{route, Route, Unmatched};
     use ferry_edge::EdgeError;
     use worker::{event, Context, Env, Request, Response, Result};
 
     #[event(fetch)]
     async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
-        let rid = routes::request_id(&req);
+        let rid = request_id(&req);
         let path = match req.url() {
             Ok(url) => url.path().to_string(),
             Err(_) => String::new(),
@@ -36,7 +39,7 @@ mod entry {
         let matched = match route(&method, &path) {
             Ok(r) => r,
             Err(Unmatched::NotFound) => {
-                return routes::error_response(
+                return error_response(
                     &rid,
                     &EdgeError::NotFound(
                         "no such route: try /items/1, /items?ids=1,2, /cache/greeting, \
@@ -46,7 +49,7 @@ mod entry {
                 )
             }
             Err(Unmatched::MethodNotAllowed(allow)) => {
-                let resp = routes::error_response(&rid, &EdgeError::MethodNotAllowed(allow))?;
+                let resp = error_response(&rid, &EdgeError::MethodNotAllowed(allow))?;
                 resp.headers().set("allow", allow)?;
                 return Ok(resp);
             }
