@@ -5,8 +5,9 @@
 //! sessions are blocking ones: `ask` gives up after `WAIT` by cancelling its query, as the
 //! first probe's timeout does.
 
-use super::{marked, probe_sessions, problem, OwnSessions, Problem, Session};
-use super::{MARK_SQL, NOT_OWN, OWN, READ_MARK_SQL, SETTINGS_SQL, WAIT};
+use super::probe::{marked, probe_sessions, problem, Session};
+use super::probe::{MARK_SQL, READ_MARK_SQL, SETTINGS_SQL, WAIT};
+use super::{OwnSessions, Problem, NOT_OWN, OWN};
 use futures_util::FutureExt;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
