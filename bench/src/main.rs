@@ -89,6 +89,9 @@ pub struct Ctx {
     /// A sidecar with change-stream invalidation on, and one with TTLs only (its own prefix).
     pub changes_sidecar_addr: SocketAddr,
     pub ttl_sidecar_addr: SocketAddr,
+    /// Their pids (each configuration's own CPU per read in `blog`).
+    pub changes_sidecar_pid: u32,
+    pub ttl_sidecar_pid: u32,
     pub progress: ProgressBar,
 }
 
@@ -230,6 +233,8 @@ fn main() {
         replay_skew_s,
         changes_sidecar_addr: changes_sidecar.addr,
         ttl_sidecar_addr: ttl_sidecar.addr,
+        changes_sidecar_pid: changes_sidecar.pid(),
+        ttl_sidecar_pid: ttl_sidecar.pid(),
         progress,
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()

@@ -236,27 +236,14 @@ fn a_read_after_a_commit_never_returns_the_rows_before_it() {
     );
 }
 
-/// Calls of one Redis command so far (INFO commandstats).
-fn redis_calls(redis: &RedisServer, cmd: &str) -> u64 {
-    let info: String = ::redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut redis.conn())
-        .expect("info");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 #[test]
 fn a_burst_of_changes_costs_redis_work_per_distinct_row_not_per_change() {
     let (redis, pg) = (RedisServer::start(), logical_pg());
     let s = start(&redis, &pg);
-    let scripts = || redis_calls(&redis, "evalsha") + redis_calls(&redis, "eval");
+    let scripts = || redis.command_calls("evalsha") + redis.command_calls("eval");
     let (sets, execs, marks) = (
-        redis_calls(&redis, "set"),
-        redis_calls(&redis, "exec"),
+        redis.command_calls("set"),
+        redis.command_calls("exec"),
         scripts(),
     );
     // 10,000 row changes in one transaction, over 10 rows.
@@ -293,8 +280,8 @@ fn a_burst_of_changes_costs_redis_work_per_distinct_row_not_per_change() {
     wait_caught_up(&s);
     let changes = applied();
     let (sets, execs, marks) = (
-        redis_calls(&redis, "set") - sets,
-        redis_calls(&redis, "exec") - execs,
+        redis.command_calls("set") - sets,
+        redis.command_calls("exec") - execs,
         scripts() - marks,
     );
     println!(

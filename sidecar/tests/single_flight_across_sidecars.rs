@@ -38,6 +38,24 @@ fn spread(clients: &[&Client], n: usize, req: &Value) -> Vec<ferry_testkit::clie
     })
 }
 
+/// A miss nobody waits on publishes nothing: a publish costs Redis and every sidecar's
+/// subscriber a message, on every miss. (Misses waited on wake their waiters: above.)
+#[test]
+fn misses_nobody_waits_on_publish_nothing() {
+    let (redis, _pg, s) = two_sidecars(&[]);
+    for i in 0..20 {
+        let a = s[i % 2].client.query(json!({
+            "sql": "SELECT $1::int AS n", "params": [i], "cache": {"ttl_s": 60}
+        }));
+        assert_eq!(a.body["cache"], "miss", "{:?}", a.body);
+    }
+    assert_eq!(
+        redis.command_calls("publish"),
+        0,
+        "misses nobody waited on published"
+    );
+}
+
 #[test]
 fn five_hundred_identical_misses_over_two_sidecars_run_one_query() {
     let (_redis, pg, s) = two_sidecars(&[]);

@@ -131,6 +131,20 @@ impl RedisServer {
             .and_then(|v| v.trim().parse().ok())
             .expect("connected_clients in INFO")
     }
+
+    /// Calls of one command so far (`INFO commandstats`; those scripts make included), 0 when
+    /// it never ran.
+    pub fn command_calls(&self, cmd: &str) -> u64 {
+        let info: String = ::redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.conn())
+            .expect("INFO commandstats");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
 }
 
 impl Drop for RedisServer {

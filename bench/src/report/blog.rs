@@ -24,7 +24,7 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "| configuration | reads/s | x no cache | hit rate | Postgres CPU µs per read | stale past the bound | p50 ms | p99 ms |\n|---|---|---|---|---|---|---|---|"
+            "| configuration | reads/s | x no cache | hit rate | Postgres CPU µs per read | sidecar CPU µs per read | Redis CPU µs per read | stale past the bound | p50 ms | p99 ms |\n|---|---|---|---|---|---|---|---|---|---|"
         );
         let base = rows
             .first()
@@ -39,13 +39,31 @@ impl Report {
                 .map_or((0.0, 0.0), |l| (l.p50_ms, l.p99_ms));
             let _ = writeln!(
                 s,
-                "| {} | {rps:.0} | {:.2}x | {}% | {} | {} | {p50:.2} | {p99:.2} |",
+                "| {} | {rps:.0} | {:.2}x | {}% | {} | {} | {} | {} | {p50:.2} | {p99:.2} |",
                 m.path,
                 if base > 0.0 { rps / base } else { 0.0 },
                 f["hit_rate_pct"],
                 f["pg_cpu_us_per_read"],
+                f["sidecar_cpu_us_per_read"],
+                f["redis_cpu_us_per_read"],
                 f["stale_past_bound"],
             );
+        }
+        // Hit rate by kind of read, one column per configuration.
+        let _ = writeln!(s, "\nHit rate by read:\n");
+        let names: Vec<&str> = rows.iter().map(|m| m.path.as_str()).collect();
+        let _ = writeln!(s, "| read | {} |", names.join(" | "));
+        let _ = writeln!(s, "|---|{}", "---|".repeat(rows.len()));
+        let kinds: Vec<String> = rows[0].figures["hit_rate_pct_by_read"]
+            .as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default();
+        for k in &kinds {
+            let cells: Vec<String> = rows
+                .iter()
+                .map(|m| format!("{}%", m.figures["hit_rate_pct_by_read"][k]))
+                .collect();
+            let _ = writeln!(s, "| {k} | {} |", cells.join(" | "));
         }
         s.push('\n');
     }

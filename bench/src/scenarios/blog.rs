@@ -65,10 +65,30 @@ fn post_id(rng: &mut impl Rng) -> i32 {
 /// Commits of each post's version (when, which version): what the reads are judged by.
 type Commits = Arc<Mutex<HashMap<i32, Vec<(Instant, i64)>>>>;
 
+/// The four reads of the mix, in the order `one_read` picks them.
+const KINDS: [&str; 4] = [
+    "post by id",
+    "recent posts",
+    "a post's comments",
+    "an author's page",
+];
+
+fn kind(pick: u32) -> usize {
+    match pick {
+        0..=39 => 0,
+        40..=59 => 1,
+        60..=79 => 2,
+        _ => 3,
+    }
+}
+
 #[derive(Default)]
 struct Counts {
     reads: AtomicU64,
     hits: AtomicU64,
+    /// Reads and hits by kind of read.
+    kind_reads: [AtomicU64; 4],
+    kind_hits: [AtomicU64; 4],
     stale: AtomicU64,
     writes: AtomicU64,
     errors: AtomicU64,
@@ -123,7 +143,7 @@ fn stale(commits: &Commits, id: i32, started: Instant, version: i64) -> bool {
 async fn configuration(
     ctx: &Ctx,
     name: &'static str,
-    addr: std::net::SocketAddr,
+    (addr, sidecar_pid): (std::net::SocketAddr, u32),
     cache: Value,
     run_for: Duration,
 ) -> Measurement {
@@ -138,7 +158,9 @@ async fn configuration(
             let _ = one_read(&f, &cache, pick, id).await;
         }
     }
+    let redis_pid = super::scale::redis_pid(ctx).await.unwrap_or(0);
     let pg_before = tree_cpu_ticks(ctx.pg_pid);
+    let (sidecar_before, redis_before) = (tree_cpu_ticks(sidecar_pid), tree_cpu_ticks(redis_pid));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..READERS {
@@ -193,8 +215,10 @@ async fn configuration(
                     Ok((status, version)) => {
                         mine.push(t.elapsed());
                         counts.reads.fetch_add(1, Ordering::Relaxed);
+                        counts.kind_reads[kind(pick)].fetch_add(1, Ordering::Relaxed);
                         if status == "hit" {
                             counts.hits.fetch_add(1, Ordering::Relaxed);
+                            counts.kind_hits[kind(pick)].fetch_add(1, Ordering::Relaxed);
                         }
                         if version.is_some_and(|v| stale(&commits, id, t, v)) {
                             counts.stale.fetch_add(1, Ordering::Relaxed);
@@ -213,11 +237,26 @@ async fn configuration(
     }
     let secs = started.elapsed().as_secs_f64();
     let pg_ticks = tree_cpu_ticks(ctx.pg_pid).saturating_sub(pg_before);
+    let sidecar_ticks = tree_cpu_ticks(sidecar_pid).saturating_sub(sidecar_before);
+    let redis_ticks = tree_cpu_ticks(redis_pid).saturating_sub(redis_before);
     let reads = counts.reads.load(Ordering::Relaxed);
     let hits = counts.hits.load(Ordering::Relaxed);
     let samples = latencies.lock().unwrap_or_else(|p| p.into_inner()).clone();
     // Clock ticks are 10 ms: per read in microseconds.
+    let per_read = |ticks: u64| (ticks as f64 * 100_000.0 / reads.max(1) as f64).round() / 10.0;
     let pg_us_per_read = pg_ticks as f64 * 10_000.0 / reads.max(1) as f64;
+    let by_kind: serde_json::Map<String, Value> = KINDS
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let (r, h) = (
+                counts.kind_reads[i].load(Ordering::Relaxed),
+                counts.kind_hits[i].load(Ordering::Relaxed),
+            );
+            let pct = (h as f64 * 1000.0 / r.max(1) as f64).round() / 10.0;
+            (k.to_string(), json!(pct))
+        })
+        .collect();
     Measurement {
         scenario: "blog",
         rtt_ms: 0.0,
@@ -227,6 +266,9 @@ async fn configuration(
             "reads_per_s": (reads as f64 / secs).round(),
             "hit_rate_pct": (hits as f64 * 1000.0 / reads.max(1) as f64).round() / 10.0,
             "pg_cpu_us_per_read": (pg_us_per_read * 10.0).round() / 10.0,
+            "sidecar_cpu_us_per_read": per_read(sidecar_ticks),
+            "redis_cpu_us_per_read": per_read(redis_ticks),
+            "hit_rate_pct_by_read": by_kind,
             "stale_past_bound": counts.stale.load(Ordering::Relaxed),
             "writes": counts.writes.load(Ordering::Relaxed),
             "errors": counts.errors.load(Ordering::Relaxed),
@@ -238,12 +280,15 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
     let run_for = plan.throughput_for * 2;
     let mut out = Vec::new();
     ctx.step("blog: no cache");
-    out.push(configuration(ctx, NO_CACHE, ctx.sidecar_addr, Value::Null, run_for).await);
+    let no_cache = (ctx.sidecar_addr, ctx.sidecar_pid);
+    out.push(configuration(ctx, NO_CACHE, no_cache, Value::Null, run_for).await);
     ctx.step("blog: TTL only, Hyperdrive's defaults");
     let ttl = json!({"ttl_s": 60, "swr_s": 15});
-    out.push(configuration(ctx, TTL_ONLY, ctx.ttl_sidecar_addr, ttl, run_for).await);
+    let ttl_only = (ctx.ttl_sidecar_addr, ctx.ttl_sidecar_pid);
+    out.push(configuration(ctx, TTL_ONLY, ttl_only, ttl, run_for).await);
     ctx.step("blog: Ferry, inferred");
     let inferred = json!({"ttl_s": 60});
-    out.push(configuration(ctx, INFERRED, ctx.changes_sidecar_addr, inferred, run_for).await);
+    let changes = (ctx.changes_sidecar_addr, ctx.changes_sidecar_pid);
+    out.push(configuration(ctx, INFERRED, changes, inferred, run_for).await);
     out
 }

@@ -1,13 +1,17 @@
 //! Single flight across sidecars: the first sidecar to miss on a read takes a short lease in
 //! Redis (`SET NX PX`) and fills it; another sidecar that misses meanwhile waits to be woken
-//! by the fill instead of running the same query. The holder's release deletes the lease and
-//! publishes the lease's name on one channel in the same script; each sidecar keeps one
-//! subscriber connection and wakes its own waiters. No busy polling: a waiter sleeps on a channel
+//! by the fill instead of running the same query. A waiter marks the lease as waited on
+//! (`<lease>:waiting`) and checks that it is still held, in one message; the holder's release
+//! deletes the lease and, only when the mark is there, deletes it and publishes the lease's
+//! name on one channel, in one script. Each sidecar keeps one subscriber connection and wakes
+//! its own waiters. So a miss nobody waits on publishes nothing (a publish costs Redis and
+//! every sidecar's subscriber a message: measured in the blog bench, most misses). No busy polling: a waiter sleeps on a channel
 //! until it is woken, finds the lease gone (checked about once a second), or its wait (half the
 //! request deadline) runs out.
 //!
-//! No wake-up is lost: a waiter registers before it tries the lease, and the holder publishes
-//! only after deleting it, so a lease seen taken has not yet published. A holder that dies
+//! No wake-up is lost: a waiter registers (in this sidecar) before it tries the lease; Redis runs
+//! the release script either before the waiter's mark (the waiter then finds the lease gone
+//! and does not wait) or after it (the release then sees the mark and publishes). A holder that dies
 //! mid-fill stops renewing its lease (2 s, renewed every 0.7 s while the fill runs): its waiters
 //! find it gone within about 3 s and run the query themselves. Redis down: no lease is taken
 //! and each sidecar runs its own query (its local single flight still holds).
@@ -36,16 +40,24 @@ static RENEW: LazyLock<redis::Script> = LazyLock::new(|| {
     )
 });
 
-/// KEYS[1] the lease; ARGV[1] the holder's token, ARGV[2] the channel.
+/// KEYS[1] the lease, KEYS[2] its waited-on mark; ARGV[1] the holder's token, ARGV[2] the
+/// channel. A lease no longer ours (it lapsed, another sidecar holds it) is left, with its
+/// mark, to its holder.
 static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r"
-        if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
-        redis.call('PUBLISH', ARGV[2], KEYS[1])
+        if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+        redis.call('DEL', KEYS[1])
+        if redis.call('DEL', KEYS[2]) == 1 then redis.call('PUBLISH', ARGV[2], KEYS[1]) end
         return 1
         ",
     )
 });
+
+/// The mark a waiter puts on `lease` (the same hash slot: the lease's name is its hash tag).
+fn waiting_mark(lease: &str) -> String {
+    format!("{lease}:waiting")
+}
 
 pub(crate) struct Leases {
     /// False without a connection for wake-ups: misses are then not shared across sidecars
@@ -152,7 +164,9 @@ impl Leases {
             return None;
         }
         let digest = hex::encode(Sha256::digest(identity.as_bytes()));
-        let key = format!("{}lease:{}", self.prefix, &digest[..32]);
+        // The digest in braces is the hash tag: on a cluster the lease and its mark share a
+        // slot, as the release script needs.
+        let key = format!("{}lease:{{{}}}", self.prefix, &digest[..32]);
         // Registered first, so a release between our SET and our wait still wakes us.
         let rx = self
             .waiting()
@@ -205,6 +219,7 @@ impl Leases {
         };
         let done = RELEASE
             .key(key)
+            .key(waiting_mark(key))
             .arg(token)
             .arg(&self.channel)
             .invoke_async::<i64>(&mut conn)
@@ -289,9 +304,13 @@ fn listen(
 
 impl Waiter {
     /// Waits for the holder's fill, at most `most`: woken by its release, or, about once a
-    /// second, finding the lease gone (its holder died and the lease lapsed). True when woken.
+    /// second, finding the lease gone (its holder died and the lease lapsed). True when woken
+    /// (or the fill was done before the wait began).
     pub(crate) async fn wait(mut self, pools: &Pools, most: Duration) -> bool {
         let until = tokio::time::Instant::now() + most;
+        if !self.mark(pools, most).await {
+            return true;
+        }
         loop {
             let left = until.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
@@ -306,6 +325,34 @@ impl Waiter {
             }
             if !self.leases.held(pools, &self.key).await {
                 return false;
+            }
+        }
+    }
+}
+
+impl Waiter {
+    /// Marks the lease as waited on (for as long as this wait can last) and says whether it
+    /// is still held, in one message. Redis unavailable: taken as held (the wait then ends by
+    /// the check once a second, or its patience).
+    async fn mark(&self, pools: &Pools, most: Duration) -> bool {
+        let Ok(Some(mut conn)) = pools.redis_async().await else {
+            return true;
+        };
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(waiting_mark(&self.key))
+            .arg(1)
+            .arg("PX")
+            .arg((most + LEASE).as_millis() as u64)
+            .ignore()
+            .cmd("EXISTS")
+            .arg(&self.key);
+        match pipe.query_async::<(i64,)>(&mut conn).await {
+            Ok((held,)) => held == 1,
+            Err(e) => {
+                pools.drop_redis_async();
+                tracing::debug!(error = %e, "fill lease not marked: redis failed");
+                true
             }
         }
     }
