@@ -15,6 +15,13 @@ use crate::store::postgres::PgSession;
 /// front, and a function cannot open one), so should it fail the session is closed instead.
 /// (The reset spelled out as ROLLBACK, BEGIN, ten statements and COMMIT cost Postgres about
 /// four times as much, and its ROLLBACK wrote a warning to the server log on every request.)
+///
+/// The driver's types (resolved by OID) are kept across it: an OID names one type for its
+/// life, and what Ferry reads of one no DDL changes (an enum is decoded as its label's text, a
+/// domain by its base type). Its type-lookup statements go with it, and the driver has no way
+/// to be told: the next lookup (a type no request on the session has met) finds its statement
+/// gone, and the session is dropped as a lost one (`failure::driver_statement_lost`), the read
+/// run again on another. So a session meets each type's lookup at most once.
 pub(crate) const RESET: &str = "DISCARD ALL";
 
 /// Whether a session is reset after a read.
@@ -136,8 +143,6 @@ fn reset(s: &mut PgSession) {
         tracing::warn!(error = %e, "postgres session reset failed; closing the connection");
         s.poisoned = true;
     }
-    // DISCARD ALL dropped the driver's cached type-lookup statements too.
-    s.client.clear_type_cache();
 }
 
 /// The reset in the middle of a read that skips it ([`Reset::OnFailure`]): after a failed
@@ -148,7 +153,6 @@ pub(in crate::store) fn reset_now(s: &mut PgSession) -> Result<(), Failure> {
         s.poisoned = true;
         return Err(Failure::from(e));
     }
-    s.client.clear_type_cache();
     Ok(())
 }
 

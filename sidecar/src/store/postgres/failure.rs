@@ -17,12 +17,31 @@ pub(in crate::store) enum Failure {
 
 impl From<postgres::Error> for Failure {
     fn from(e: postgres::Error) -> Self {
-        if connection_lost(&e) {
+        if driver_statement_lost(&e) {
+            // Every session connected before this type was made may meet it the same way.
+            super::user_types::forget_sessions();
+            Failure::Closed(e)
+        } else if connection_lost(&e) {
             Failure::Closed(e)
         } else {
             Failure::Pg(e)
         }
     }
+}
+
+/// The driver's own statement (one it prepared and keeps: its type lookups, named `s<n>`) is
+/// gone from the session: a reset (`DISCARD ALL`) deallocated it and the driver cannot be told
+/// (`session::RESET`). The session is as good as lost: dropped, and a read run again on
+/// another. A request cannot name such a statement itself (prepared statements are refused up
+/// front).
+pub(in crate::store) fn driver_statement_lost(e: &postgres::Error) -> bool {
+    e.code() == Some(&SqlState::INVALID_SQL_STATEMENT_NAME)
+        && e.as_db_error().is_some_and(|db| {
+            db.message()
+                .strip_prefix("prepared statement \"s")
+                .and_then(|rest| rest.strip_suffix("\" does not exist"))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
 }
 
 /// The session is gone, as opposed to a statement that failed: closed, Postgres terminated it

@@ -5,7 +5,7 @@
 //! parameters; `own_sessions`: the proof that a session is Ferry's own (no pooler between);
 //! `roles`: trust levels as roles, audited; `identity`: a statement run as an end user;
 //! `deadline`: a request's deadline cancels its statements; `failure`: Postgres errors as the
-//! caller sees them.
+//! caller sees them; `user_types`: a new session learns the database's own types.
 
 pub(crate) mod analysis;
 pub(crate) mod by_value;
@@ -17,6 +17,7 @@ pub(crate) mod own_sessions;
 pub(crate) mod param_types;
 pub(crate) mod roles;
 pub(crate) mod schema;
+pub(crate) mod user_types;
 pub(crate) mod verdicts;
 
 use crate::config::Config;
@@ -35,6 +36,8 @@ pub(crate) struct PgSession {
     pub prepared: crate::store::postgres::loop_session::Prepared,
     /// How to reach the server for a CancelRequest (`store::postgres::deadline`).
     pub tls: MakeRustlsConnect,
+    /// The generation of types it learnt at connect (`user_types`): older ones are closed.
+    learnt: u64,
 }
 
 /// The r2d2 manager of Postgres sessions (one can be discarded by marking it poisoned); the
@@ -73,13 +76,16 @@ impl r2d2::ManageConnection for PgManager {
     type Error = postgres::Error;
 
     fn connect(&self) -> Result<PgSession, postgres::Error> {
-        let client = self.0.connect()?;
+        let mut client = self.0.connect()?;
+        let learnt = user_types::generation();
+        user_types::learn(&mut client);
         self.1.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Ok(PgSession {
             client,
             poisoned: false,
             prepared: Default::default(),
             tls: self.2.clone(),
+            learnt,
         })
     }
 
@@ -88,7 +94,7 @@ impl r2d2::ManageConnection for PgManager {
     }
 
     fn has_broken(&self, conn: &mut PgSession) -> bool {
-        conn.poisoned || conn.client.is_closed()
+        conn.poisoned || conn.client.is_closed() || conn.learnt < user_types::generation()
     }
 }
 

@@ -296,5 +296,4 @@ fn finish(session: &mut PgConn) {
     if session.client.is_closed() || session.client.batch_execute(RESET).is_err() {
         session.poisoned = true;
     }
-    session.client.clear_type_cache();
 }

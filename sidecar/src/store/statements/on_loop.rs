@@ -193,15 +193,10 @@ async fn run_prepared(
 
 /// Finishes the reset sent behind the statement, or sends it now.
 async fn reset_session(client: &Client, sent: Option<Sent<'_>>) -> bool {
-    let reset_ok = match sent {
+    match sent {
         Some(sent) => sent.finish().await.is_ok(),
         None => client.batch_execute(RESET).await.is_ok(),
-    };
-    if reset_ok {
-        // DISCARD ALL dropped the driver's cached type-lookup statements too.
-        client.clear_type_cache();
     }
-    reset_ok
 }
 
 /// `pooled::run` for the async driver: with remembered parameter types one round trip, with the

@@ -85,8 +85,6 @@ pub(crate) async fn run(
             None => client.batch_execute(RESET).await.is_ok(),
         };
     if reset {
-        // DISCARD ALL dropped the driver's cached type-lookup statements too.
-        client.clear_type_cache();
         session.reusable = true;
     }
     out
