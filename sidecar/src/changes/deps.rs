@@ -5,12 +5,13 @@
 //! of the reads by that value (`value_key`: inferred reads by an equality on an indexed
 //! column) and of the keyspace rows keyed by it (`<keyspace>:<id>`). A value the stream did not
 //! send (an old value outside the replica identity, an unchanged TOASTed one) names no key:
-//! every entry named by a value of that column goes (`values_tag`): never less than needed.
-//! TRUNCATE and DDL drop every entry of the table, by its tag and its reset tag.
+//! every entry named by a value of that column goes (`values_tag`; a keyspace's rows, its
+//! table's reset tag): never less than needed. TRUNCATE and DDL drop every entry of the table.
 
 use super::pgoutput::{Cell, Event, Relation};
 use crate::config::{table_name, Config};
-use crate::store::cache::{table_reset_tag, table_tag, value_key, values_tag};
+use crate::store::cache::{legacy_row_key, table_reset_tag, table_tag, table_values_tag};
+use crate::store::cache::{value_key, values_tag};
 use crate::store::postgres::by_value::names_an_entry;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -109,6 +110,7 @@ impl Watched {
         if self.tables.contains_key(table) {
             into.tags.insert(table_tag(table));
             into.tags.insert(table_reset_tag(table));
+            into.tags.insert(table_values_tag(table));
         }
     }
 
@@ -120,6 +122,7 @@ impl Watched {
         };
         let table = &relation.table;
         into.tags.insert(table_tag(table));
+        legacy_rows(relation, rows, into);
         for (i, column) in relation.columns.iter().enumerate() {
             let keyspaces = keyed.iter().filter(|k| k.key_column == column.name);
             for cells in rows.into_iter().flatten() {
@@ -136,14 +139,45 @@ impl Watched {
                     Some(Cell::Null) => {}
                     Some(Cell::Unsent) | None => {
                         into.tags.insert(values_tag(table, &column.name));
+                        if keyspaces.clone().next().is_some() {
+                            into.tags.insert(table_reset_tag(table));
+                        }
                     }
                 }
             }
         }
         // A keyspace keyed by a column the stream does not describe: its rows are unknown.
-        for k in keyed {
-            if !relation.columns.iter().any(|c| c.name == k.key_column) {
-                into.tags.insert(values_tag(table, &k.key_column));
+        if keyed
+            .iter()
+            .any(|k| !relation.columns.iter().any(|c| c.name == k.key_column))
+        {
+            into.tags.insert(table_reset_tag(table));
+        }
+    }
+}
+
+/// What versions before 2026-12-05 named point reads by (`legacy_row_key`), moved as they
+/// moved it, for their sidecars during a rolling deploy: each row's key under a one-column
+/// default identity, else the table's reset tag. Remove once no such version runs.
+fn legacy_rows(relation: &Relation, rows: [&Option<Vec<Cell>>; 2], into: &mut Invalidations) {
+    let mut identity = relation
+        .columns
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.in_identity);
+    let (Some((i, _)), None, true) = (identity.next(), identity.next(), relation.identity_is_key)
+    else {
+        into.tags.insert(table_reset_tag(&relation.table));
+        return;
+    };
+    for cells in rows.into_iter().flatten() {
+        match cells.get(i) {
+            Some(Cell::Text(id)) => {
+                into.keys.insert(legacy_row_key(&relation.table, id));
+            }
+            Some(Cell::Null) => {}
+            _ => {
+                into.tags.insert(table_reset_tag(&relation.table));
             }
         }
     }
@@ -185,6 +219,7 @@ mod tests {
                 },
             ],
             identity_full: false,
+            identity_is_key: true,
         }
     }
 
@@ -211,6 +246,8 @@ mod tests {
                 "items:2".to_string(),
                 value_key("public.items", "id", "1"),
                 value_key("public.items", "id", "2"),
+                legacy_row_key("public.items", "1"),
+                legacy_row_key("public.items", "2"),
             ])
         );
         // The old name is unknown: every read by a name goes (the new name's key with them);
@@ -238,7 +275,11 @@ mod tests {
         w.note(&insert, &mut inv);
         assert_eq!(
             inv.keys,
-            BTreeSet::from(["items:7".to_string(), value_key("public.items", "id", "7")])
+            BTreeSet::from([
+                "items:7".to_string(),
+                value_key("public.items", "id", "7"),
+                legacy_row_key("public.items", "7")
+            ])
         );
         assert_eq!(inv.tags, BTreeSet::from([table_tag("public.items")]));
     }
@@ -279,6 +320,7 @@ mod tests {
         };
         w.note(&delete, &mut inv);
         assert!(inv.tags.contains(&values_tag("public.items", "id")));
+        assert!(inv.tags.contains(&table_reset_tag("public.items")));
         assert!(inv.keys.is_empty(), "{:?}", inv.keys);
     }
 
@@ -305,7 +347,11 @@ mod tests {
         );
         assert_eq!(
             inv.tags,
-            BTreeSet::from([table_tag("public.orders"), table_reset_tag("public.orders")])
+            BTreeSet::from([
+                table_tag("public.orders"),
+                table_reset_tag("public.orders"),
+                table_values_tag("public.orders")
+            ])
         );
     }
 }

@@ -14,6 +14,9 @@ pub(super) struct Relation {
     pub columns: Vec<Column>,
     /// `f`: REPLICA IDENTITY FULL (the old row comes whole with every UPDATE and DELETE).
     pub identity_full: bool,
+    /// `d`: REPLICA IDENTITY DEFAULT, the primary key (what earlier versions' point reads were
+    /// named by: `deps.rs`, rolling deploys).
+    pub identity_is_key: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,7 +127,7 @@ impl Decoder {
                 let schema = r.cstr()?;
                 let name = r.cstr()?;
                 let identity = r.u8()?;
-                let identity_full = identity == b'f';
+                let (identity_full, identity_is_key) = (identity == b'f', identity == b'd');
                 let n = r.i16()?.max(0) as usize;
                 let mut columns = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -140,6 +143,7 @@ impl Decoder {
                     table: format!("{schema}.{name}"),
                     columns,
                     identity_full,
+                    identity_is_key,
                 };
                 let table = relation.table.clone();
                 match self.relations.insert(id, relation) {

@@ -242,7 +242,8 @@ pub(super) async fn prepare(
     }
 }
 
-/// Each watched table's definition, hashed (its columns and types, and its storage, which
+/// Each watched table's definition, hashed (its columns and types, an enum column's labels,
+/// which `ALTER TYPE ... RENAME VALUE` changes under every row, and its storage, which
 /// TRUNCATE and table rewrites replace); None for a table that no longer exists.
 pub(super) async fn definitions(
     client: &Client,
@@ -251,7 +252,9 @@ pub(super) async fn definitions(
     let rows = client
         .query(
             "SELECT t, (SELECT md5(c.relfilenode::text || ':' || string_agg( \
-                 a.attname || ' ' || a.atttypid || ' ' || a.atttypmod, ',' ORDER BY a.attnum)) \
+                 a.attname || ' ' || a.atttypid || ' ' || a.atttypmod || coalesce((SELECT \
+                   string_agg(e.enumlabel, '|' ORDER BY e.enumsortorder) FROM pg_enum e \
+                   WHERE e.enumtypid = a.atttypid), ''), ',' ORDER BY a.attnum)) \
                FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid \
                  AND a.attnum > 0 AND NOT a.attisdropped \
                WHERE c.oid = to_regclass(t) GROUP BY c.relfilenode) \

@@ -88,8 +88,11 @@ async fn session(ctx: &Ctx) -> Result<(), String> {
     };
     let mut consumer = Consumer {
         ctx,
+        // Entries named by a value made before this consumer began were kept fresh by another,
+        // perhaps one that moved no value keys: they go before its first mark.
         pending: Invalidations {
             everything: fresh_slot,
+            tags: [crate::store::cache::VALUES_EPOCH_TAG.to_string()].into(),
             ..Default::default()
         },
         commits_ms: Vec::new(),

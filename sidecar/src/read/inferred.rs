@@ -18,7 +18,8 @@ use super::lookup::Reads;
 use super::plan::{Infer, ReadFormat, ReadPlan};
 use crate::config::Config;
 use crate::error::ApiError;
-use crate::store::cache::{table_reset_tag, table_tag, value_key, values_tag, Cache};
+use crate::store::cache::VALUES_EPOCH_TAG;
+use crate::store::cache::{table_tag, table_values_tag, value_key, values_tag, Cache};
 use crate::store::postgres::analysis::{Analysis, Verdict};
 use crate::store::postgres::verdicts::Inferred;
 use ferry_shared::api::CacheMode;
@@ -154,6 +155,7 @@ pub(crate) async fn resolve(
                 &reads.blocking,
                 role.as_deref(),
                 &plan.sql,
+                &config.changes.publication,
             )
             .await;
             match asked {
@@ -181,15 +183,19 @@ pub(crate) async fn resolve(
             // value: named by it, which the change stream moves, and dropped whole by a change
             // whose old value was not sent, TRUNCATE or DDL. Not for an end user (an entry
             // named by a value would hold every user's reads of it).
+            // Only while the stream's consumer moves the keys of values (a rolling deploy may
+            // run one that does not).
             let by_value = analysis
                 .by_value
                 .as_ref()
                 .filter(|v| plan.identity.is_none() && tables.len() == 1 && tables[0] == v.table)
+                .filter(|_| reads.cache.freshness().values_kept())
                 .and_then(|v| Some((v, v.value(&plan.params)?)));
             match by_value {
                 Some((v, value)) => {
-                    cache.tags.push(table_reset_tag(&v.table));
+                    cache.tags.push(table_values_tag(&v.table));
                     cache.tags.push(values_tag(&v.table, &v.column));
+                    cache.tags.push(VALUES_EPOCH_TAG.to_string());
                     cache.key = value_key(&v.table, &v.column, &value);
                 }
                 None => {

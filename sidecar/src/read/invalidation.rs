@@ -3,7 +3,7 @@
 
 use crate::config::{table_name, Config, MAX_TAGS};
 use crate::error::ApiError;
-use crate::store::cache::{table_reset_tag, table_tag};
+use crate::store::cache::{table_reset_tag, table_tag, table_values_tag};
 use ferry_shared::api::Invalidate;
 
 /// What a write invalidates after its commit, checked: the caller's keys and tags, and for
@@ -33,6 +33,7 @@ pub(crate) fn plan(
         })?;
         tags.push(table_tag(&t));
         tags.push(table_reset_tag(&t));
+        tags.push(table_values_tag(&t));
     }
     Ok((inv.keys, tags))
 }

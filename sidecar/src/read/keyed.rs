@@ -10,7 +10,7 @@ use super::plan::{CachePlan, ReadFormat, ReadPlan};
 use crate::config::{table_name, Config};
 use crate::error::ApiError;
 use crate::read::lookup::Reads;
-use crate::store::cache::{table_reset_tag, values_tag, Cache, EntryPolicy};
+use crate::store::cache::{table_reset_tag, Cache, EntryPolicy};
 use crate::store::pools::session::Reset;
 use ferry_shared::api::{
     CacheMode, CacheStatus, KeyedRequest, KeyedResponse, KeyedResult, KeyedStatus,
@@ -48,11 +48,10 @@ pub(crate) fn plan(config: &Config, req: KeyedRequest) -> Result<KeyedPlan, ApiE
         )
     })?;
     let mut tags = ks.tags.clone();
-    // Rows of a watched table carry its reset tag (TRUNCATE or DDL drops them all) and their
-    // key column's (a change whose old id the stream did not send).
+    // Rows of a watched table carry its reset tag: TRUNCATE, DDL or a change whose old id the
+    // stream did not send drops them all.
     if let Some(t) = ks.table.as_deref().and_then(table_name) {
         tags.push(table_reset_tag(&t));
-        tags.push(values_tag(&t, &ks.key_column));
     }
     let limits = config.limits();
     limits.batch("ids", req.ids.len(), "ids")?;

@@ -21,6 +21,18 @@ INSERT INTO audit VALUES (1, 'unwatched');
 CREATE TABLE comments (id int PRIMARY KEY, post_id int NOT NULL, body text NOT NULL);
 CREATE INDEX ON comments (post_id);
 INSERT INTO comments VALUES (1, 1, 'c1'), (2, 1, 'c2'), (3, 2, 'c3');
+CREATE TABLE gen (id int PRIMARY KEY, a int NOT NULL, g int GENERATED ALWAYS AS (a * 2) STORED);
+CREATE INDEX ON gen (g);
+INSERT INTO gen (id, a) VALUES (1, 10);
+CREATE TABLE partial (id int PRIMARY KEY, post_id int NOT NULL, body text NOT NULL);
+CREATE INDEX ON partial (post_id);
+INSERT INTO partial VALUES (1, 1, 'p1');
+CREATE TABLE slugs (id int PRIMARY KEY, slug text COLLATE \"C\" NOT NULL);
+CREATE INDEX ON slugs (slug);
+INSERT INTO slugs VALUES (1, repeat('a', 63));
+CREATE TYPE mood AS ENUM ('sad', 'happy');
+CREATE TABLE moods (id int PRIMARY KEY, m mood NOT NULL);
+INSERT INTO moods VALUES (1, 'sad');
 CREATE VIEW author_posts AS
   SELECT a.id, a.name, p.title FROM authors a JOIN posts p ON p.author_id = a.id;
 CREATE VIEW author_page AS SELECT * FROM author_posts;
@@ -35,9 +47,10 @@ CREATE SCHEMA sx;
 CREATE TABLE sx.secret (id int PRIMARY KEY, s text NOT NULL);
 INSERT INTO sx.secret VALUES (1, 'topsecret');
 GRANT USAGE ON SCHEMA sx TO ferry_app, ferry_changes;
-GRANT SELECT ON authors, posts, comments, audit, author_posts, author_page, parent, child, sx.secret, users
+GRANT SELECT ON authors, posts, comments, gen, partial, slugs, moods, audit, author_posts, author_page, parent, child, sx.secret, users
   TO ferry_app, ferry_changes, ferry_neon;
-ALTER PUBLICATION ferry ADD TABLE authors, posts, comments, parent, child, sx.secret, users;
+ALTER PUBLICATION ferry ADD TABLE authors, posts, comments, gen, partial (id, body), slugs, moods,
+  parent, child, sx.secret, users;
 ";
 
 pub fn stack() -> (RedisServer, PgServer, SidecarProcess) {
@@ -56,7 +69,7 @@ pub fn stack_with(extra: &[(&str, &str)]) -> (RedisServer, PgServer, SidecarProc
         ("FERRY_CHANGES_ENABLED", "true"),
         (
             "FERRY_CHANGES_TABLES",
-            "orders,authors,posts,comments,parent,child,sx.secret,users",
+            "orders,authors,posts,comments,gen,partial,slugs,moods,parent,child,sx.secret,users",
         ),
         ("FERRY_CHANGES_MAX_LAG_MS", "400"),
         ("FERRY_CHANGES_HEARTBEAT_MS", "50"),

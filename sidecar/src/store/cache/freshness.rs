@@ -31,12 +31,21 @@ const DEFINITIONS_KEY: &str = "changes:definitions";
 /// The mark's place in the WAL, as 16 hex digits (compared as strings: Lua's numbers are
 /// doubles).
 const WATERMARK_POSITION_KEY: &str = "{changes}:fresh_at";
+/// The last watermark set by a consumer that moves the keys of values (`deps.rs`, from
+/// 2026-12-05): while it is the watermark, every commit before it moved them, and reads may be
+/// named by a value. A consumer of an earlier version (a rolling deploy) sets the watermark
+/// alone, and reads by a value depend on their table again.
+const WATERMARK_VALUES_KEY: &str = "{changes}:fresh_values";
 
 /// Sets the watermark only forward (a late write from a consumer that lost its lease cannot
-/// move it back): its time in KEYS[1], its WAL position in KEYS[2].
+/// move it back): its time in KEYS[1] (and in KEYS[3], see `WATERMARK_VALUES_KEY`), its WAL
+/// position in KEYS[2].
 const SET_MAX: &str = r"
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
-if tonumber(ARGV[1]) > cur then redis.call('SET', KEYS[1], ARGV[1]) end
+if tonumber(ARGV[1]) > cur then
+  redis.call('SET', KEYS[1], ARGV[1])
+  redis.call('SET', KEYS[3], ARGV[1])
+end
 local at = redis.call('GET', KEYS[2]) or ''
 if ARGV[2] > at then redis.call('SET', KEYS[2], ARGV[2]) end
 return 1";
@@ -54,6 +63,8 @@ struct Watch {
     watermark_ms: AtomicU64,
     /// The watermark's place in the WAL (0: none seen yet).
     watermark_at: AtomicU64,
+    /// The last watermark set by a consumer that moves the keys of values.
+    values_ms: AtomicU64,
 }
 
 /// What /readyz and /metrics say about the stream.
@@ -86,6 +97,7 @@ impl Freshness {
                 max_lag_ms,
                 watermark_ms: AtomicU64::new(0),
                 watermark_at: AtomicU64::new(0),
+                values_ms: AtomicU64::new(0),
             }),
         }
     }
@@ -124,8 +136,21 @@ impl Freshness {
         }
     }
 
-    fn advance(&self, mark_ms: u64, at: Option<u64>) {
+    /// Whether reads may be named by a value (`cache::value_key`): the stream is on and its
+    /// watermark was set by a consumer that moves the keys of values (see
+    /// `WATERMARK_VALUES_KEY`).
+    pub(crate) fn values_kept(&self) -> bool {
+        self.watch.as_ref().is_some_and(|w| {
+            let mark = w.watermark_ms.load(Ordering::Acquire);
+            mark != 0 && w.values_ms.load(Ordering::Acquire) >= mark
+        })
+    }
+
+    fn advance(&self, mark_ms: u64, at: Option<u64>, values_ms: Option<u64>) {
         if let Some(w) = &self.watch {
+            if let Some(v) = values_ms {
+                w.values_ms.fetch_max(v, Ordering::AcqRel);
+            }
             w.watermark_ms.fetch_max(mark_ms, Ordering::AcqRel);
             if let Some(at) = at {
                 w.watermark_at.fetch_max(at, Ordering::AcqRel);
@@ -157,25 +182,27 @@ impl Cache {
         redis::Script::new(SET_MAX)
             .key(format!("{}{WATERMARK_KEY}", self.prefix))
             .key(format!("{}{WATERMARK_POSITION_KEY}", self.prefix))
+            .key(format!("{}{WATERMARK_VALUES_KEY}", self.prefix))
             .arg(mark_ms)
             .arg(format!("{at:016x}"))
             .invoke::<i64>(&mut *conn)
             .map_err(|e| e.to_string())?;
-        self.freshness.advance(mark_ms, Some(at));
+        self.freshness.advance(mark_ms, Some(at), Some(mark_ms));
         Ok(())
     }
 
     /// Reads the shared watermark (every sidecar, consumer or not, polls it).
     pub(crate) fn refresh_watermark(&self, pools: &Pools) -> Result<(), String> {
         let mut conn = pools.redis_conn().map_err(|e| e.to_string())?;
-        let (mark, at): (Option<u64>, Option<String>) = redis::cmd("MGET")
+        let (mark, at, values): (Option<u64>, Option<String>, Option<u64>) = redis::cmd("MGET")
             .arg(format!("{}{WATERMARK_KEY}", self.prefix))
             .arg(format!("{}{WATERMARK_POSITION_KEY}", self.prefix))
+            .arg(format!("{}{WATERMARK_VALUES_KEY}", self.prefix))
             .query(&mut *conn)
             .map_err(|e| e.to_string())?;
         if let Some(m) = mark {
             let at = at.and_then(|a| u64::from_str_radix(&a, 16).ok());
-            self.freshness.advance(m, at);
+            self.freshness.advance(m, at, values);
         }
         Ok(())
     }
@@ -223,14 +250,14 @@ mod tests {
         assert!(Freshness::default().serves());
         let f = Freshness::watching(1_000);
         assert_eq!(f.state().0, StreamState::CatchingUp);
-        f.advance(super::super::now_ms() - 60_000, None);
+        f.advance(super::super::now_ms() - 60_000, None, None);
         assert_eq!(f.state().0, StreamState::CatchingUp, "older than the start");
         let start = f.watch.as_ref().map(|w| w.started_ms).unwrap_or(0);
-        f.advance(start, None);
+        f.advance(start, None, None);
         assert!(f.serves());
         let lagging = Freshness::watching(1);
         let start = lagging.watch.as_ref().map(|w| w.started_ms).unwrap_or(0);
-        lagging.advance(start, None);
+        lagging.advance(start, None, None);
         std::thread::sleep(std::time::Duration::from_millis(5));
         assert_eq!(lagging.state().0, StreamState::Lagging);
         assert!(!lagging.serves());
@@ -246,10 +273,24 @@ mod tests {
         let f = Freshness::watching(1_000);
         assert!(f.covers(None));
         assert!(!f.covers(Some(Position(1))), "no watermark yet");
-        f.advance(1, Some(500));
+        f.advance(1, Some(500), None);
         assert!(f.covers(Some(Position(500))));
         assert!(!f.covers(Some(Position(501))));
-        f.advance(2, Some(100));
+        f.advance(2, Some(100), None);
         assert!(f.covers(Some(Position(500))), "never moves back");
+    }
+
+    #[test]
+    fn reads_are_named_by_a_value_only_under_a_consumer_that_moves_them() {
+        assert!(!Freshness::default().values_kept(), "stream off");
+        let f = Freshness::watching(1_000);
+        assert!(!f.values_kept(), "no watermark yet");
+        f.advance(10, None, Some(10));
+        assert!(f.values_kept());
+        // A consumer of an earlier version set a newer watermark alone.
+        f.advance(20, None, Some(10));
+        assert!(!f.values_kept());
+        f.advance(30, None, Some(30));
+        assert!(f.values_kept(), "a consumer that moves them leads again");
     }
 }

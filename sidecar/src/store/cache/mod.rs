@@ -7,9 +7,9 @@
 //!   its place. Without a caller's key the entry is `q:sha256:<hash of statement and params>`.
 //! - `v:<key>`: the key's version, a random token replaced by every invalidation of the key.
 //! - `t:<tag>`: a tag's version, a random token replaced by every invalidation of the tag.
-//! - `tbl:<schema.table>` / `tblr:<schema.table>` / `tblv:<schema.table.column>`: the versions
-//!   of the tags derived from a table (`table_tag`, `table_reset_tag`, `values_tag`), moved by
-//!   the change stream (`changes/`).
+//! - `tbl:`, `tblr:`, `tblva:<schema.table>` and `tblv:<schema.table.column>`: the versions
+//!   of the tags derived from a table (`table_tag`, `table_reset_tag`, `table_values_tag`,
+//!   `values_tag`), moved by the change stream (`changes/`).
 //! - `epoch`: the cache-wide version every entry carries (moved when invalidations that waited
 //!   for Redis overflowed their bound: everything is invalid at once).
 //! - `k:<key>`: plain cache command keys (see `commands.rs`), a namespace of their own.
@@ -64,6 +64,11 @@ const EPOCH_TAG: &str = "\u{0}epoch";
 const TABLE_TAG: &str = "\u{0}table:";
 const TABLE_RESET_TAG: &str = "\u{0}table-reset:";
 const VALUES_TAG: &str = "\u{0}values:";
+const TABLE_VALUES_TAG: &str = "\u{0}table-values:";
+/// Moved by each consumer of the change stream as it starts: entries named by a value made
+/// before it were kept fresh by another consumer, perhaps one that moved no value keys (a
+/// version before them, in a rolling deploy).
+pub(crate) const VALUES_EPOCH_TAG: &str = "\u{0}values-epoch";
 
 /// The tag of entries that depend on a whole table (`cache.tables`): moved by every committed
 /// change to the table, whoever made it (see `changes/`).
@@ -71,23 +76,36 @@ pub(crate) fn table_tag(table: &str) -> String {
     format!("{TABLE_TAG}{table}")
 }
 
+/// The key earlier versions (before 2026-12-05) named a point read of row `id` by: still moved
+/// by the change stream, for those versions' sidecars during a rolling deploy.
+pub(crate) fn legacy_row_key(table: &str, id: &str) -> String {
+    format!("~row:{table}:{id}")
+}
+
+/// The tag of every entry named by a value of any column of `table`: moved by TRUNCATE, DDL
+/// and an invalidation of the table by name.
+pub(crate) fn table_values_tag(table: &str) -> String {
+    format!("{TABLE_VALUES_TAG}{table}")
+}
+
 /// The key of the entries of reads of `table`'s rows whose `column` holds `value` (inferred
 /// reads by an equality on an indexed column, `read::inferred`): moved by the change stream
 /// when a row with that value, old or new, changes. They carry `values_tag` of the column for
-/// the changes whose old value the stream did not send, and the table's reset tag for
-/// TRUNCATE and DDL, not its tag.
+/// the changes whose old value the stream did not send, `table_values_tag` for TRUNCATE and
+/// DDL, and `VALUES_EPOCH_TAG`; not the table's tag.
 pub(crate) fn value_key(table: &str, column: &str, value: &str) -> String {
     format!("~val:{table}.{column}:{value}")
 }
 
-/// The tag of every entry named by a value of `table.column` (`value_key`, and a keyspace's
-/// rows keyed by the column): moved by a change whose old value of the column was not sent.
+/// The tag of every entry named by a value of `table.column` (`value_key`): moved by a change
+/// whose old value of the column was not sent.
 pub(crate) fn values_tag(table: &str, column: &str) -> String {
     format!("{VALUES_TAG}{table}.{column}")
 }
 
-/// The tag every row of a keyspace on `table`, and every value read of it, carries: moved only
-/// when the table changes as a whole (TRUNCATE, DDL, an invalidation of the table by name).
+/// The tag every row of a keyspace on `table` carries: moved when the table changes as a whole
+/// (TRUNCATE, DDL, an invalidation of the table by name) and by a change whose old id the
+/// stream did not send.
 pub(crate) fn table_reset_tag(table: &str) -> String {
     format!("{TABLE_RESET_TAG}{table}")
 }
@@ -294,6 +312,8 @@ impl Cache {
             format!("{}tblr:{t}", self.prefix)
         } else if let Some(c) = tag.strip_prefix(VALUES_TAG) {
             format!("{}tblv:{c}", self.prefix)
+        } else if let Some(t) = tag.strip_prefix(TABLE_VALUES_TAG) {
+            format!("{}tblva:{t}", self.prefix)
         } else {
             format!("{}t:{tag}", self.prefix)
         }

@@ -162,6 +162,7 @@ pub(crate) fn analyse(client: &mut Client, sql: &str) -> Result<Verdict, postgre
 pub(crate) async fn analyse_on_loop(
     client: &tokio_postgres::Client,
     sql: &str,
+    publication: &str,
 ) -> Result<Verdict, postgres::Error> {
     let described = match client.prepare(sql).await {
         Ok(s) => s,
@@ -183,8 +184,8 @@ pub(crate) async fn analyse_on_loop(
     // A read of one table and nothing else: perhaps of one row by its key.
     if let Ok(Verdict::Analysed(a)) = &mut verdict {
         if let ([(table, 'r')], true) = (a.relations.as_slice(), a.functions.is_empty()) {
-            let n = described.params().len();
-            a.by_value = super::by_value::by_value(client, sql, n, table).await;
+            let types: Vec<u32> = described.params().iter().map(|t| t.oid()).collect();
+            a.by_value = super::by_value::by_value(client, sql, &types, table, publication).await;
         }
     }
     client.batch_execute("ROLLBACK").await?;

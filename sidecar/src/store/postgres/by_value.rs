@@ -55,29 +55,44 @@ impl ByValue {
     }
 }
 
-/// The columns of `table` whose values the stream and requests agree on: (the name as the
-/// plan prints it, the name, integer).
+/// The columns of `table` whose values the stream sends (the publication `$2` publishes them:
+/// no generated column, none left out of a column list) and the stream and requests agree on
+/// (Postgres's own integer and text types): (the name as the plan prints it, the name,
+/// integer, its type, the table).
 const COLUMNS: &str = "
-SELECT quote_ident(a.attname), a.attname::text, t.typname IN ('int2', 'int4', 'int8')
+SELECT quote_ident(a.attname), a.attname::text, t.typname IN ('int2', 'int4', 'int8'),
+       a.atttypid, c.oid
   FROM pg_class c
   JOIN pg_namespace n ON n.oid = c.relnamespace
   JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-  JOIN pg_type t ON t.oid = a.atttypid
+   AND a.attgenerated = ''
+  JOIN pg_type t ON t.oid = a.atttypid AND t.typnamespace = 'pg_catalog'::regnamespace
   LEFT JOIN pg_collation co ON co.oid = a.attcollation
+  JOIN pg_publication_tables p ON p.pubname = $2 AND p.schemaname = n.nspname
+   AND p.tablename = c.relname AND a.attname = ANY(p.attnames)
  WHERE n.nspname || '.' || c.relname = $1 AND c.relkind = 'r'
    AND t.typname IN ('int2', 'int4', 'int8', 'text')
    AND (a.attcollation = 0 OR co.collisdeterministic)";
 
 /// Asks the planner, inside the caller's transaction (rolled back after: the settings are
-/// `SET LOCAL`), whether `sql` (with `params` parameters) reads `table` by one column's value.
-/// Any refusal is "no": the read then depends on the whole table.
+/// `SET LOCAL`), whether `sql` (with parameters of types `params`) reads `table` by one
+/// column's value, as the stream of `publication` sends it. Any refusal is "no": the read then
+/// depends on the whole table.
 pub(crate) async fn by_value(
     client: &Client,
     sql: &str,
-    params: usize,
+    params: &[u32],
     table: &str,
+    publication: &str,
 ) -> Option<ByValue> {
-    let columns = client.query(COLUMNS, &[&table]).await.ok()?;
+    let columns = client.query(COLUMNS, &[&table, &publication]).await.ok()?;
+    // `schema.name` joined is ambiguous (schema `a.b`, table `c`; schema `a`, table `b.c`).
+    let oids: std::collections::BTreeSet<u32> = columns.iter().map(|c| c.get(4)).collect();
+    if oids.len() > 1 {
+        return None;
+    }
+    let types = params;
+    let params = params.len();
     client
         .batch_execute(
             "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; \
@@ -128,6 +143,11 @@ pub(crate) async fn by_value(
         .split_once(" = $")?;
     let n: usize = n.parse().ok()?;
     let column = columns.iter().find(|c| c.get::<_, String>(0) == printed)?;
+    // The parameter of the column's own type: another (`$1::name`, which Postgres truncates
+    // to 63 bytes) could find rows whose value is not the request's text.
+    if types.get(n.wrapping_sub(1)) != Some(&column.get::<_, u32>(3)) {
+        return None;
+    }
     (1..=params).contains(&n).then(|| ByValue {
         table: table.to_string(),
         column: column.get(1),

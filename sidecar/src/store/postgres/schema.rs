@@ -1,7 +1,7 @@
 //! Whether the schema changed: a signature of the catalog rows that decide what a statement
 //! reads and may do (relations and their columns, views' rules, policies, inheritance,
-//! domains' checks, user functions, operators and casts, schemas, roles, their memberships and
-//! settings), compared once a second. Postgres's change stream carries rows, not DDL:
+//! domains' checks, enums' labels, user functions, operators and casts, which columns the
+//! publications send, schemas, roles, their memberships and settings), compared once a second. Postgres's change stream carries rows, not DDL:
 //! this is how a `CREATE OR REPLACE VIEW`, an `ALTER TABLE` or a `GRANT` made by anyone reaches
 //! the verdicts (`verdicts`), which are then asked again.
 //!
@@ -44,6 +44,8 @@ SELECT md5(coalesce(string_agg(x, ',' ORDER BY x), '')) FROM (
     WHERE oid >= 16384 AND pronamespace NOT IN (SELECT oid FROM temp)
   UNION ALL SELECT 'o' || oid || ':' || xmin FROM pg_operator WHERE oid >= 16384
   UNION ALL SELECT 'x' || oid || ':' || xmin FROM pg_cast WHERE oid >= 16384
+  UNION ALL SELECT 'e' || oid || ':' || xmin FROM pg_enum WHERE oid >= 16384
+  UNION ALL SELECT 'b' || oid || ':' || xmin FROM pg_publication_rel
   UNION ALL SELECT 'n' || oid || ':' || xmin FROM pg_namespace WHERE oid NOT IN (SELECT oid FROM temp)
   UNION ALL SELECT 'm' || roleid || '.' || member || ':' || xmin FROM pg_auth_members
   UNION ALL SELECT 's' || setdatabase || '.' || setrole || ':' || xmin FROM pg_db_role_setting

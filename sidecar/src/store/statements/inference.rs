@@ -11,12 +11,13 @@ use crate::store::postgres::analysis::{analyse_on_loop, Verdict};
 use crate::store::postgres::failure::Failure;
 
 /// What Postgres says `sql` calls and reads, as `role` (a Neon token's `postgres_url`; None:
-/// `postgres.url`'s role).
+/// `postgres.url`'s role), and which of its reads the stream of `publication` can key by value.
 pub(crate) async fn ask(
     pools: &Pools,
     blocking: &Blocking,
     role: Option<&str>,
     sql: &str,
+    publication: &str,
 ) -> Result<Verdict, ApiError> {
     let _slot = blocking.admit()?;
     let work = async {
@@ -24,10 +25,8 @@ pub(crate) async fn ask(
         let Some(client) = session.client.as_ref() else {
             return Err(ApiError::internal("session without a client"));
         };
-        let verdict = analyse_on_loop(client, sql).await;
+        let verdict = analyse_on_loop(client, sql, publication).await;
         if verdict.is_ok() && !client.is_closed() && client.batch_execute(RESET).await.is_ok() {
-            // DISCARD ALL dropped the driver's cached type-lookup statements too.
-            client.clear_type_cache();
             session.reusable = true;
         }
         verdict.map_err(|e| Failure::from(e).into_api())
