@@ -13,10 +13,12 @@ const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
 
 const CONFIG: &str = r#"
 # The observers, vouched for by the operator (no reset after them, whatever Postgres says).
-# What this session holds prepared from earlier requests (older than 200 ms).
+# What this session holds prepared from earlier requests (older than 200 ms), other than the
+# driver's own type lookups (a session learns the database's types at connect).
 [queries.held]
 sql = """SELECT count(*)::int AS n FROM pg_prepared_statements
-          WHERE statement_timestamp() - prepare_time > interval '200 ms'"""
+          WHERE statement_timestamp() - prepare_time > interval '200 ms'
+            AND statement !~ '^SELECT (t\\.typname|enumlabel|attname)'"""
 skip_reset = true
 
 # A setting a careless read may have left on the session.

@@ -2,10 +2,14 @@
 //!
 //! Keys (all under `cache.key_prefix`, default `ferry:`):
 //! - `q:<key>#<fingerprint>`: a cached result, JSON `Entry`. `<key>` is the caller's
-//!   `cache.key` or `<keyspace>:<id>`, and the fingerprint is a hash of the statement and its
+//!   `cache.key`, `<keyspace>:<id>`, or `~val:<schema.table>.<column>:<value>` for an inferred
+//!   read by a value (`value_key`), and the fingerprint is a hash of the statement and its
 //!   parameters, so another statement under the same key is stored apart and never served in
 //!   its place. Without a caller's key the entry is `q:sha256:<hash of statement and params>`.
-//! - `v:<key>`: the key's version, a random token replaced by every invalidation of the key.
+//! - `v:<key>`: the key's version, a random token replaced by every invalidation of the key
+//!   that finds one (a key with no version has no entry and no read in flight).
+//! - `{changes}:fresh`, `{changes}:fresh_at`, `{changes}:fresh_values`: the change stream's
+//!   watermark (`freshness.rs`).
 //! - `t:<tag>`: a tag's version, a random token replaced by every invalidation of the tag.
 //! - `tbl:`, `tblr:`, `tblva:<schema.table>` and `tblv:<schema.table.column>`: the versions
 //!   of the tags derived from a table (`table_tag`, `table_reset_tag`, `table_values_tag`,

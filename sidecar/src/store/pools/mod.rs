@@ -60,6 +60,8 @@ pub(crate) struct Pools {
     pg_checkout_timeout: Duration,
     /// Parameter types of the statements seen, so repeated ones run in one round trip.
     pub param_types: ParamTypes,
+    /// What Postgres said about each `/sql` read's columns (`store::postgres::described`).
+    pub(crate) described: crate::store::postgres::described::Descriptions,
     /// Which named reads are plain (no reset after a successful run), as Postgres said.
     pub(crate) plain: crate::store::postgres::verdicts::Analyses,
     /// What reads cached with no tables named depend on, as Postgres said (`read::inferred`).
@@ -189,6 +191,7 @@ impl Pools {
             pg_connect_timeout: Duration::from_millis(p.connect_timeout_ms),
             pg_checkout_timeout: Duration::from_millis(p.checkout_timeout_ms),
             param_types: ParamTypes::default(),
+            described: Default::default(),
             plain: Default::default(),
             inferred: Default::default(),
             schema: Default::default(),

@@ -21,7 +21,8 @@ use crate::store::postgres::PgSession;
 /// domain by its base type). Its type-lookup statements go with it, and the driver has no way
 /// to be told: the next lookup (a type no request on the session has met) finds its statement
 /// gone, and the session is dropped as a lost one (`failure::driver_statement_lost`), the read
-/// run again on another. So a session meets each type's lookup at most once.
+/// run again on another. Sessions learn the database's types at connect
+/// (`store::postgres::user_types`), so that this is rare.
 pub(crate) const RESET: &str = "DISCARD ALL";
 
 /// Whether a session is reset after a read.
@@ -107,10 +108,19 @@ pub(in crate::store) fn with_read_session<T>(
     let keep_prepared = after == Reset::OnFailure;
     let mut session = pools.pg_conn_keeping(keep_prepared).map_err(Failure::Api)?;
     let out = work(&mut session);
+    lost_if(&mut session, &out);
     if after.needed(out.is_ok()) {
         reset(&mut session);
     }
     out
+}
+
+/// A session whose work found it lost is closed, not pooled: its connection may still be open
+/// (the driver's own statement gone, `failure::driver_statement_lost`).
+fn lost_if<T>(session: &mut PgSession, out: &Result<T, Failure>) {
+    if matches!(out, Err(Failure::Closed(_))) {
+        session.poisoned = true;
+    }
 }
 
 /// [`with_session`] as Ferry's own role (`postgres.owner_url`): its bookkeeping only.
@@ -128,6 +138,7 @@ pub(in crate::store) fn with_conn<T>(
 ) -> Result<T, Failure> {
     let mut session = conn.map_err(Failure::Api)?;
     let out = work(&mut session);
+    lost_if(&mut session, &out);
     reset(&mut session);
     out
 }

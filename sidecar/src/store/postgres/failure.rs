@@ -17,11 +17,7 @@ pub(in crate::store) enum Failure {
 
 impl From<postgres::Error> for Failure {
     fn from(e: postgres::Error) -> Self {
-        if driver_statement_lost(&e) {
-            // Every session connected before this type was made may meet it the same way.
-            super::user_types::forget_sessions();
-            Failure::Closed(e)
-        } else if connection_lost(&e) {
+        if connection_lost(&e) || driver_statement_lost(&e) {
             Failure::Closed(e)
         } else {
             Failure::Pg(e)

@@ -75,8 +75,6 @@ impl Counts {
 pub(crate) struct Link {
     pub client: Client,
     task: tokio::task::JoinHandle<()>,
-    /// The generation of types it learnt at connect (`user_types`): older ones are closed.
-    learnt: u64,
 }
 
 /// One worker's share: its idle connections, and how many sessions it has out.
@@ -116,7 +114,6 @@ pub(crate) struct AsyncSession {
     pub reusable: bool,
     id: u64,
     counts: Arc<Counts>,
-    learnt: u64,
     _not_send: std::marker::PhantomData<Rc<()>>,
 }
 
@@ -194,7 +191,6 @@ impl AsyncPg {
             }
         };
         let (link, prepared) = idle.map(|b| *b).unzip();
-        let learnt = link.as_ref().map_or(0, |l| l.learnt);
         let (client, task) = link.map(|l| (l.client, l.task)).unzip();
         let mut session = AsyncSession {
             client,
@@ -208,14 +204,12 @@ impl AsyncPg {
             reusable: false,
             id: self.id,
             counts: self.counts.clone(),
-            learnt,
             _not_send: std::marker::PhantomData,
         };
         if session.client.is_none() {
             let link = self.connect(connect_timeout).await?;
             session.client = Some(link.client);
             session.task = Some(link.task);
-            session.learnt = link.learnt;
         }
         Ok(Some(session))
     }
@@ -251,13 +245,9 @@ impl AsyncPg {
                 return Take::Full(share.freed.clone());
             }
             share.out += 1;
-            // Connections closed while idle (Postgres restarted), and those of an older
-            // generation of types (`user_types`), are dropped on the way.
+            // Connections closed while idle (Postgres restarted) are dropped on the way.
             let before = share.idle.len();
-            let generation = super::user_types::generation();
-            share
-                .idle
-                .retain(|(l, _)| !l.client.is_closed() && l.learnt >= generation);
+            share.idle.retain(|(l, _)| !l.client.is_closed());
             let closed = before - share.idle.len();
             Counts::less(&self.counts.open, closed);
             Counts::less(&self.counts.idle, closed);
@@ -280,16 +270,11 @@ impl AsyncPg {
         let task = actix_rt::spawn(async move {
             let _ = connection.await;
         });
-        let learnt = super::user_types::generation();
         // Within the connect's own bound: a session that did not learn them still serves.
         let _ = tokio::time::timeout(timeout, super::user_types::learn_async(&client)).await;
         self.counts.open.fetch_add(1, Ordering::AcqRel);
         self.opened.fetch_add(1, Ordering::AcqRel);
-        Ok(Link {
-            client,
-            task,
-            learnt,
-        })
+        Ok(Link { client, task })
     }
 }
 
@@ -321,14 +306,7 @@ impl Drop for AsyncSession {
             let prepared = std::mem::take(&mut self.prepared);
             give_back(
                 self.id,
-                Some((
-                    Link {
-                        client,
-                        task,
-                        learnt: self.learnt,
-                    },
-                    prepared,
-                )),
+                Some((Link { client, task }, prepared)),
                 &self.counts,
             );
             return;

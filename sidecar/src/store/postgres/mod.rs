@@ -10,6 +10,7 @@
 pub(crate) mod analysis;
 pub(crate) mod by_value;
 pub(crate) mod deadline;
+pub(crate) mod described;
 pub(crate) mod failure;
 pub(crate) mod identity;
 pub(crate) mod loop_session;
@@ -36,8 +37,6 @@ pub(crate) struct PgSession {
     pub prepared: crate::store::postgres::loop_session::Prepared,
     /// How to reach the server for a CancelRequest (`store::postgres::deadline`).
     pub tls: MakeRustlsConnect,
-    /// The generation of types it learnt at connect (`user_types`): older ones are closed.
-    learnt: u64,
 }
 
 /// The r2d2 manager of Postgres sessions (one can be discarded by marking it poisoned); the
@@ -77,7 +76,6 @@ impl r2d2::ManageConnection for PgManager {
 
     fn connect(&self) -> Result<PgSession, postgres::Error> {
         let mut client = self.0.connect()?;
-        let learnt = user_types::generation();
         user_types::learn(&mut client);
         self.1.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Ok(PgSession {
@@ -85,7 +83,6 @@ impl r2d2::ManageConnection for PgManager {
             poisoned: false,
             prepared: Default::default(),
             tls: self.2.clone(),
-            learnt,
         })
     }
 
@@ -94,7 +91,7 @@ impl r2d2::ManageConnection for PgManager {
     }
 
     fn has_broken(&self, conn: &mut PgSession) -> bool {
-        conn.poisoned || conn.client.is_closed() || conn.learnt < user_types::generation()
+        conn.poisoned || conn.client.is_closed()
     }
 }
 

@@ -6,40 +6,27 @@
 //! `failure::driver_statement_lost`). The driver keeps the types it has resolved, which stay
 //! true (an OID names one type for its life; Ferry reads an enum as its label's text and a
 //! domain by its base type, which no DDL changes), so a session that learnt every type at
-//! connect never looks one up again. A type made later is learnt on a session's first meeting
-//! with it, at the cost of that session.
-
-use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Moved when a session's lookup found its statement gone: a type was made after sessions
-/// learnt theirs, and every session connected before it may meet the same. Sessions remember
-/// the generation they learnt at, and older ones are closed as they come back or are taken.
-static GENERATION: AtomicU64 = AtomicU64::new(0);
-
-/// The generation a session connecting now learns at.
-pub(crate) fn generation() -> u64 {
-    GENERATION.load(Ordering::Acquire)
-}
-
-/// A session's lookup statement was gone (`failure::driver_statement_lost`): the sessions
-/// connected before now are replaced as they are next used.
-pub(crate) fn forget_sessions() {
-    GENERATION.fetch_add(1, Ordering::AcqRel);
-}
+//! connect never looks one up again. A type made later, or past the most learnt, costs each
+//! session that meets it after a reset: dropped as lost, the read run on another (a new
+//! session learns it at connect).
 
 /// The most types a session learns at connect: each costs the driver a round trip or two
 /// (about 0.1 ms on a loopback, an RTT on a hosted database), once per connection.
-const MOST: i64 = 64;
+const MOST: i64 = 256;
 
-/// One statement whose columns are a NULL of each type the role may use, made by Postgres.
+/// One statement whose columns are a NULL of each type the role may use, made by Postgres: the
+/// database's own enums, domains, ranges and extensions' base types (`citext`, `vector`), then
+/// arrays of them. Not composite types (every table is one; Ferry reads none).
 const COLUMNS_OF_EACH: &str = "
+WITH own AS (
+  SELECT oid, typelem FROM pg_type
+   WHERE oid >= 16384 AND typtype IN ('b', 'e', 'd', 'r', 'm') AND has_type_privilege(oid, 'USAGE')
+     AND NOT pg_is_other_temp_schema(typnamespace)
+)
 SELECT 'SELECT ' || string_agg(format('NULL::%s', t), ', ')
-  FROM (SELECT oid::regtype::text AS t FROM pg_type
-         WHERE oid >= 16384 AND has_type_privilege(oid, 'USAGE')
-           AND NOT pg_is_other_temp_schema(typnamespace)
-           AND (typtype IN ('e', 'd', 'r', 'm') OR typelem IN (
-                 SELECT oid FROM pg_type WHERE oid >= 16384 AND typtype IN ('e', 'd', 'r', 'm')))
-         ORDER BY oid LIMIT $1) mine";
+  FROM (SELECT oid::regtype::text AS t FROM own
+         WHERE typelem = 0 OR typelem IN (SELECT oid FROM own)
+         ORDER BY typelem <> 0, oid LIMIT $1) mine";
 
 /// The learning statement for this session's role: None when the database has no type of its
 /// own (or the role may use none).

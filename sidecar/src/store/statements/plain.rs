@@ -114,6 +114,7 @@ pub(crate) fn check_schema(pools: &Pools) -> bool {
                 tracing::debug!("the schema changed: every verdict is asked again");
                 pools.plain.forget_all();
                 pools.inferred.forget_all();
+                pools.described.forget_all();
             }
         }
         Err(f) => tracing::debug!(error = %f.into_api(), "the schema's signature not read now"),

@@ -11,22 +11,24 @@
 //! parameter an untyped literal that Postgres reads with the inferred type exactly as it
 //! reads a text parameter (see `text::literal` for why no value can escape its literal).
 //! Rows are read as they arrive, within the read limits. Two round trips a statement, where
-//! Neon's patched driver needs one.
+//! Neon's patched driver needs one; a single read met before (not as an end user) runs as the
+//! simple query alone, in one round trip (`store::postgres::described`).
 
 mod errors;
 mod sql;
+mod statement;
 
 use crate::config::ReadLimits;
 use crate::error::ApiError;
 use crate::store::pools::session::RESET;
 use crate::store::pools::Pools;
+use crate::store::postgres::described::Description;
 use crate::store::statements::behind::{sent_behind, Sent};
 use errors::{committing, pg};
 use ferry_shared::api::Isolation;
-use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
-use sql::{command, counts_rows, literal, type_size};
-use tokio_postgres::{Client, SimpleQueryMessage, Statement};
+use statement::{described_read, statement, Memo};
+use tokio_postgres::Client;
 
 /// One statement.
 #[derive(Debug, Clone)]
@@ -70,15 +72,20 @@ pub(crate) async fn run(
     };
     let (out, sent) = match &plan.identity {
         Some(who) => match who.assume_async(client).await {
-            Ok(()) => on_session(client, plan, limits).await,
+            Ok(()) => on_session(pools, client, plan, limits).await,
             Err(f) => (Err(f.into_api()), None),
         },
-        None => on_session(client, plan, limits).await,
+        None => on_session(pools, client, plan, limits).await,
     };
-    let cut_short = matches!(out, Err(ApiError::ResultTooLarge { .. }));
+    // A result cut short, or a session found lost (its connection may still be open: the
+    // driver's own statement gone, `failure::driver_statement_lost`), is closed instead.
+    let closing = matches!(
+        out,
+        Err(ApiError::ResultTooLarge { .. } | ApiError::DatabaseUnavailable { .. })
+    );
     // The reset sent behind a single read fails when the read did (its transaction was still
     // aborted when the reset ran): then it is sent again, after the rollback.
-    let reset = !cut_short
+    let reset = !closing
         && !client.is_closed()
         && match sent {
             Some(sent) => sent.finish().await.is_ok() || client.batch_execute(RESET).await.is_ok(),
@@ -92,17 +99,19 @@ pub(crate) async fn run(
 
 /// Runs the plan; with the session's reset already sent behind a single read's statement.
 async fn on_session<'a>(
+    pools: &Pools,
     client: &'a Client,
     plan: &SqlPlan,
     limits: ReadLimits,
 ) -> (Result<Value, ApiError>, Option<Sent<'a>>) {
-    match on_session_inner(client, plan, limits).await {
+    match on_session_inner(pools, client, plan, limits).await {
         Ok((v, sent)) => (Ok(v), sent),
         Err(e) => (Err(e), None),
     }
 }
 
 async fn on_session_inner<'a>(
+    pools: &Pools,
     client: &'a Client,
     plan: &SqlPlan,
     limits: ReadLimits,
@@ -114,7 +123,22 @@ async fn on_session_inner<'a>(
     };
     if !plan.batch {
         let q = &plan.queries[0];
+        let role = plan.role.as_ref();
+        let memo = || Memo {
+            described: &pools.described,
+            role,
+        };
+        // A statement met before (the same role and text: one statement, as its prepare found
+        // then), not as an end user, runs on the columns Postgres described then: no prepare.
+        let known = plan
+            .identity
+            .is_none()
+            .then(|| pools.described.get(role, &q.sql))
+            .flatten();
         if plan.read_only {
+            if let Some(d) = known {
+                return described_read(client, q, &d, &mut budget, memo()).await;
+            }
             // In a transaction block of its own, as a batch is: outside one, a DO block could
             // COMMIT the read-only transaction it was given and write in the next. BEGIN goes
             // in the same write as the prepare, COMMIT in the statement's own round trip, and
@@ -125,9 +149,10 @@ async fn on_session_inner<'a>(
             )
             .await;
             begin.map_err(pg)?;
-            let ran = match stmt {
-                Ok(stmt) => {
-                    let read = statement(client, q, &stmt, &mut budget, pg, "\n;COMMIT");
+            let ran = match stmt.map(|s| Description::of(&s)) {
+                Ok(d) => {
+                    pools.described.remember(role, &q.sql, d.clone());
+                    let read = statement(client, q, &d, &mut budget, pg, "\n;COMMIT", None);
                     match sent_behind(read, Box::pin(client.batch_execute(RESET))).await {
                         (Ok(v), sent) => return Ok((v, Some(sent))),
                         // The reset ran inside the failed transaction: sent again after it.
@@ -142,20 +167,23 @@ async fn on_session_inner<'a>(
             }
             return ran.map(|v| (v, None));
         }
-        let stmt = {
-            // Sessions start read-only (a read cannot write); this one may write. Sent in
-            // the same write as the prepare; the reset turns it back.
-            let (set, stmt) = futures_util::future::join(
-                client.batch_execute("SET default_transaction_read_only = off"),
-                client.prepare(&q.sql),
-            )
-            .await;
-            set.map_err(pg)?;
-            stmt
-        };
+        // Sessions start read-only (a read cannot write); this one may write: sent in the
+        // same write as the prepare, or as the statement met before; the reset turns it back.
         // A statement that may write is its own transaction: lost once sent, it may have
         // committed, and no outcome is kept for `/sql` (it is not signed).
-        return statement(client, q, &stmt.map_err(pg)?, &mut budget, committing, "")
+        const WRITABLE: &str = "SET default_transaction_read_only = off";
+        if let Some(d) = known {
+            let run = statement(client, q, &d, &mut budget, committing, "", Some(memo()));
+            let (_, out) = futures_util::future::join(client.batch_execute(WRITABLE), run).await;
+            return out.map(|v| (v, None));
+        }
+        let (set, stmt) =
+            futures_util::future::join(client.batch_execute(WRITABLE), client.prepare(&q.sql))
+                .await;
+        set.map_err(pg)?;
+        let d = Description::of(&stmt.map_err(pg)?);
+        pools.described.remember(role, &q.sql, d.clone());
+        return statement(client, q, &d, &mut budget, committing, "", None)
             .await
             .map(|v| (v, None));
     }
@@ -163,7 +191,10 @@ async fn on_session_inner<'a>(
     let mut results = Vec::with_capacity(plan.queries.len());
     for q in &plan.queries {
         let ran = match client.prepare(&q.sql).await {
-            Ok(stmt) => statement(client, q, &stmt, &mut budget, pg, "").await,
+            Ok(stmt) => {
+                let d = Description::of(&stmt);
+                statement(client, q, &d, &mut budget, pg, "", None).await
+            }
             Err(e) => Err(pg(e)),
         };
         match ran {
@@ -202,113 +233,6 @@ fn begin(plan: &SqlPlan) -> String {
         s.push_str(", DEFERRABLE");
     }
     s
-}
-
-/// Runs one prepared statement as a simple query; its result as node-postgres shapes it.
-/// `sent`: how a failure once it was sent reaches the caller; `then`: sent after it in the
-/// same simple query (the COMMIT of its transaction), skipped by Postgres if it fails.
-async fn statement(
-    client: &Client,
-    q: &Query,
-    stmt: &Statement,
-    budget: &mut Budget,
-    sent: fn(tokio_postgres::Error) -> ApiError,
-    then: &str,
-) -> Result<Value, ApiError> {
-    if stmt.params().len() != q.params.len() {
-        return Err(ApiError::BadParams {
-            message: format!(
-                "bind message supplies {} parameters, but prepared statement \"\" requires {}",
-                q.params.len(),
-                stmt.params().len()
-            ),
-            pg_code: Some("08P01".into()),
-        });
-    }
-    let (mut text, target) = if q.params.is_empty() {
-        (q.sql.clone(), 0)
-    } else {
-        let literals = q
-            .params
-            .iter()
-            .map(|p| literal(p.as_deref()))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| ApiError::BadParams {
-                message: "invalid byte sequence for encoding \"UTF8\": 0x00".into(),
-                pg_code: Some("22021".into()),
-            })?;
-        // The newlines end a trailing `--` comment of the caller's SQL.
-        let text = format!(
-            "{PREPARE}{}\n;EXECUTE ferry_sql({})\n;DEALLOCATE ferry_sql",
-            q.sql,
-            literals.join(", ")
-        );
-        (text, 1)
-    };
-    text.push_str(then);
-    let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
-    let mut rows = Vec::new();
-    let (mut completed, mut count) = (0usize, 0u64);
-    let stream = client.simple_query_raw(&text).await.map_err(sent)?;
-    let mut stream = std::pin::pin!(stream);
-    while let Some(message) = stream.next().await {
-        let message = match message {
-            Ok(m) => m,
-            Err(e) => return Err(located(sent(e), completed, target)),
-        };
-        match message {
-            SimpleQueryMessage::Row(row) => rows.push(budget.row(&row, &names, q.array_mode)?),
-            SimpleQueryMessage::CommandComplete(n) => {
-                if completed == target {
-                    count = n;
-                }
-                completed += 1;
-            }
-            _ => {}
-        }
-    }
-    let command = command(&q.sql);
-    let fields: Vec<Value> = stmt
-        .columns()
-        .iter()
-        .map(|c| {
-            json!({
-                "name": c.name(),
-                "dataTypeID": c.type_().oid(),
-                "tableID": c.table_oid().unwrap_or(0),
-                "columnID": c.column_id().unwrap_or(0),
-                "dataTypeSize": type_size(c.type_().oid()),
-                "dataTypeModifier": c.type_modifier(),
-                "format": "text",
-            })
-        })
-        .collect();
-    Ok(json!({
-        "command": command,
-        "rowCount": if counts_rows(&command) { json!(count) } else { Value::Null },
-        "rows": rows,
-        "fields": fields,
-        "rowAsArray": q.array_mode,
-    }))
-}
-
-/// An error position points into the simple query Ferry sent: moved back onto the caller's
-/// SQL (the PREPARE prefix), or dropped when the error came from the parameter literals.
-fn located(e: ApiError, completed: usize, target: usize) -> ApiError {
-    let ApiError::Postgres(mut f) = e else {
-        return e;
-    };
-    if target == 1 {
-        f.position = match completed {
-            0 => f
-                .position
-                .and_then(|p| p.parse::<usize>().ok())
-                .and_then(|p| p.checked_sub(PREPARE.len()))
-                .map(|p| p.to_string()),
-            _ => None,
-        };
-    }
-    ApiError::Postgres(f)
 }
 
 /// The read limits over all of a request's rows.

@@ -1,0 +1,117 @@
+//! A `/sql` read met before runs on its remembered description, in one round trip
+//! (`store/postgres/described.rs`). Its columns changed under it (added, renamed, dropped by
+//! psql) are answered at once, not a second later when the schema's check forgets the
+//! description, and values are never told under another column's name. The read's own
+//! answer, against what Postgres holds, judges.
+use ferry_testkit::{PgServer, RedisServer, SidecarProcess};
+use serde_json::{json, Value};
+use std::process::Stdio;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
+const TOKEN: &str = "neon-described-token-0123456789abcdef012345";
+
+/// POST /sql as the Neon driver sends it: (status, body).
+fn sql(s: &SidecarProcess, query: &str, params: Value) -> (u16, Value) {
+    let url = format!("http://127.0.0.1:{}/sql", s.port);
+    let body = json!({"query": query, "params": params}).to_string();
+    s.client.block_on(async move {
+        let r = reqwest::Client::new()
+            .post(url)
+            .header(
+                "Neon-Connection-String",
+                format!("postgresql://app:{TOKEN}@db.ferry.invalid/app"),
+            )
+            .body(body)
+            .send()
+            .await
+            .expect("send /sql");
+        (r.status().as_u16(), r.json().await.expect("json"))
+    })
+}
+
+fn names(body: &Value) -> Vec<String> {
+    body["fields"]
+        .as_array()
+        .expect("fields")
+        .iter()
+        .map(|f| f["name"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[test]
+fn a_read_met_before_sees_its_columns_change_at_once() {
+    let (redis, pg) = (RedisServer::start(), PgServer::start());
+    pg.setup_demo_schema();
+    let env = [("FERRY_NEON_ENABLED", "true"), ("FERRY_NEON_TOKEN", TOKEN)];
+    let s = SidecarProcess::start(BIN, &redis.url(), &pg.url(), &env, Stdio::null());
+    let q = "SELECT * FROM items WHERE id = $1";
+    let read = || {
+        let (status, body) = sql(&s, q, json!(["1"]));
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    let mut expect = names(&read());
+    for _ in 0..3 {
+        assert_eq!(names(&read()), expect, "a read met before");
+    }
+    let mut psql = pg.client();
+    // Each change, then the read at once (well within the schema check's second).
+    for (ddl, change) in [
+        (
+            "ALTER TABLE items ADD COLUMN extra int NOT NULL DEFAULT 7",
+            "add",
+        ),
+        ("ALTER TABLE items RENAME COLUMN extra TO extra2", "rename"),
+        ("ALTER TABLE items DROP COLUMN price", "drop"),
+    ] {
+        psql.batch_execute(ddl).expect("ddl");
+        match change {
+            "add" => expect.push("extra".into()),
+            "rename" => *expect.last_mut().expect("a column") = "extra2".into(),
+            _ => expect.retain(|n| n != "price"),
+        }
+        let body = read();
+        assert_eq!(names(&body), expect, "after {change}: {body}");
+        let last = expect.last().expect("a column").clone();
+        assert_eq!(body["rows"][0][&last], "7", "after {change}: {body}");
+    }
+}
+
+/// A write met before whose columns changed under it is run once, never again to describe it:
+/// its answer is told by the columns it returned, described after it ran.
+#[test]
+fn a_write_met_before_runs_once_when_its_columns_change() {
+    let (redis, pg) = (RedisServer::start(), PgServer::start());
+    pg.setup_demo_schema();
+    let env = [("FERRY_NEON_ENABLED", "true"), ("FERRY_NEON_TOKEN", TOKEN)];
+    let s = SidecarProcess::start(BIN, &redis.url(), &pg.url(), &env, Stdio::null());
+    let q = "INSERT INTO notes (owner, body) VALUES ('described', $1) RETURNING *";
+    let write = |body: &str| {
+        let (status, answer) = sql(&s, q, json!([body]));
+        assert_eq!(status, 200, "{answer}");
+        answer
+    };
+    write("one");
+    write("two");
+    pg.client()
+        .batch_execute("ALTER TABLE notes ADD COLUMN tag text NOT NULL DEFAULT 'x'")
+        .expect("ddl");
+    let answer = write("three");
+    assert!(names(&answer).contains(&"tag".to_string()), "{answer}");
+    assert_eq!(answer["rows"][0]["tag"], "x", "{answer}");
+    let per_body: Vec<(String, i64)> = pg
+        .client()
+        .query(
+            "SELECT body, count(*) FROM notes WHERE owner = 'described' GROUP BY body ORDER BY body",
+            &[],
+        )
+        .expect("count")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        per_body,
+        [("one".into(), 1), ("three".into(), 1), ("two".into(), 1)],
+        "each write committed once"
+    );
+}
