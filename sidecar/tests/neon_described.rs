@@ -115,3 +115,93 @@ fn a_write_met_before_runs_once_when_its_columns_change() {
         "each write committed once"
     );
 }
+
+/// What an end user's statement resolves to is never kept for the token's own requests: as
+/// the end user's role, a name may find another table (its search path skips schemas it may
+/// not use). An end user's `SELECT * FROM things` reads `shared.things`; the token's own, the
+/// same text, reads `private.things`, and is told its own columns' types.
+#[test]
+fn an_end_users_statement_is_not_described_for_the_token() {
+    const SECRET: &str = "described-hs256-secret-0123456789abcdef";
+    let (redis, pg) = (RedisServer::start(), PgServer::start());
+    pg.setup_demo_schema();
+    pg.client()
+        .batch_execute(
+            "GRANT authenticated TO ferry_neon;
+             CREATE SCHEMA private; CREATE SCHEMA shared;
+             CREATE TABLE private.things (id int, price numeric);
+             CREATE TABLE shared.things (id text, price bool);
+             INSERT INTO private.things VALUES (1, 12.50);
+             INSERT INTO shared.things VALUES ('one', true);
+             GRANT USAGE ON SCHEMA private, shared TO ferry_neon;
+             GRANT USAGE ON SCHEMA shared TO authenticated;
+             GRANT SELECT ON private.things, shared.things TO ferry_neon;
+             GRANT SELECT ON shared.things TO authenticated;
+             ALTER ROLE ferry_neon SET search_path = private, shared;",
+        )
+        .expect("schemas");
+    let file = ferry_testkit::doors::config_file(&format!(
+        "[identity]\nroles = [\"authenticated\"]\nallow_raw_sql = true\n\
+         jwt_secret = \"{SECRET}\"\n\
+         [neon]\nenabled = true\n[[neon.tokens]]\ntoken = \"{TOKEN}\"\npostgres_url = \"{}\"\n",
+        pg.url_as("ferry_neon")
+    ));
+    let path = file.path().to_str().expect("utf-8 path");
+    let s = SidecarProcess::start(
+        BIN,
+        &redis.url(),
+        &pg.url_as("ferry_app"),
+        &[("FERRY_CONFIG", path)],
+        Stdio::null(),
+    );
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+        + 300;
+    let jwt =
+        ferry_shared::jwt::sign_hs256(&json!({"sub": "alice", "exp": exp}), SECRET.as_bytes());
+    let send = |bearer: Option<&str>| {
+        let url = format!("http://127.0.0.1:{}/sql", s.port);
+        let body = json!({"query": "SELECT * FROM things", "params": []}).to_string();
+        let bearer = bearer.map(str::to_string);
+        s.client.block_on(async move {
+            let mut r = reqwest::Client::new().post(url).header(
+                "Neon-Connection-String",
+                format!("postgresql://app:{TOKEN}@db.ferry.invalid/app"),
+            );
+            if let Some(b) = bearer {
+                r = r.header("Authorization", format!("Bearer {b}"));
+            }
+            let r = r.body(body).send().await.expect("send /sql");
+            (r.status().as_u16(), r.json::<Value>().await.expect("json"))
+        })
+    };
+    let types = |body: &Value| -> Vec<u64> {
+        body["fields"]
+            .as_array()
+            .expect("fields")
+            .iter()
+            .map(|f| f["dataTypeID"].as_u64().unwrap_or(0))
+            .collect()
+    };
+    for _ in 0..3 {
+        let (status, mine) = send(Some(&jwt));
+        assert_eq!(status, 200, "{mine}");
+        assert_eq!(
+            mine["rows"][0]["id"], "one",
+            "the end user reads shared.things: {mine}"
+        );
+        assert_eq!(types(&mine), [25, 16]);
+    }
+    for _ in 0..3 {
+        let (status, own) = send(None);
+        assert_eq!(status, 200, "{own}");
+        assert_eq!(own["rows"][0]["id"], "1", "{own}");
+        assert_eq!(
+            types(&own),
+            [23, 1700],
+            "told as the end user's table: {own}"
+        );
+    }
+}

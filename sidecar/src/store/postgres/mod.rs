@@ -222,7 +222,9 @@ pub fn role_warnings(config: &Config) -> Result<Vec<String>, String> {
 ///   answers (node-postgres parses it) and the JSON values `/v1` decodes (`-15` rounded every
 ///   float, in the cache too);
 /// - `standard_conforming_strings=on`: a backslash in a literal is a backslash, as the SQL the
-///   clients send assumes.
+///   clients send assumes; and where one statement ends is decided once (`/sql` runs a text
+///   its prepare found to be one statement as a simple query, later without the prepare:
+///   `store::postgres::described`; with it off, `'a\' -- '; COMMIT; ...` is several).
 ///
 /// The readiness probe reports role and database settings that appear all the same
 /// (`store::readiness`).

@@ -135,6 +135,13 @@ async fn on_session_inner<'a>(
             .is_none()
             .then(|| pools.described.get(role, &q.sql))
             .flatten();
+        // Only what the login role sees is kept: as an end user (`SET ROLE`), a name may find
+        // another table (its search path, its schemas' privileges).
+        let remember = |d: Description, generation: u64| {
+            if plan.identity.is_none() {
+                pools.described.remember(role, &q.sql, d, generation);
+            }
+        };
         if plan.read_only {
             if let Some(d) = known {
                 return described_read(client, q, &d, &mut budget, memo()).await;
@@ -143,6 +150,7 @@ async fn on_session_inner<'a>(
             // COMMIT the read-only transaction it was given and write in the next. BEGIN goes
             // in the same write as the prepare, COMMIT in the statement's own round trip, and
             // the session's reset right behind it (no round trip of its own).
+            let generation = pools.described.generation();
             let (begin, stmt) = futures_util::future::join(
                 client.batch_execute("BEGIN READ ONLY"),
                 client.prepare(&q.sql),
@@ -151,7 +159,7 @@ async fn on_session_inner<'a>(
             begin.map_err(pg)?;
             let ran = match stmt.map(|s| Description::of(&s)) {
                 Ok(d) => {
-                    pools.described.remember(role, &q.sql, d.clone());
+                    remember(d.clone(), generation);
                     let read = statement(client, q, &d, &mut budget, pg, "\n;COMMIT", None);
                     match sent_behind(read, Box::pin(client.batch_execute(RESET))).await {
                         (Ok(v), sent) => return Ok((v, Some(sent))),
@@ -177,12 +185,13 @@ async fn on_session_inner<'a>(
             let (_, out) = futures_util::future::join(client.batch_execute(WRITABLE), run).await;
             return out.map(|v| (v, None));
         }
+        let generation = pools.described.generation();
         let (set, stmt) =
             futures_util::future::join(client.batch_execute(WRITABLE), client.prepare(&q.sql))
                 .await;
         set.map_err(pg)?;
         let d = Description::of(&stmt.map_err(pg)?);
-        pools.described.remember(role, &q.sql, d.clone());
+        remember(d.clone(), generation);
         return statement(client, q, &d, &mut budget, committing, "", None)
             .await
             .map(|v| (v, None));

@@ -105,9 +105,11 @@ pub(super) async fn statement(
     let d = match (described_names, memo) {
         (true, _) | (false, None) => d,
         (false, Some(memo)) => {
+            let generation = memo.described.generation();
             fresh = again(client, q, &names).await;
             if let Some(f) = &fresh {
-                memo.described.remember(memo.role, &q.sql, f.clone());
+                memo.described
+                    .remember(memo.role, &q.sql, f.clone(), generation);
             }
             fresh.as_ref().unwrap_or(d)
         }
