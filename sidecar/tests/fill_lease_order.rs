@@ -1,6 +1,8 @@
 //! A miss looks its entry up again behind its fill lease, and that second lookup reaches Redis
 //! after the lease's `SET`, never before: run first, it could miss another sidecar's fill
-//! whose lease was let go in between, and the same query would run twice. Redis's own log of
+//! whose lease was let go in between, and the same query would run twice. And a miss costs
+//! Redis three messages, the lease's release riding with the write-back (Redis's own count of
+//! read events judges). Redis's own log of
 //! the commands it ran (MONITOR) judges, for a miss through the sidecar binary.
 use ferry_testkit::{PgServer, RedisServer, SidecarProcess};
 use serde_json::json;
@@ -58,4 +60,42 @@ fn a_miss_looks_again_only_after_its_lease_is_taken() {
         log.join("\n")
     );
     assert_eq!(pg.reads(), 1, "one query ran on Postgres");
+}
+
+/// Redis's read events (messages received) so far.
+fn reads_processed(redis: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query(&mut redis.conn())
+        .expect("INFO stats");
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_reads_processed:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("total_reads_processed")
+}
+
+/// A miss costs Redis three messages: the lookup, the lease with a second lookup behind it,
+/// and the write-back with the lease's release behind it (a release of its own made four).
+#[test]
+fn a_miss_costs_three_messages_to_redis() {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    pg.setup_demo_schema();
+    let s = SidecarProcess::start(BIN, &redis.url(), &pg.url(), &[], Stdio::null());
+    let miss = |i: usize| {
+        let a = s.client.query(json!({
+            "sql": "SELECT $1::int AS n", "params": [i], "cache": {"ttl_s": 60}
+        }));
+        assert_eq!(a.body["cache"], "miss", "{}", a.body);
+    };
+    miss(0);
+    let before = reads_processed(&redis);
+    let n = 100;
+    for i in 1..=n {
+        miss(i);
+    }
+    // Less this probe's own INFO message; background work adds a few.
+    let per_miss = (reads_processed(&redis) - before - 1) as f64 / n as f64;
+    println!("FIGURES a miss: {per_miss:.2} messages to Redis");
+    assert!(per_miss < 3.5, "{per_miss:.2} messages per miss");
 }

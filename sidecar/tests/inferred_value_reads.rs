@@ -118,6 +118,7 @@ fn a_read_by_an_indexed_value_depends_on_the_rows_of_that_value() {
         "ALTER TABLE comments REPLICA IDENTITY FULL; INSERT INTO comments VALUES (6, 1, 'c6');",
     )
     .expect("full");
+    settle();
     warm(&s, 1, &["c6"]);
     warm(&s, 2, &["c2", "c3", "c4"]);
     warm(&s, 3, &["c3"]);

@@ -8,6 +8,7 @@ use crate::read::plan::{CachePlan, Infer, ReadFormat, ReadPlan};
 use crate::read::postgres::{on_event_loop, run_query, text_query};
 use crate::read::shared_flight::{self, Fill};
 use crate::store::cache::{Lookup, Observed, Stored};
+use crate::store::coordination::leases::Held;
 use crate::store::statements::pooled;
 use ferry_shared::api::{CacheMode, CacheStatus, QueryResponse, Row, StaleReason};
 use serde_json::Value;
@@ -193,7 +194,7 @@ fn fill(
     cache: &CachePlan,
     observed: Observed,
     prefetched: Option<Vec<Row>>,
-) -> impl FnOnce() -> Fill {
+) -> impl FnOnce(Option<Held>) -> Fill {
     let s = state.clone();
     let (limits, format, who, reset) = (
         plan.limits,
@@ -207,7 +208,7 @@ fn fill(
         cache.key.clone(),
         cache.entry.clone(),
     );
-    move || {
+    move |held: Option<Held>| {
         Box::pin(async move {
             let on_loop = match &format {
                 // Postgres already answered this read (`grouped`): only the write-back is left.
@@ -223,24 +224,35 @@ fn fill(
             };
             if let Some(rows) = on_loop {
                 let rows = rows?;
-                let stored = match s
+                // The fill's lease goes in the write-back's round trip.
+                let release = |p: &mut redis::Pipeline| {
+                    if let Some(h) = &held {
+                        h.release_in(p);
+                    }
+                };
+                let behind: Option<&(dyn Fn(&mut redis::Pipeline) + Sync)> =
+                    held.is_some().then_some(&release);
+                let (stored, released) = match s
                     .cache
-                    .store_async(&s.pools, &key, &observed, &rows, &entry)
+                    .store_async(&s.pools, &key, &observed, &rows, &entry, behind)
                     .await
                 {
-                    Some(stored) => stored,
+                    Some(done) => done,
                     None => {
                         let (job, kept) = (s.clone(), rows.clone());
-                        s.blocking
+                        let stored = s
+                            .blocking
                             .run(move || {
                                 Ok(job.cache.store(&job.pools, &key, &observed, &kept, &entry))
                             })
-                            .await?
+                            .await?;
+                        (stored, false)
                     }
                 };
                 return Ok(Fetched {
                     rows,
                     too_large: stored == Stored::TooLarge,
+                    released,
                 });
             }
             let job = s.clone();
@@ -252,6 +264,7 @@ fn fill(
                     Ok(Fetched {
                         rows,
                         too_large: stored == Stored::TooLarge,
+                        released: false,
                     })
                 })
                 .await
@@ -271,7 +284,7 @@ async fn fetch(
     let identity = cache.flight_identity();
     let work = fill(state, plan, cache, observed, prefetched);
     let work: Box<dyn FnOnce() -> Fill> = if cache.mode == CacheMode::NoCache {
-        Box::new(work)
+        Box::new(move || work(None))
     } else {
         Box::new(shared_flight::leased(state, plan, identity.clone(), work))
     };

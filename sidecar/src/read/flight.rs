@@ -20,6 +20,8 @@ use tokio::sync::watch;
 pub(crate) struct Fetched {
     pub rows: Vec<Row>,
     pub too_large: bool,
+    /// The fill's lease was released behind its write-back (`shared_flight`).
+    pub released: bool,
 }
 
 pub(crate) type Outcome = Result<Arc<Fetched>, ApiError>;

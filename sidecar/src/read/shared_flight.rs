@@ -10,7 +10,7 @@ use crate::read::flight::Fetched;
 use crate::read::lookup::{lookup_many, Reads};
 use crate::read::plan::ReadPlan;
 use crate::store::cache::{Lookup, Probe};
-use crate::store::coordination::leases::Lease;
+use crate::store::coordination::leases::{Held, Lease};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -27,13 +27,13 @@ pub(crate) fn leased(
     state: &Reads,
     plan: &ReadPlan,
     identity: String,
-    work: impl FnOnce() -> Fill + 'static,
+    work: impl FnOnce(Option<Held>) -> Fill + 'static,
 ) -> impl FnOnce() -> Fill + 'static {
     let (s, plan) = (state.clone(), plan.clone());
     move || {
         Box::pin(async move {
             if !s.leases.enabled() {
-                return work().await;
+                return work(None).await;
             }
             let deadline = s.blocking.timeout();
             let (lease, found) = lease_then_lookup(&s, &plan, &identity).await;
@@ -43,16 +43,25 @@ pub(crate) fn leased(
                         Some(fetched) => Ok(fetched),
                         None => {
                             let renew = Box::pin(s.leases.renew(&s.pools, &key, &token));
-                            match futures_util::future::select(work(), renew).await {
+                            let held = Held {
+                                key: key.clone(),
+                                token: token.clone(),
+                                leases: s.leases.clone(),
+                            };
+                            match futures_util::future::select(work(Some(held)), renew).await {
                                 futures_util::future::Either::Left((out, _)) => out,
                                 futures_util::future::Either::Right(((), fill)) => fill.await,
                             }
                         }
                     };
-                    // The answer does not wait for the release: what it answers is already
-                    // in Redis (or was not to be stored), and the release only wakes other
-                    // sidecars' waiters, which it still does after the write-back. One Redis
-                    // round trip less on every miss.
+                    // Released behind the write-back already: nothing left to send.
+                    if matches!(&out, Ok(f) if f.released) {
+                        return out;
+                    }
+                    // Not released with the write-back (no write-back, a cluster, the pooled
+                    // path): the answer does not wait for the release, since what it answers
+                    // is already in Redis (or was not to be stored), and the release only
+                    // wakes other sidecars' waiters, which it still does after the write-back.
                     let s = s.clone();
                     actix_web::rt::spawn(async move {
                         s.leases.release(&s.pools, &key, &token).await;
@@ -65,10 +74,10 @@ pub(crate) fn leased(
                     crate::metrics::global().fill_wait(woken);
                     match fresh(&s, &plan).await {
                         Some(fetched) => Ok(fetched),
-                        None => work().await,
+                        None => work(None).await,
                     }
                 }
-                (Lease::Unavailable, None) => work().await,
+                (Lease::Unavailable, None) => work(None).await,
             }
         })
     }
@@ -108,6 +117,7 @@ fn hit(plan: &ReadPlan, found: Lookup) -> Option<Fetched> {
         Lookup::Hit { rows, .. } => Some(Fetched {
             rows,
             too_large: false,
+            released: false,
         }),
         _ => None,
     }

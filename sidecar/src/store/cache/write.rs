@@ -58,6 +58,9 @@ impl Cache {
 
     /// [`Cache::store`] on this worker's multiplexed connection (no thread hop); None when
     /// this worker has none, so the caller takes the pooled path.
+    /// `behind`: commands sent after the write-back in its round trip when there is one (on a
+    /// single Redis: a fill lease's release); the answer says whether they went and Redis
+    /// answered.
     pub(crate) async fn store_async(
         &self,
         pools: &Pools,
@@ -65,27 +68,34 @@ impl Cache {
         observed: &Observed,
         rows: &[Row],
         policy: &EntryPolicy,
-    ) -> Option<Stored> {
+        behind: Option<&(dyn Fn(&mut redis::Pipeline) + Sync)>,
+    ) -> Option<(Stored, bool)> {
         // While the breaker is open the pooled path probes (and closes it).
         if !pools.redis_breaker_closed() {
             return None;
         }
-        let w = self.write_back(pools, &[(key, observed, rows)], policy);
+        let behind = behind.filter(|_| self.cluster.is_none());
+        let mut w = self.write_back(pools, &[(key, observed, rows)], policy);
         if !w.sent.is_empty() {
+            if let Some(add) = behind {
+                add(&mut w.pipe);
+            }
             let mut conn = match pools.redis_async().await {
                 Ok(Some(c)) => c,
                 Ok(None) => return None,
-                Err(_) => return Some(Stored::NotWritten),
+                Err(_) => return Some((Stored::NotWritten, false)),
             };
             // Conditional writes: a second run writes nothing the first did not.
             let again = || Some(w.pipe.clone());
             let (result, _) =
                 redis_lost::query_async(pools, &mut conn, &w.pipe, false, again).await;
-            let result =
+            let result: redis::RedisResult<Vec<i64>> =
                 result.and_then(|v| redis::from_redis_value(Value::Array(v)).map_err(Into::into));
-            return w.finish(pools, result).first().copied();
+            let sent_behind = behind.is_some() && result.is_ok();
+            let stored = w.finish(pools, result).first().copied()?;
+            return Some((stored, sent_behind));
         }
-        w.written.first().copied()
+        Some((w.written.first().copied()?, false))
     }
 
     /// The write-back pipeline of `items`: one conditional EVAL per entry that fits.

@@ -43,16 +43,13 @@ static RENEW: LazyLock<redis::Script> = LazyLock::new(|| {
 /// KEYS[1] the lease, KEYS[2] its waited-on mark; ARGV[1] the holder's token, ARGV[2] the
 /// channel. A lease no longer ours (it lapsed, another sidecar holds it) is left, with its
 /// mark, to its holder.
-static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(
-        r"
+const RELEASE_LUA: &str = r"
         if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
         redis.call('DEL', KEYS[1])
         if redis.call('DEL', KEYS[2]) == 1 then redis.call('PUBLISH', ARGV[2], KEYS[1]) end
         return 1
-        ",
-    )
-});
+        ";
+static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RELEASE_LUA));
 
 /// The mark a waiter puts on `lease` (the same hash slot: the lease's name is its hash tag).
 fn waiting_mark(lease: &str) -> String {
@@ -77,6 +74,20 @@ pub(crate) enum Lease {
     Taken(Waiter),
     /// Redis unavailable: fill without a lease.
     Unavailable,
+}
+
+/// A lease this sidecar holds, handed to its fill: released behind the fill's write-back, in
+/// the same round trip (`Cache::store_async`), instead of in one of its own.
+pub(crate) struct Held {
+    pub key: String,
+    pub token: String,
+    pub leases: Arc<Leases>,
+}
+
+impl Held {
+    pub(crate) fn release_in(&self, pipe: &mut redis::Pipeline) {
+        self.leases.release_in(pipe, &self.key, &self.token);
+    }
 }
 
 /// A lease asked for, not yet sent: its `SET NX PX` goes out on its own ([`Attempt::send`]) or
@@ -213,6 +224,18 @@ impl Leases {
     }
 
     /// Ends a fill (done or failed): deletes the lease if still ours and wakes every waiter.
+    /// The release of lease `key` (ours by `token`) as commands added to `pipe` (one EVAL,
+    /// answering 1 or 0): sent behind a fill's write-back, in the same round trip.
+    pub(crate) fn release_in(&self, pipe: &mut redis::Pipeline, key: &str, token: &str) {
+        pipe.cmd("EVAL")
+            .arg(RELEASE_LUA)
+            .arg(2)
+            .arg(key)
+            .arg(waiting_mark(key))
+            .arg(token)
+            .arg(&self.channel);
+    }
+
     pub(crate) async fn release(&self, pools: &Pools, key: &str, token: &str) {
         let Ok(Some(mut conn)) = pools.redis_async().await else {
             return;
