@@ -43,7 +43,8 @@ pub fn explain_cache(config: &Config, sql: &str) -> Result<String, String> {
     use crate::store::statements::class::{check, Route};
     check(sql, Route::Read).map_err(|e| e.to_string())?;
     let mut client = crate::store::postgres::check_session(config)?;
-    let verdict = crate::store::postgres::analysis::analyse(&mut client, sql)
+    let publication = config.changes.publication.as_str();
+    let verdict = crate::store::postgres::analysis::analyse(&mut client, sql, Some(publication))
         .map_err(|e| crate::store::postgres::failure::describe(&e))?;
     if let crate::store::postgres::analysis::Verdict::Unknown(why) = &verdict {
         return Err(format!("not analysed: {why}"));

@@ -2,8 +2,9 @@
 //! parse of it, and whether it can be cached and stay fresh. The adversary is a statement that
 //! hides what it reads or calls: a view over a view over a join, a CTE and subqueries, a
 //! stable or volatile function, a table the change stream does not watch, a system catalog, a
-//! materialized view, a view redefined to read another table. The binary against a real
-//! Postgres; what Postgres parsed judges, never the statement's text.
+//! materialized view, a view redefined to read another table; and a read by its key's value
+//! told apart from one by a range. The binary against a real Postgres; what Postgres parsed
+//! judges, never the statement's text.
 use ferry_testkit::PgServer;
 use std::process::Command;
 
@@ -223,6 +224,9 @@ ttl_s = 60
 sql = "SELECT id FROM audit"
 ttl_s = 60
 tables = ["posts"]
+[queries.post]
+sql = "SELECT title FROM posts WHERE id = $1"
+ttl_s = 60
 "#,
     )
     .expect("config");
@@ -251,4 +255,23 @@ tables = ["posts"]
     );
     // A named query that names its tables is kept fresh by those: nothing inferred.
     assert!(!text.contains("queries.named_tables: cached"), "{text}");
+    // A read of one row by its key, the table published: by the key's value alone.
+    assert!(
+        text.contains("queries.post: cached by the value of public.posts.id in $1"),
+        "{text}"
+    );
+    let (code, text) = explain(&pg, "SELECT title FROM posts WHERE id = $1", true);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        cache_line(&text).starts_with(
+            "cache: cached with no table named, by the value of public.posts.id in $1"
+        ),
+        "{text}"
+    );
+    // Not by a column the index does not take whole: the table.
+    let (_, text) = explain(&pg, "SELECT title FROM posts WHERE id > $1", true);
+    assert!(
+        cache_line(&text).contains("dropped by any committed change to public.posts"),
+        "{text}"
+    );
 }

@@ -252,16 +252,30 @@ pub(crate) fn report(
         if q.ttl_s.is_none() || !q.tables.is_empty() {
             continue;
         }
-        let verdict = crate::store::postgres::analysis::analyse(client, &q.sql)
+        let publication = Some(config.changes.publication.as_str());
+        let verdict = crate::store::postgres::analysis::analyse(client, &q.sql, publication)
             .map_err(|e| crate::store::postgres::failure::describe(&e))?;
         let line = match &verdict {
             Verdict::Unknown(why) => Err(format!("Postgres could not analyse it ({why})")),
             Verdict::Analysed(a) => cacheable(a, config)
+                .map(|t| (t, a.by_value.as_ref()))
                 .map_err(|why| why.into_iter().map(|w| w.1).collect::<Vec<_>>().join("; ")),
         };
         out.push(match line {
-            Ok(t) if t.is_empty() => (false, format!("queries.{name}: cached (it reads no table)")),
-            Ok(t) => (
+            Ok((t, _)) if t.is_empty() => {
+                (false, format!("queries.{name}: cached (it reads no table)"))
+            }
+            Ok((_, Some(v))) => (
+                false,
+                format!(
+                    "queries.{name}: cached by the value of {}.{} in ${}, dropped by changes to \
+                     the rows holding it",
+                    v.table,
+                    v.column,
+                    v.param + 1
+                ),
+            ),
+            Ok((t, None)) => (
                 false,
                 format!(
                     "queries.{name}: cached, dropped by any committed change to {}",
@@ -299,13 +313,23 @@ pub(crate) fn explain(verdict: &Verdict, config: &Config) -> String {
         .map(|(r, k)| format!("{r} ({})", kind(*k)))
         .collect();
     let calls = a.functions.iter().map(|f| f.describe()).collect();
-    let cache = match cacheable(a, config) {
-        Ok(t) if t.is_empty() => "cache: cached with no table named (it reads none)".to_string(),
-        Ok(t) => format!(
+    let cache = match (cacheable(a, config), &a.by_value) {
+        (Ok(t), _) if t.is_empty() => {
+            "cache: cached with no table named (it reads none)".to_string()
+        }
+        (Ok(_), Some(v)) => format!(
+            "cache: cached with no table named, by the value of {}.{} in ${}: dropped only by \
+             a change to a row holding that value (old or new), or one whose old value the \
+             stream does not send, TRUNCATE or DDL (not for an end user's reads: their tables)",
+            v.table,
+            v.column,
+            v.param + 1
+        ),
+        (Ok(t), None) => format!(
             "cache: cached with no table named, dropped by any committed change to {}",
             t.join(", ")
         ),
-        Err(why) => format!(
+        (Err(why), _) => format!(
             "cache: could not be kept fresh by the change stream: {}",
             why.into_iter().map(|w| w.1).collect::<Vec<_>>().join("; ")
         ),

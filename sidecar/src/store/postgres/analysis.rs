@@ -133,9 +133,14 @@ impl Verdict {
 }
 
 /// Asks Postgres what `sql` calls and reads, on `client` (a session of the role the read runs
-/// as), in a transaction rolled back before this returns. `Err`: the session failed (ask
+/// as), in a transaction rolled back before this returns; with `publication` (the change
+/// stream's), also whether it reads one table by a value. `Err`: the session failed (ask
 /// again later); `Ok(Unknown)`: Postgres refused the statement as a function body.
-pub(crate) fn analyse(client: &mut Client, sql: &str) -> Result<Verdict, postgres::Error> {
+pub(crate) fn analyse(
+    client: &mut Client,
+    sql: &str,
+    publication: Option<&str>,
+) -> Result<Verdict, postgres::Error> {
     let described = match client.prepare(sql) {
         Ok(s) => s,
         Err(e) if settled(&e) => return Ok(Verdict::Unknown(describe(&e))),
@@ -153,8 +158,18 @@ pub(crate) fn analyse(client: &mut Client, sql: &str) -> Result<Verdict, postgre
             };
         }
     };
+    let mut verdict = rows.map(|rows| verdict_of(rows, sql));
+    // A read of one table and nothing else: perhaps of the rows of one value.
+    if let (Ok(Verdict::Analysed(a)), Some(publication)) = (&mut verdict, publication) {
+        if let ([(table, 'r')], true) = (a.relations.as_slice(), a.functions.is_empty()) {
+            let types: Vec<u32> = described.params().iter().map(|t| t.oid()).collect();
+            let table = table.clone();
+            a.by_value =
+                super::by_value::by_value_blocking(client, sql, &types, &table, publication);
+        }
+    }
     client.batch_execute("ROLLBACK")?;
-    Ok(verdict_of(rows?, sql))
+    verdict
 }
 
 /// [`analyse`] on a worker's own session (its event loop), for a read on the request path:

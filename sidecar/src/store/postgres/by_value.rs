@@ -74,6 +74,35 @@ SELECT quote_ident(a.attname), a.attname::text, t.typname IN ('int2', 'int4', 'i
    AND t.typname IN ('int2', 'int4', 'int8', 'text')
    AND (a.attcollation = 0 OR co.collisdeterministic)";
 
+/// One column of [`COLUMNS`]: the name as the plan prints it, the name, integer, its type, the
+/// table's oid.
+type ColumnRow = (String, String, bool, u32, u32);
+
+fn column_rows(rows: &[tokio_postgres::Row]) -> Vec<ColumnRow> {
+    rows.iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect()
+}
+
+/// The planner's settings for the probe (`SET LOCAL`: gone with the caller's rollback).
+const PLANNER: &str = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; \
+                       SET LOCAL plan_cache_mode = force_generic_plan";
+
+/// The probe's statements: one per message (extended protocol), so the caller's text cannot
+/// end the transaction. Prepared statements outlive a rollback: deallocated after (and the
+/// session is reset after the analysis anyway).
+fn probe(sql: &str, params: usize) -> (String, String) {
+    let explain = match params {
+        0 => "EXPLAIN (FORMAT JSON) EXECUTE ferry_value_probe".to_string(),
+        _ => format!(
+            "EXPLAIN (FORMAT JSON) EXECUTE ferry_value_probe({})",
+            vec!["NULL"; params].join(", ")
+        ),
+    };
+    (format!("PREPARE ferry_value_probe AS {sql}\n"), explain)
+}
+const DEALLOCATE: &str = "DEALLOCATE ferry_value_probe";
+
 /// Asks the planner, inside the caller's transaction (rolled back after: the settings are
 /// `SET LOCAL`), whether `sql` (with parameters of types `params`) reads `table` by one
 /// column's value, as the stream of `publication` sends it. Any refusal is "no": the read then
@@ -85,43 +114,49 @@ pub(crate) async fn by_value(
     table: &str,
     publication: &str,
 ) -> Option<ByValue> {
-    let columns = client.query(COLUMNS, &[&table, &publication]).await.ok()?;
-    // `schema.name` joined is ambiguous (schema `a.b`, table `c`; schema `a`, table `b.c`).
-    let oids: std::collections::BTreeSet<u32> = columns.iter().map(|c| c.get(4)).collect();
-    if oids.len() > 1 {
-        return None;
-    }
-    let types = params;
-    let params = params.len();
-    client
-        .batch_execute(
-            "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; \
-             SET LOCAL plan_cache_mode = force_generic_plan",
-        )
-        .await
-        .ok()?;
-    // One statement per message (extended protocol): the caller's text cannot end the
-    // transaction. Prepared statements outlive a rollback: deallocated below (and the session
-    // is reset after the analysis anyway).
-    client
-        .execute(
-            format!("PREPARE ferry_value_probe AS {sql}\n").as_str(),
-            &[],
-        )
-        .await
-        .ok()?;
-    let args = vec!["NULL"; params].join(", ");
-    let explain = match params {
-        0 => "EXPLAIN (FORMAT JSON) EXECUTE ferry_value_probe".to_string(),
-        _ => format!("EXPLAIN (FORMAT JSON) EXECUTE ferry_value_probe({args})"),
-    };
+    let columns = column_rows(&client.query(COLUMNS, &[&table, &publication]).await.ok()?);
+    client.batch_execute(PLANNER).await.ok()?;
+    let (prepare, explain) = probe(sql, params.len());
+    client.execute(prepare.as_str(), &[]).await.ok()?;
     let plan = client.simple_query(&explain).await;
-    let _ = client.batch_execute("DEALLOCATE ferry_value_probe").await;
+    let _ = client.batch_execute(DEALLOCATE).await;
     let text = plan.ok()?.into_iter().find_map(|m| match m {
         SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
         _ => None,
     })?;
-    let plan: Value = serde_json::from_str(&text).ok()?;
+    judge(&columns, &text, params, table)
+}
+
+/// [`by_value`] on a blocking session (`--explain-cache`, `--check-config`).
+pub(crate) fn by_value_blocking(
+    client: &mut postgres::Client,
+    sql: &str,
+    params: &[u32],
+    table: &str,
+    publication: &str,
+) -> Option<ByValue> {
+    let columns = column_rows(&client.query(COLUMNS, &[&table, &publication]).ok()?);
+    client.batch_execute(PLANNER).ok()?;
+    let (prepare, explain) = probe(sql, params.len());
+    client.execute(prepare.as_str(), &[]).ok()?;
+    let plan = client.simple_query(&explain);
+    let _ = client.batch_execute(DEALLOCATE);
+    let text = plan.ok()?.into_iter().find_map(|m| match m {
+        postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+        _ => None,
+    })?;
+    judge(&columns, &text, params, table)
+}
+
+/// What the plan (`EXPLAIN (FORMAT JSON)` of the generic plan) says: a read of `table` by one
+/// column's value, or None.
+fn judge(columns: &[ColumnRow], plan: &str, types: &[u32], table: &str) -> Option<ByValue> {
+    // `schema.name` joined is ambiguous (schema `a.b`, table `c`; schema `a`, table `b.c`).
+    let oids: std::collections::BTreeSet<u32> = columns.iter().map(|c| c.4).collect();
+    if oids.len() > 1 {
+        return None;
+    }
+    let plan: Value = serde_json::from_str(plan).ok()?;
     let mut scans = Vec::new();
     let mut subplans = false;
     scans_of(&plan[0]["Plan"], &mut scans, &mut subplans);
@@ -142,17 +177,17 @@ pub(crate) async fn by_value(
         .strip_suffix(')')?
         .split_once(" = $")?;
     let n: usize = n.parse().ok()?;
-    let column = columns.iter().find(|c| c.get::<_, String>(0) == printed)?;
+    let column = columns.iter().find(|c| c.0 == printed)?;
     // The parameter of the column's own type: another (`$1::name`, which Postgres truncates
     // to 63 bytes) could find rows whose value is not the request's text.
-    if types.get(n.wrapping_sub(1)) != Some(&column.get::<_, u32>(3)) {
+    if types.get(n.wrapping_sub(1)) != Some(&column.3) {
         return None;
     }
-    (1..=params).contains(&n).then(|| ByValue {
+    (1..=types.len()).contains(&n).then(|| ByValue {
         table: table.to_string(),
-        column: column.get(1),
+        column: column.1.clone(),
         param: n - 1,
-        integer: column.get(2),
+        integer: column.2,
     })
 }
 

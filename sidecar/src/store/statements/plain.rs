@@ -43,7 +43,7 @@ pub(crate) fn report(config: &Config, client: &mut Client) -> Result<Vec<(bool, 
                     .trim_end_matches(".batch_sql"),
             )
             .and_then(|q| q.skip_reset);
-        let verdict = analyse(client, &sql).map_err(|e| describe(&e))?;
+        let verdict = analyse(client, &sql, None).map_err(|e| describe(&e))?;
         out.push(match skip {
             Some(false) => (
                 false,
@@ -74,7 +74,7 @@ pub(crate) fn analyse_pending(pools: &Pools) {
     let pending = pools.plain.pending();
     for (name, sql) in pending {
         let verdict = match with_session(pools, |s| {
-            analyse(&mut s.client, &sql).map_err(Failure::from)
+            analyse(&mut s.client, &sql, None).map_err(Failure::from)
         }) {
             Ok(v) => v,
             Err(f) => {
