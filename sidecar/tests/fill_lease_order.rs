@@ -62,18 +62,6 @@ fn a_miss_looks_again_only_after_its_lease_is_taken() {
     assert_eq!(pg.reads(), 1, "one query ran on Postgres");
 }
 
-/// Redis's read events (messages received) so far.
-fn reads_processed(redis: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query(&mut redis.conn())
-        .expect("INFO stats");
-    info.lines()
-        .find_map(|l| l.strip_prefix("total_reads_processed:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("total_reads_processed")
-}
-
 /// A miss costs Redis three messages: the lookup, the lease with a second lookup behind it,
 /// and the write-back with the lease's release behind it (a release of its own made four).
 #[test]
@@ -89,13 +77,14 @@ fn a_miss_costs_three_messages_to_redis() {
         assert_eq!(a.body["cache"], "miss", "{}", a.body);
     };
     miss(0);
-    let before = reads_processed(&redis);
+    let before = redis.info_count("stats", "total_reads_processed");
     let n = 100;
     for i in 1..=n {
         miss(i);
     }
     // Less this probe's own INFO message; background work adds a few.
-    let per_miss = (reads_processed(&redis) - before - 1) as f64 / n as f64;
+    let per_miss =
+        (redis.info_count("stats", "total_reads_processed") - before - 1) as f64 / n as f64;
     println!("FIGURES a miss: {per_miss:.2} messages to Redis");
     assert!(per_miss < 3.5, "{per_miss:.2} messages per miss");
 }

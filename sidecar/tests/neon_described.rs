@@ -12,21 +12,10 @@ const TOKEN: &str = "neon-described-token-0123456789abcdef012345";
 
 /// POST /sql as the Neon driver sends it: (status, body).
 fn sql(s: &SidecarProcess, query: &str, params: Value) -> (u16, Value) {
-    let url = format!("http://127.0.0.1:{}/sql", s.port);
-    let body = json!({"query": query, "params": params}).to_string();
-    s.client.block_on(async move {
-        let r = reqwest::Client::new()
-            .post(url)
-            .header(
-                "Neon-Connection-String",
-                format!("postgresql://app:{TOKEN}@db.ferry.invalid/app"),
-            )
-            .body(body)
-            .send()
-            .await
-            .expect("send /sql");
-        (r.status().as_u16(), r.json().await.expect("json"))
-    })
+    let a = s
+        .client
+        .neon(TOKEN, json!({"query": query, "params": params}), &[]);
+    (a.status, a.body)
 }
 
 fn names(body: &Value) -> Vec<String> {
@@ -162,20 +151,15 @@ fn an_end_users_statement_is_not_described_for_the_token() {
     let jwt =
         ferry_shared::jwt::sign_hs256(&json!({"sub": "alice", "exp": exp}), SECRET.as_bytes());
     let send = |bearer: Option<&str>| {
-        let url = format!("http://127.0.0.1:{}/sql", s.port);
-        let body = json!({"query": "SELECT * FROM things", "params": []}).to_string();
-        let bearer = bearer.map(str::to_string);
-        s.client.block_on(async move {
-            let mut r = reqwest::Client::new().post(url).header(
-                "Neon-Connection-String",
-                format!("postgresql://app:{TOKEN}@db.ferry.invalid/app"),
-            );
-            if let Some(b) = bearer {
-                r = r.header("Authorization", format!("Bearer {b}"));
-            }
-            let r = r.body(body).send().await.expect("send /sql");
-            (r.status().as_u16(), r.json::<Value>().await.expect("json"))
-        })
+        let auth = bearer.map(|b| format!("Bearer {b}"));
+        let headers: Vec<(&str, &str)> =
+            auth.iter().map(|a| ("authorization", a.as_str())).collect();
+        let a = s.client.neon(
+            TOKEN,
+            json!({"query": "SELECT * FROM things", "params": []}),
+            &headers,
+        );
+        (a.status, a.body)
     };
     let types = |body: &Value| -> Vec<u64> {
         body["fields"]

@@ -14,21 +14,10 @@ const TOKEN: &str = "user-types-neon-token-0123456789abcdef01234";
 
 /// POST /sql as the Neon driver sends it: (status, body).
 fn sql(s: &SidecarProcess, query: &str) -> (u16, Value) {
-    let url = format!("http://127.0.0.1:{}/sql", s.port);
-    let body = json!({"query": query, "params": []}).to_string();
-    s.client.block_on(async move {
-        let r = reqwest::Client::new()
-            .post(url)
-            .header(
-                "Neon-Connection-String",
-                format!("postgresql://app:{TOKEN}@db.ferry.invalid/app"),
-            )
-            .body(body)
-            .send()
-            .await
-            .expect("send /sql");
-        (r.status().as_u16(), r.json().await.expect("json"))
-    })
+    let a = s
+        .client
+        .neon(TOKEN, json!({"query": query, "params": []}), &[]);
+    (a.status, a.body)
 }
 
 #[test]

@@ -122,14 +122,19 @@ impl RedisServer {
 
     /// Clients connected right now, as Redis counts them (including the one asking).
     pub fn connected_clients(&self) -> u64 {
+        self.info_count("clients", "connected_clients")
+    }
+
+    /// A count from `INFO <section>` (`field:<n>`); panics when Redis does not report it.
+    pub fn info_count(&self, section: &str, field: &str) -> u64 {
         let info: String = ::redis::cmd("INFO")
-            .arg("clients")
+            .arg(section)
             .query(&mut self.conn())
-            .expect("INFO clients");
+            .expect("INFO");
         info.lines()
-            .find_map(|l| l.strip_prefix("connected_clients:"))
+            .find_map(|l| l.strip_prefix(&format!("{field}:")))
             .and_then(|v| v.trim().parse().ok())
-            .expect("connected_clients in INFO")
+            .unwrap_or_else(|| panic!("no {field} in INFO {section}"))
     }
 
     /// Calls of one command so far (`INFO commandstats`; those scripts make included), 0 when

@@ -1,0 +1,56 @@
+//! What entries and tags are called: the names Ferry derives from tables, rows and values,
+//! which the change stream moves (`changes/`) and inferred reads carry (`read::inferred`).
+
+/// The implicit tag every entry carries: the cache-wide epoch (not a name callers can send:
+/// tags may not contain control characters).
+pub(super) const EPOCH_TAG: &str = "\u{0}epoch";
+
+/// Marks the tags Ferry derives from table names (never a caller's tag: no control characters).
+pub(super) const TABLE_TAG: &str = "\u{0}table:";
+pub(super) const TABLE_RESET_TAG: &str = "\u{0}table-reset:";
+pub(super) const VALUES_TAG: &str = "\u{0}values:";
+pub(super) const TABLE_VALUES_TAG: &str = "\u{0}table-values:";
+/// Moved by each consumer of the change stream as it starts: entries named by a value made
+/// before it were kept fresh by another consumer, perhaps one that moved no value keys (a
+/// version before them, in a rolling deploy).
+pub(crate) const VALUES_EPOCH_TAG: &str = "\u{0}values-epoch";
+
+/// The tag of entries that depend on a whole table (`cache.tables`): moved by every committed
+/// change to the table, whoever made it (see `changes/`).
+pub(crate) fn table_tag(table: &str) -> String {
+    format!("{TABLE_TAG}{table}")
+}
+
+/// The key earlier versions (before 2026-12-05) named a point read of row `id` by: still moved
+/// by the change stream, for those versions' sidecars during a rolling deploy.
+pub(crate) fn legacy_row_key(table: &str, id: &str) -> String {
+    format!("~row:{table}:{id}")
+}
+
+/// The tag of every entry named by a value of any column of `table`: moved by TRUNCATE, DDL
+/// and an invalidation of the table by name.
+pub(crate) fn table_values_tag(table: &str) -> String {
+    format!("{TABLE_VALUES_TAG}{table}")
+}
+
+/// The key of the entries of reads of `table`'s rows whose `column` holds `value` (inferred
+/// reads by an equality on an indexed column, `read::inferred`): moved by the change stream
+/// when a row with that value, old or new, changes. They carry `values_tag` of the column for
+/// the changes whose old value the stream did not send, `table_values_tag` for TRUNCATE and
+/// DDL, and `VALUES_EPOCH_TAG`; not the table's tag.
+pub(crate) fn value_key(table: &str, column: &str, value: &str) -> String {
+    format!("~val:{table}.{column}:{value}")
+}
+
+/// The tag of every entry named by a value of `table.column` (`value_key`): moved by a change
+/// whose old value of the column was not sent.
+pub(crate) fn values_tag(table: &str, column: &str) -> String {
+    format!("{VALUES_TAG}{table}.{column}")
+}
+
+/// The tag every row of a keyspace on `table` carries: moved when the table changes as a whole
+/// (TRUNCATE, DDL, an invalidation of the table by name) and by a change whose old id the
+/// stream did not send.
+pub(crate) fn table_reset_tag(table: &str) -> String {
+    format!("{TABLE_RESET_TAG}{table}")
+}
