@@ -3,8 +3,8 @@
 //! hides what it reads or calls: a view over a view over a join, a CTE and subqueries, a
 //! stable or volatile function, a table the change stream does not watch, a system catalog, a
 //! materialized view, a view redefined to read another table; and a read by its key's value
-//! told apart from one by a range. The binary against a real Postgres; what Postgres parsed
-//! judges, never the statement's text.
+//! told apart from one by a range, and a join read by one value. The binary against a real
+//! Postgres; what Postgres parsed judges, never the statement's text.
 use ferry_testkit::PgServer;
 use std::process::Command;
 
@@ -272,6 +272,21 @@ ttl_s = 60
     let (_, text) = explain(&pg, "SELECT title FROM posts WHERE id > $1", true);
     assert!(
         cache_line(&text).contains("dropped by any committed change to public.posts"),
+        "{text}"
+    );
+    // A join read by one value in both tables, once posts can be found by author; the posts'
+    // column is outside their replica identity, and the explanation says what that costs.
+    pg.client()
+        .batch_execute("CREATE INDEX ON posts (author_id)")
+        .expect("index");
+    let join = "SELECT p.title FROM posts p JOIN authors a ON a.id = p.author_id WHERE a.id = $1";
+    let (_, text) = explain(&pg, join, true);
+    assert!(
+        cache_line(&text).starts_with(
+            "cache: cached with no table named, by the value of public.authors.id in $1 and \
+             public.posts.author_id in $1 (outside the table's replica identity: any UPDATE or \
+             DELETE of the table drops it; REPLICA IDENTITY FULL would not)"
+        ),
         "{text}"
     );
 }

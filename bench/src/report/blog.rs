@@ -18,7 +18,8 @@ impl Report {
             s,
             "## blog: an application's mix, 95% reads through Ferry, 5% writes that bypass it\n\n\
              16 readers; post by id (40%), recent posts, a post's comments, an author's page \
-             through a view over a join (20% each); writes from a plain Postgres client. Stale: a \
+             through a view over a join (20% each); writes from a plain Postgres client; posts under \
+             REPLICA IDENTITY FULL (they are read by author). Stale: a \
              read of a post that started more than 1 s (`changes.max_lag_ms`) after a newer \
              version committed. Postgres CPU includes the writes'.\n"
         );

@@ -19,7 +19,7 @@ use super::plan::{Infer, ReadFormat, ReadPlan};
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::store::cache::VALUES_EPOCH_TAG;
-use crate::store::cache::{table_tag, table_values_tag, value_key, values_tag, Cache};
+use crate::store::cache::{key_tag, table_tag, table_values_tag, value_key, values_tag, Cache};
 use crate::store::postgres::analysis::{Analysis, Verdict};
 use crate::store::postgres::verdicts::Inferred;
 use ferry_shared::api::CacheMode;
@@ -179,24 +179,20 @@ pub(crate) async fn resolve(
             // Entries of another definition of what it reads are never found again.
             cache.fingerprint =
                 Cache::fingerprint_in(&["inferred", &analysis.shape, &cache.fingerprint], "", &[]);
-            // A read of one table's rows by a column's value depends on the rows of that
-            // value: named by it, which the change stream moves, and dropped whole by a change
-            // whose old value was not sent, TRUNCATE or DDL. Not for an end user (an entry
-            // named by a value would hold every user's reads of it).
-            // Only while the stream's consumer moves the keys of values (a rolling deploy may
-            // run one that does not).
-            let by_value = analysis
-                .by_value
-                .as_ref()
-                .filter(|v| plan.identity.is_none() && tables.len() == 1 && tables[0] == v.table)
-                .filter(|_| reads.cache.freshness().values_kept())
-                .and_then(|v| Some((v, v.value(&plan.params)?)));
-            match by_value {
-                Some((v, value)) => {
-                    cache.tags.push(table_values_tag(&v.table));
-                    cache.tags.push(values_tag(&v.table, &v.column));
+            // A read of its tables' rows by columns' values depends on the rows of those
+            // values: named by one of them, carrying the others' keys as tags (all moved by
+            // the change stream), and dropped whole by a change whose old value was not sent,
+            // TRUNCATE or DDL. Not for an end user (an entry named by a value would hold every
+            // user's reads of it).
+            match by_values(analysis, plan, reads) {
+                Some(mut keys) => {
+                    for v in &analysis.by_value {
+                        cache.tags.push(table_values_tag(&v.table));
+                        cache.tags.push(values_tag(&v.table, &v.column));
+                    }
                     cache.tags.push(VALUES_EPOCH_TAG.to_string());
-                    cache.key = value_key(&v.table, &v.column, &value);
+                    cache.key = keys.remove(0);
+                    cache.tags.extend(keys.iter().map(|k| key_tag(k)));
                 }
                 None => {
                     cache.tags.extend(tables.iter().map(|t| table_tag(t)));
@@ -216,6 +212,33 @@ pub(crate) async fn resolve(
             refuse(plan, cache.mode, (class, text.join("; ")))
         }
     }
+}
+
+/// The keys of the values a read reads its tables by (sorted, each once), when Postgres
+/// vouched that it reads every table so (`by_value`), the request gives each value, it is not
+/// an end user's, and the stream's consumer moves the keys of values (a rolling deploy may run
+/// one that does not).
+fn by_values(analysis: &Analysis, plan: &ReadPlan, reads: &Reads) -> Option<Vec<String>> {
+    if analysis.by_value.is_empty()
+        || plan.identity.is_some()
+        || !reads.cache.freshness().values_kept()
+    {
+        return None;
+    }
+    let mut keys = analysis
+        .by_value
+        .iter()
+        .map(|v| Some(value_key(&v.table, &v.column, &v.value(&plan.params)?)))
+        .collect::<Option<Vec<String>>>()?;
+    keys.sort();
+    keys.dedup();
+    Some(keys)
+}
+
+/// `public.authors.id in $1 and public.posts.author_id in $1`.
+fn described(values: &[crate::store::postgres::by_value::ByValue]) -> String {
+    let each: Vec<String> = values.iter().map(|v| v.describe()).collect();
+    each.join(" and ")
 }
 
 /// The longest statement Postgres is asked about: an analysis costs Postgres in proportion to
@@ -258,24 +281,22 @@ pub(crate) fn report(
         let line = match &verdict {
             Verdict::Unknown(why) => Err(format!("Postgres could not analyse it ({why})")),
             Verdict::Analysed(a) => cacheable(a, config)
-                .map(|t| (t, a.by_value.as_ref()))
+                .map(|t| (t, a.by_value.as_slice()))
                 .map_err(|why| why.into_iter().map(|w| w.1).collect::<Vec<_>>().join("; ")),
         };
         out.push(match line {
             Ok((t, _)) if t.is_empty() => {
                 (false, format!("queries.{name}: cached (it reads no table)"))
             }
-            Ok((_, Some(v))) => (
+            Ok((_, values)) if !values.is_empty() => (
                 false,
                 format!(
-                    "queries.{name}: cached by the value of {}.{} in ${}, dropped by changes to \
-                     the rows holding it",
-                    v.table,
-                    v.column,
-                    v.param + 1
+                    "queries.{name}: cached by the value of {}, dropped by changes to the rows \
+                     holding it",
+                    described(values)
                 ),
             ),
-            Ok((t, None)) => (
+            Ok((t, _)) => (
                 false,
                 format!(
                     "queries.{name}: cached, dropped by any committed change to {}",
@@ -317,15 +338,13 @@ pub(crate) fn explain(verdict: &Verdict, config: &Config) -> String {
         (Ok(t), _) if t.is_empty() => {
             "cache: cached with no table named (it reads none)".to_string()
         }
-        (Ok(_), Some(v)) => format!(
-            "cache: cached with no table named, by the value of {}.{} in ${}: dropped only by \
-             a change to a row holding that value (old or new), or one whose old value the \
-             stream does not send, TRUNCATE or DDL (not for an end user's reads: their tables)",
-            v.table,
-            v.column,
-            v.param + 1
+        (Ok(_), values) if !values.is_empty() => format!(
+            "cache: cached with no table named, by the value of {}: dropped only by a change \
+             to a row holding that value (old or new), or one whose old value the stream does \
+             not send, TRUNCATE or DDL (not for an end user's reads: their tables)",
+            described(values)
         ),
-        (Ok(t), None) => format!(
+        (Ok(t), _) => format!(
             "cache: cached with no table named, dropped by any committed change to {}",
             t.join(", ")
         ),

@@ -1,6 +1,6 @@
 //! Lookups: many entries in one Redis round trip, versions read (or created) with them.
 
-use super::{classify, now_ms, token, Cache, Entry, Lookup, Observed, Probe, EPOCH_TAG};
+use super::{classify, now_ms, token, Cache, Entry, Lookup, Observed, Probe, EPOCH_TAG, KEY_TAG};
 use crate::error::ApiError;
 use crate::store::coordination::leases::Attempt;
 use crate::store::coordination::nonces::NonceCheck;
@@ -169,11 +169,16 @@ impl Cache {
         let mut fresh_tags: Vec<String> = Vec::new();
         for tag in &tag_names {
             let t = token();
-            pipe.cmd("SET")
+            let c = pipe
+                .cmd("SET")
                 .arg(self.tag_key(tag))
                 .arg(&t)
                 .arg("NX")
                 .arg("GET");
+            // A key's version made by a lookup lives as long as a read can be in flight.
+            if tag.starts_with(KEY_TAG) {
+                c.arg("EX").arg(self.flight_ttl_s);
+            }
             fresh_tags.push(t);
         }
         Some(Prepared {

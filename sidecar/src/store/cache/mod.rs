@@ -11,6 +11,8 @@
 //! - `{changes}:fresh`, `{changes}:fresh_at`, `{changes}:fresh_values`: the change stream's
 //!   watermark (`freshness.rs`).
 //! - `t:<tag>`: a tag's version, a random token replaced by every invalidation of the tag.
+//!   An entry that depends on other keys' rows too carries their `v:<key>` as tags
+//!   (`key_tag`), which live as long as its entries, as its own key's does.
 //! - `tbl:`, `tblr:`, `tblva:<schema.table>` and `tblv:<schema.table.column>`: the versions
 //!   of the tags derived from a table (`table_tag`, `table_reset_tag`, `table_values_tag`,
 //!   `values_tag`), moved by the change stream (`changes/`).
@@ -49,10 +51,10 @@ mod write;
 pub(crate) use entry::Lookup;
 pub(crate) use freshness::{Freshness, StreamState};
 pub(crate) use names::{
-    legacy_row_key, table_reset_tag, table_tag, table_values_tag, value_key, values_tag,
+    key_tag, legacy_row_key, table_reset_tag, table_tag, table_values_tag, value_key, values_tag,
     VALUES_EPOCH_TAG,
 };
-use names::{EPOCH_TAG, TABLE_RESET_TAG, TABLE_TAG, TABLE_VALUES_TAG, VALUES_TAG};
+use names::{EPOCH_TAG, KEY_TAG, TABLE_RESET_TAG, TABLE_TAG, TABLE_VALUES_TAG, VALUES_TAG};
 
 use crate::store::pools::Pools;
 use entry::{classify, Entry};
@@ -270,6 +272,8 @@ impl Cache {
             format!("{}tblv:{c}", self.prefix)
         } else if let Some(t) = tag.strip_prefix(TABLE_VALUES_TAG) {
             format!("{}tblva:{t}", self.prefix)
+        } else if let Some(k) = tag.strip_prefix(KEY_TAG) {
+            self.version_key(k)
         } else {
             format!("{}t:{tag}", self.prefix)
         }

@@ -10,6 +10,10 @@ pub(super) const TABLE_TAG: &str = "\u{0}table:";
 pub(super) const TABLE_RESET_TAG: &str = "\u{0}table-reset:";
 pub(super) const VALUES_TAG: &str = "\u{0}values:";
 pub(super) const TABLE_VALUES_TAG: &str = "\u{0}table-values:";
+/// Marks a tag that is another key's version (`v:<key>`, not `t:<tag>`): an entry named by
+/// one value that also depends on the rows of other values (a join read by value, each table
+/// by its own column) carries their keys as such tags (`key_tag`).
+pub(super) const KEY_TAG: &str = "\u{0}key:";
 /// Moved by each consumer of the change stream as it starts: entries named by a value made
 /// before it were kept fresh by another consumer, perhaps one that moved no value keys (a
 /// version before them, in a rolling deploy).
@@ -53,4 +57,11 @@ pub(crate) fn values_tag(table: &str, column: &str) -> String {
 /// stream did not send.
 pub(crate) fn table_reset_tag(table: &str) -> String {
     format!("{TABLE_RESET_TAG}{table}")
+}
+
+/// The tag that is `key`'s version: an entry carrying it is valid only while the key's version
+/// is the one its read saw, as for the key that names it. Kept as long as the entries carrying
+/// it, as that key's version is (a lookup makes it for the flight only).
+pub(crate) fn key_tag(key: &str) -> String {
+    format!("{KEY_TAG}{key}")
 }

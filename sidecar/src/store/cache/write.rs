@@ -1,22 +1,26 @@
 //! Write-backs: a result stored only if no version moved since the read observed them.
 
-use super::{now_ms, Cache, Entry, EntryPolicy, Observed, Stored};
+use super::{now_ms, Cache, Entry, EntryPolicy, Observed, Stored, KEY_TAG};
 use crate::store::pools::redis_lost;
 use crate::store::pools::Pools;
 use ferry_shared::api::Row;
 use redis::Value;
 
 /// Writes back only if no version moved since the read observed them. KEYS[1] entry,
-/// KEYS[2] key version, KEYS[3..] tag versions (the epoch among them). ARGV[1] value, ARGV[2]
-/// TTL in seconds, ARGV[3] key version seen, ARGV[4..] tag versions seen. A version that went
-/// missing (evicted) counts as moved. The key's version is kept at least as long as the entry.
+/// KEYS[2] key version, KEYS[3..] tag versions (the epoch among them), the versions of other
+/// keys (`key_tag`) first. ARGV[1] value, ARGV[2] TTL in seconds, ARGV[3] how many of the tags
+/// are other keys' versions, ARGV[4] key version seen, ARGV[5..] tag versions seen. A version
+/// that went missing (evicted) counts as moved. The keys' versions are kept at least as long
+/// as the entry.
 const WRITE_BACK: &str = r"
 for i = 2, #KEYS do
-  if redis.call('GET', KEYS[i]) ~= ARGV[i + 1] then return 0 end
+  if redis.call('GET', KEYS[i]) ~= ARGV[i + 2] then return 0 end
 end
 local ttl = tonumber(ARGV[2])
-local left = redis.call('TTL', KEYS[2])
-if left >= 0 and left < ttl then redis.call('EXPIRE', KEYS[2], ttl) end
+for i = 2, 2 + tonumber(ARGV[3]) do
+  local left = redis.call('TTL', KEYS[i])
+  if left >= 0 and left < ttl then redis.call('EXPIRE', KEYS[i], ttl) end
+end
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ttl)
 return 1
 ";
@@ -145,23 +149,30 @@ impl Cache {
             // On a cluster the tags live in other slots than the entry, out of the script's
             // reach: the lookup's own comparison of the tokens the entry records against the
             // tokens now keeps an entry written under a moved tag from being served.
-            let tags = if self.cluster.is_some() {
-                0
-            } else {
-                observed.tags.len()
+            // (On a cluster, other keys' versions are not kept longer than a flight: such an
+            // entry is found valid only while they last.)
+            let (keys, tags): (Vec<_>, Vec<_>) = match self.cluster {
+                Some(_) => Default::default(),
+                None => observed
+                    .tags
+                    .iter()
+                    .partition(|(t, _)| t.starts_with(KEY_TAG)),
             };
             let c = w
                 .pipe
                 .cmd("EVAL")
                 .arg(WRITE_BACK)
-                .arg(2 + tags)
+                .arg(2 + keys.len() + tags.len())
                 .arg(&observed.entry_key)
                 .arg(self.version_key(key));
-            for t in observed.tags.keys().take(tags) {
+            for (t, _) in keys.iter().chain(&tags) {
                 c.arg(self.tag_key(t));
             }
-            c.arg(value).arg(redis_ttl).arg(&observed.version);
-            for seen in observed.tags.values().take(tags) {
+            c.arg(value)
+                .arg(redis_ttl)
+                .arg(keys.len())
+                .arg(&observed.version);
+            for (_, seen) in keys.iter().chain(&tags) {
                 c.arg(seen);
             }
             w.sent.push(i);

@@ -50,9 +50,9 @@ pub(crate) struct Analysis {
     /// LEVEL SECURITY`, a table dropped and made again) changes it: cached entries carry it in
     /// their fingerprint, so entries of the old definition are never found again.
     pub shape: String,
-    /// A read of one table's rows by one column's value (asked on the request path only:
-    /// `by_value`).
-    pub by_value: Option<super::by_value::ByValue>,
+    /// The reads by a column's value, one or more per table, that cover every table it reads
+    /// (`by_value`); empty when it is not such a read.
+    pub by_value: Vec<super::by_value::ByValue>,
 }
 
 /// A function a statement calls: `now()`, stable, built in.
@@ -81,6 +81,20 @@ impl Called {
 }
 
 impl Analysis {
+    /// The tables of a read that may read them by values (`by_value`): it calls no function
+    /// but Postgres's own immutable ones and reads tables, through views or not, and nothing
+    /// else.
+    fn value_candidate(&self) -> Option<Vec<String>> {
+        let only_tables = self.relations.iter().all(|(_, k)| matches!(k, 'r' | 'v'));
+        let tables: Vec<String> = self
+            .relations
+            .iter()
+            .filter(|(_, k)| *k == 'r')
+            .map(|(t, _)| t.clone())
+            .collect();
+        (only_tables && self.functions.is_empty() && !tables.is_empty()).then_some(tables)
+    }
+
     /// What keeps it from leaving its session as it found it: the volatile functions it
     /// calls, every user-defined one, and whatever the request role owns among what it reads.
     pub(crate) fn unvouched(&self) -> Vec<String> {
@@ -159,13 +173,14 @@ pub(crate) fn analyse(
         }
     };
     let mut verdict = rows.map(|rows| verdict_of(rows, sql));
-    // A read of one table and nothing else: perhaps of the rows of one value.
+    // A read of tables (through views or not) and nothing else: perhaps of the rows of one
+    // value in each.
     if let (Ok(Verdict::Analysed(a)), Some(publication)) = (&mut verdict, publication) {
-        if let ([(table, 'r')], true) = (a.relations.as_slice(), a.functions.is_empty()) {
+        if let Some(tables) = a.value_candidate() {
             let types: Vec<u32> = described.params().iter().map(|t| t.oid()).collect();
-            let table = table.clone();
             a.by_value =
-                super::by_value::by_value_blocking(client, sql, &types, &table, publication);
+                super::by_value::by_value_blocking(client, sql, &types, &tables, publication)
+                    .unwrap_or_default();
         }
     }
     client.batch_execute("ROLLBACK")?;
@@ -196,11 +211,13 @@ pub(crate) async fn analyse_on_loop(
     }
     let rows = client.query(WHAT_IT_CALLS, &[]).await;
     let mut verdict = rows.map(|rows| verdict_of(rows, sql));
-    // A read of one table and nothing else: perhaps of one row by its key.
+    // The same question as `analyse`'s.
     if let Ok(Verdict::Analysed(a)) = &mut verdict {
-        if let ([(table, 'r')], true) = (a.relations.as_slice(), a.functions.is_empty()) {
+        if let Some(tables) = a.value_candidate() {
             let types: Vec<u32> = described.params().iter().map(|t| t.oid()).collect();
-            a.by_value = super::by_value::by_value(client, sql, &types, table, publication).await;
+            a.by_value = super::by_value::by_value(client, sql, &types, &tables, publication)
+                .await
+                .unwrap_or_default();
         }
     }
     client.batch_execute("ROLLBACK").await?;
@@ -254,7 +271,7 @@ fn verdict_of(rows: Vec<Row>, sql: &str) -> Verdict {
         relations: Vec::new(),
         owned: Vec::new(),
         shape: String::new(),
-        by_value: None,
+        by_value: Vec::new(),
     };
     for row in rows {
         let (what, name, kind): (&str, String, String) = (row.get(0), row.get(1), row.get(2));

@@ -207,7 +207,7 @@ mod tests {
             relations: vec![("public.items".into(), 'r')],
             owned: Vec::new(),
             shape: String::new(),
-            by_value: None,
+            by_value: Vec::new(),
         })
     }
 
