@@ -81,20 +81,6 @@ impl Called {
 }
 
 impl Analysis {
-    /// The tables of a read that may read them by values (`by_value`): it calls no function
-    /// but Postgres's own immutable ones and reads tables, through views or not, and nothing
-    /// else.
-    fn value_candidate(&self) -> Option<Vec<String>> {
-        let only_tables = self.relations.iter().all(|(_, k)| matches!(k, 'r' | 'v'));
-        let tables: Vec<String> = self
-            .relations
-            .iter()
-            .filter(|(_, k)| *k == 'r')
-            .map(|(t, _)| t.clone())
-            .collect();
-        (only_tables && self.functions.is_empty() && !tables.is_empty()).then_some(tables)
-    }
-
     /// What keeps it from leaving its session as it found it: the volatile functions it
     /// calls, every user-defined one, and whatever the request role owns among what it reads.
     pub(crate) fn unvouched(&self) -> Vec<String> {
@@ -176,7 +162,7 @@ pub(crate) fn analyse(
     // A read of tables (through views or not) and nothing else: perhaps of the rows of one
     // value in each.
     if let (Ok(Verdict::Analysed(a)), Some(publication)) = (&mut verdict, publication) {
-        if let Some(tables) = a.value_candidate() {
+        if let Some(tables) = super::by_value::candidate(&a.relations, &a.functions) {
             let types: Vec<u32> = described.params().iter().map(|t| t.oid()).collect();
             a.by_value =
                 super::by_value::by_value_blocking(client, sql, &types, &tables, publication)
@@ -213,7 +199,7 @@ pub(crate) async fn analyse_on_loop(
     let mut verdict = rows.map(|rows| verdict_of(rows, sql));
     // The same question as `analyse`'s.
     if let Ok(Verdict::Analysed(a)) = &mut verdict {
-        if let Some(tables) = a.value_candidate() {
+        if let Some(tables) = super::by_value::candidate(&a.relations, &a.functions) {
             let types: Vec<u32> = described.params().iter().map(|t| t.oid()).collect();
             a.by_value = super::by_value::by_value(client, sql, &types, &tables, publication)
                 .await

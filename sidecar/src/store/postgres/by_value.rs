@@ -75,6 +75,19 @@ impl ByValue {
     }
 }
 
+/// The tables of a read that may read them by values: it calls no function but Postgres's own
+/// immutable ones (`functions`: the others it calls) and reads tables, through views or not,
+/// and nothing else (`relations`: each with its `pg_class.relkind`).
+pub(crate) fn candidate<T>(relations: &[(String, char)], functions: &[T]) -> Option<Vec<String>> {
+    let only_tables = relations.iter().all(|(_, k)| matches!(k, 'r' | 'v'));
+    let tables: Vec<String> = relations
+        .iter()
+        .filter(|(_, k)| *k == 'r')
+        .map(|(t, _)| t.clone())
+        .collect();
+    (only_tables && functions.is_empty() && !tables.is_empty()).then_some(tables)
+}
+
 /// The columns of `tables` whose values the stream sends (the publication `$2` publishes them:
 /// no generated column, none left out of a column list) and the stream and requests agree on
 /// (Postgres's own integer and text types): see [`ColumnRow`].
