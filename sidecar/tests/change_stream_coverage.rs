@@ -1,5 +1,6 @@
-//! A publication that stops covering a watched table (`ALTER PUBLICATION ... DROP TABLE`, or
-//! `SET (publish = ...)` without an operation) silently stops that table's invalidation. The
+//! A publication that stops covering a watched table (`ALTER PUBLICATION ... DROP TABLE`,
+//! `SET (publish = ...)` without an operation, or a row filter: `ADD TABLE items WHERE (...)`)
+//! silently stops that table's invalidation. The
 //! consumer checks coverage with every heartbeat: while anything is uncovered it publishes no
 //! mark, so `/readyz` leaves `caught_up` and every sidecar's cached reads bypass; once covered
 //! again, the tables are invalidated whole (their changes meanwhile never reached the stream).
@@ -24,6 +25,12 @@ fn lost_coverage_stops_the_cache_until_it_is_back() {
         (
             "ALTER PUBLICATION ferry SET (publish = 'insert, delete, truncate')",
             "ALTER PUBLICATION ferry SET (publish = 'insert, update, delete, truncate')",
+        ),
+        // A row filter: a change to a row outside it, old and new, never reaches the stream.
+        (
+            "ALTER PUBLICATION ferry DROP TABLE items;
+             ALTER PUBLICATION ferry ADD TABLE items WHERE (id > 100)",
+            "ALTER PUBLICATION ferry DROP TABLE items; ALTER PUBLICATION ferry ADD TABLE items",
         ),
     ] {
         pg.client().batch_execute(uncover).expect("uncover");

@@ -120,9 +120,10 @@ pub(super) fn slot_taken(message: &str) -> bool {
     message.contains("is active for PID") || message.contains("already exists")
 }
 
-/// What the publication no longer covers of what the watched tables need: tables it lacks,
-/// and operations it does not publish (`ALTER PUBLICATION ... SET (publish = ...)`). Empty:
-/// every change reaches the stream.
+/// What the publication no longer covers of what the watched tables need: tables it lacks or
+/// publishes through a row filter (Postgres 15: `ADD TABLE t WHERE (...)`; a change to a row
+/// outside it, old and new, never reaches the stream), and operations it does not publish
+/// (`ALTER PUBLICATION ... SET (publish = ...)`). Empty: every change reaches the stream.
 pub(super) async fn uncovered(
     client: &Client,
     c: &ChangesConfig,
@@ -130,9 +131,12 @@ pub(super) async fn uncovered(
 ) -> Result<Vec<String>, SetupError> {
     let row = client
         .query_opt(
+            // `rowfilter` is read through `to_jsonb`: Postgres 14 has no such column.
             "SELECT pubinsert, pubupdate, pubdelete, pubtruncate, \
                     ARRAY(SELECT schemaname || '.' || tablename FROM pg_publication_tables \
-                          WHERE pubname = $1) \
+                          WHERE pubname = $1), \
+                    ARRAY(SELECT schemaname || '.' || tablename FROM pg_publication_tables t \
+                          WHERE pubname = $1 AND to_jsonb(t) ->> 'rowfilter' IS NOT NULL) \
              FROM pg_publication WHERE pubname = $1",
             &[&c.publication],
         )
@@ -147,8 +151,14 @@ pub(super) async fn uncovered(
         .filter(|(i, _)| !row.get::<_, bool>(*i))
         .map(|(_, op)| format!("{op} (publish)"))
         .collect();
-    let present: Vec<String> = row.get(4);
-    missing.extend(watched.iter().filter(|t| !present.contains(t)).cloned());
+    let (present, filtered): (Vec<String>, Vec<String>) = (row.get(4), row.get(5));
+    for t in watched {
+        if !present.contains(t) {
+            missing.push(t.clone());
+        } else if filtered.contains(t) {
+            missing.push(format!("{t} (published through a row filter)"));
+        }
+    }
     Ok(missing)
 }
 
