@@ -25,6 +25,7 @@
 //!
 //! The verdicts are remembered in `verdicts`, and forgotten when the schema changes (`schema`).
 
+use super::ask::Ask;
 use crate::store::postgres::failure::describe;
 use postgres::{Client, Row};
 
@@ -134,51 +135,35 @@ impl Verdict {
 
 /// Asks Postgres what `sql` calls and reads, on `client` (a session of the role the read runs
 /// as), in a transaction rolled back before this returns; with `publication` (the change
-/// stream's), also whether it reads one table by a value. `Err`: the session failed (ask
-/// again later); `Ok(Unknown)`: Postgres refused the statement as a function body.
+/// stream's), also whether it reads its tables by values. `Err`: the session failed (ask
+/// again later); `Ok(Unknown)`: Postgres refused the statement as a function body. On a
+/// blocking session (`--check-config`, startup, the blocking pool).
 pub(crate) fn analyse(
     client: &mut Client,
     sql: &str,
     publication: Option<&str>,
 ) -> Result<Verdict, postgres::Error> {
-    let described = match client.prepare(sql) {
-        Ok(s) => s,
-        Err(e) if settled(&e) => return Ok(Verdict::Unknown(describe(&e))),
-        Err(e) => return Err(e),
-    };
-    let create = probe(sql, described.params());
-    client.batch_execute(BEGIN)?;
-    let rows = match client.execute(create.as_str(), &[]) {
-        Ok(_) => client.query(WHAT_IT_CALLS, &[]),
-        Err(e) => {
-            client.batch_execute("ROLLBACK")?;
-            return match settled(&e) {
-                true => Ok(Verdict::Unknown(describe(&e))),
-                false => Err(e),
-            };
-        }
-    };
-    let mut verdict = rows.map(|rows| verdict_of(rows, sql));
-    // A read of tables (through views or not) and nothing else: perhaps of the rows of one
-    // value in each.
-    if let (Ok(Verdict::Analysed(a)), Some(publication)) = (&mut verdict, publication) {
-        if let Some(tables) = super::by_value::candidate(&a.relations, &a.functions) {
-            let types: Vec<u32> = described.params().iter().map(|t| t.oid()).collect();
-            a.by_value =
-                super::by_value::by_value_blocking(client, sql, &types, &tables, publication)
-                    .unwrap_or_default();
-        }
-    }
-    client.batch_execute("ROLLBACK")?;
-    verdict
+    super::ask::blocking(analyse_with(client, sql, publication)).unwrap_or_else(|| {
+        Ok(Verdict::Unknown(
+            "the session did not answer at once".into(),
+        ))
+    })
 }
 
 /// [`analyse`] on a worker's own session (its event loop), for a read on the request path:
-/// the same probe and the same question. The caller resets the session after it.
+/// the same conversation. The caller resets the session after it.
 pub(crate) async fn analyse_on_loop(
     client: &tokio_postgres::Client,
     sql: &str,
     publication: &str,
+) -> Result<Verdict, postgres::Error> {
+    analyse_with(client, sql, Some(publication)).await
+}
+
+async fn analyse_with(
+    mut client: impl Ask,
+    sql: &str,
+    publication: Option<&str>,
 ) -> Result<Verdict, postgres::Error> {
     let described = match client.prepare(sql).await {
         Ok(s) => s,
@@ -187,9 +172,9 @@ pub(crate) async fn analyse_on_loop(
     };
     let create = probe(sql, described.params());
     // Sessions start read-only (pinned at connect): the probe is made, read and rolled back.
-    client.batch_execute(BEGIN).await?;
-    if let Err(e) = client.execute(create.as_str(), &[]).await {
-        client.batch_execute("ROLLBACK").await?;
+    client.batch(BEGIN).await?;
+    if let Err(e) = client.execute(&create).await {
+        client.batch("ROLLBACK").await?;
         return match settled(&e) {
             true => Ok(Verdict::Unknown(describe(&e))),
             false => Err(e),
@@ -197,16 +182,17 @@ pub(crate) async fn analyse_on_loop(
     }
     let rows = client.query(WHAT_IT_CALLS, &[]).await;
     let mut verdict = rows.map(|rows| verdict_of(rows, sql));
-    // The same question as `analyse`'s.
-    if let Ok(Verdict::Analysed(a)) = &mut verdict {
+    // A read of tables (through views or not) and nothing else: perhaps of the rows of one
+    // value in each.
+    if let (Ok(Verdict::Analysed(a)), Some(publication)) = (&mut verdict, publication) {
         if let Some(tables) = super::by_value::candidate(&a.relations, &a.functions) {
             let types: Vec<u32> = described.params().iter().map(|t| t.oid()).collect();
-            a.by_value = super::by_value::by_value(client, sql, &types, &tables, publication)
+            a.by_value = super::by_value::by_value(&mut client, sql, &types, &tables, publication)
                 .await
                 .unwrap_or_default();
         }
     }
-    client.batch_execute("ROLLBACK").await?;
+    client.batch("ROLLBACK").await?;
     verdict
 }
 

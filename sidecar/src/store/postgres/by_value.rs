@@ -22,8 +22,9 @@
 //! old value the stream did not send drops every read by the column (`cache::values_tag`), so
 //! a column outside the identity is best read by value under `REPLICA IDENTITY FULL`.
 
+use super::ask::Ask;
 use serde_json::Value;
-use tokio_postgres::{Client, SimpleQueryMessage};
+use tokio_postgres::SimpleQueryMessage;
 
 /// The longest value that names an entry (as `limits.key` bounds a caller's key): a read by a
 /// longer one, or one with a control character, depends on its table, so such a value in a
@@ -164,41 +165,20 @@ const DEALLOCATE: &str = "DEALLOCATE ferry_value_probe";
 /// (`schema.name`, every table it reads) by one column's value, as the stream of
 /// `publication` sends it. Any refusal is "no": the read then depends on its whole tables.
 pub(crate) async fn by_value(
-    client: &Client,
+    client: &mut impl Ask,
     sql: &str,
     params: &[u32],
     tables: &[String],
     publication: &str,
 ) -> Option<Vec<ByValue>> {
     let columns = column_rows(&client.query(COLUMNS, &[&tables, &publication]).await.ok()?);
-    client.batch_execute(PLANNER).await.ok()?;
+    client.batch(PLANNER).await.ok()?;
     let (prepare, explain) = probe(sql, params.len());
-    client.execute(prepare.as_str(), &[]).await.ok()?;
-    let plan = client.simple_query(&explain).await;
-    let _ = client.batch_execute(DEALLOCATE).await;
+    client.execute(&prepare).await.ok()?;
+    let plan = client.simple(&explain).await;
+    let _ = client.batch(DEALLOCATE).await;
     let text = plan.ok()?.into_iter().find_map(|m| match m {
         SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
-        _ => None,
-    })?;
-    judge(&columns, &text, params, tables)
-}
-
-/// [`by_value`] on a blocking session (`--explain-cache`, `--check-config`).
-pub(crate) fn by_value_blocking(
-    client: &mut postgres::Client,
-    sql: &str,
-    params: &[u32],
-    tables: &[String],
-    publication: &str,
-) -> Option<Vec<ByValue>> {
-    let columns = column_rows(&client.query(COLUMNS, &[&tables, &publication]).ok()?);
-    client.batch_execute(PLANNER).ok()?;
-    let (prepare, explain) = probe(sql, params.len());
-    client.execute(prepare.as_str(), &[]).ok()?;
-    let plan = client.simple_query(&explain);
-    let _ = client.batch_execute(DEALLOCATE);
-    let text = plan.ok()?.into_iter().find_map(|m| match m {
-        postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
         _ => None,
     })?;
     judge(&columns, &text, params, tables)

@@ -5,9 +5,11 @@
 //! parameters; `own_sessions`: the proof that a session is Ferry's own (no pooler between);
 //! `roles`: trust levels as roles, audited; `identity`: a statement run as an end user;
 //! `deadline`: a request's deadline cancels its statements; `failure`: Postgres errors as the
-//! caller sees them; `user_types`: a new session learns the database's own types.
+//! caller sees them; `user_types`: a new session learns the database's own types; `ask`: a
+//! conversation about a statement, written once for both kinds of session.
 
 pub(crate) mod analysis;
+mod ask;
 pub(crate) mod by_value;
 pub(crate) mod deadline;
 pub(crate) mod described;
