@@ -30,7 +30,7 @@ pub fn check_sessions(config: &Config) -> Result<Option<String>, String> {
 pub fn named_reads(config: &Config) -> Result<Vec<(bool, String)>, String> {
     let mut client = crate::store::postgres::check_session(config)?;
     let mut out = crate::store::statements::plain::report(config, &mut client)?;
-    out.extend(crate::read::inferred::report(config, &mut client)?);
+    out.extend(crate::read::inferred_report::report(config, &mut client)?);
     Ok(out)
 }
 
@@ -49,7 +49,7 @@ pub fn explain_cache(config: &Config, sql: &str) -> Result<String, String> {
     if let crate::store::postgres::analysis::Verdict::Unknown(why) = &verdict {
         return Err(format!("not analysed: {why}"));
     }
-    Ok(crate::read::inferred::explain(&verdict, config))
+    Ok(crate::read::inferred_report::explain(&verdict, config))
 }
 
 /// The configuration checks that need the stores' own client builders (URLs, TLS files, the

@@ -274,6 +274,26 @@ ttl_s = 60
         cache_line(&text).contains("dropped by any committed change to public.posts"),
         "{text}"
     );
+    // The first posts in the order of their key: by the rows it returns. With an OFFSET
+    // (which the plan does not print), by its table.
+    let (_, text) = explain(
+        &pg,
+        "SELECT id, title FROM posts ORDER BY id DESC LIMIT 10",
+        true,
+    );
+    assert!(
+        cache_line(&text).starts_with(
+            "cache: cached with no table named, by the rows it returns, the first of \
+             public.posts in the order of id"
+        ),
+        "{text}"
+    );
+    let skip = "SELECT id, title FROM posts ORDER BY id DESC LIMIT 10 OFFSET 5";
+    let (_, text) = explain(&pg, skip, true);
+    assert!(
+        cache_line(&text).contains("dropped by any committed change to public.posts"),
+        "{text}"
+    );
     // A join read by one value in both tables, once posts can be found by author; the posts'
     // column is outside their replica identity, and the explanation says what that costs.
     pg.client()

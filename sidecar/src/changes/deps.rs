@@ -10,8 +10,8 @@
 
 use super::pgoutput::{Cell, Event, Relation};
 use crate::config::{table_name, Config};
+use crate::store::cache::{added_tag, moved_tag, value_key, values_tag};
 use crate::store::cache::{legacy_row_key, table_reset_tag, table_tag, table_values_tag};
-use crate::store::cache::{value_key, values_tag};
 use crate::store::postgres::by_value::names_an_entry;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -123,6 +123,7 @@ impl Watched {
         let table = &relation.table;
         into.tags.insert(table_tag(table));
         legacy_rows(relation, rows, into);
+        ordered(relation, rows, into);
         for (i, column) in relation.columns.iter().enumerate() {
             let keyspaces = keyed.iter().filter(|k| k.key_column == column.name);
             for cells in rows.into_iter().flatten() {
@@ -152,6 +153,36 @@ impl Watched {
             .any(|k| !relation.columns.iter().any(|c| c.name == k.key_column))
         {
             into.tags.insert(table_reset_tag(table));
+        }
+    }
+}
+
+/// What top-N reads by a column's order depend on besides the rows they returned: a new row
+/// (an INSERT moves the table's `added_tag`) and a row whose value of the column changed (an
+/// UPDATE whose old value was sent and differs moves the column's `moved_tag`; one not sent
+/// moves its `values_tag` above).
+fn ordered(relation: &Relation, [old, new]: [&Option<Vec<Cell>>; 2], into: &mut Invalidations) {
+    let table = &relation.table;
+    let (old, new) = match (old, new) {
+        (None, Some(_)) => {
+            into.tags.insert(added_tag(table));
+            return;
+        }
+        (Some(old), Some(new)) => (old, new),
+        _ => return,
+    };
+    for (i, column) in relation.columns.iter().enumerate() {
+        let changed = match (old.get(i), new.get(i)) {
+            (Some(Cell::Text(a)), Some(Cell::Text(b))) => a != b,
+            (Some(Cell::Null), Some(Cell::Null)) => false,
+            // An unchanged TOASTed value is not sent: it did not change.
+            (Some(Cell::Text(_) | Cell::Null), Some(Cell::Unsent)) => false,
+            (Some(Cell::Text(_) | Cell::Null), _) => true,
+            // Not sent (moves the column's `values_tag`), or not described.
+            _ => false,
+        };
+        if changed {
+            into.tags.insert(moved_tag(table, &column.name));
         }
     }
 }
@@ -251,12 +282,13 @@ mod tests {
             ])
         );
         // The old name is unknown: every read by a name goes (the new name's key with them);
-        // reads by other ids stay.
+        // reads by other ids stay. The id changed: top-N reads in its order go.
         assert_eq!(
             inv.tags,
             BTreeSet::from([
                 table_tag("public.items"),
-                values_tag("public.items", "name")
+                values_tag("public.items", "name"),
+                moved_tag("public.items", "id"),
             ])
         );
     }
@@ -281,7 +313,26 @@ mod tests {
                 legacy_row_key("public.items", "7")
             ])
         );
-        assert_eq!(inv.tags, BTreeSet::from([table_tag("public.items")]));
+        assert_eq!(
+            inv.tags,
+            BTreeSet::from([table_tag("public.items"), added_tag("public.items")])
+        );
+    }
+
+    #[test]
+    fn an_update_under_full_identity_moves_the_order_of_what_changed_only() {
+        let w = watched();
+        let rel = items(true);
+        let mut inv = Invalidations::default();
+        let edit = Event::Row {
+            relation: &rel,
+            old: Some(vec![text("7"), text("a")]),
+            new: Some(vec![text("7"), text("b")]),
+        };
+        w.note(&edit, &mut inv);
+        assert!(inv.tags.contains(&moved_tag("public.items", "name")));
+        assert!(!inv.tags.contains(&moved_tag("public.items", "id")));
+        assert!(!inv.tags.contains(&added_tag("public.items")));
     }
 
     #[test]

@@ -7,8 +7,10 @@ use crate::read::lookup::{lookup_many, Reads};
 use crate::read::plan::{CachePlan, Infer, ReadFormat, ReadPlan};
 use crate::read::postgres::{on_event_loop, run_query, text_query};
 use crate::read::shared_flight::{self, Fill};
-use crate::store::cache::{Lookup, Observed, Stored};
+use crate::store::cache::{value_key, Lookup, Observed, Stored};
 use crate::store::coordination::leases::Held;
+use crate::store::postgres::by_value::key_text;
+use crate::store::postgres::top_n::TopN;
 use crate::store::statements::pooled;
 use ferry_shared::api::{CacheMode, CacheStatus, QueryResponse, Row, StaleReason};
 use serde_json::Value;
@@ -208,6 +210,7 @@ fn fill(
         cache.key.clone(),
         cache.entry.clone(),
     );
+    let (rows_by, fingerprint) = (cache.rows_by.clone(), cache.fingerprint.clone());
     move |held: Option<Held>| {
         Box::pin(async move {
             let on_loop = match &format {
@@ -224,6 +227,27 @@ fn fill(
             };
             if let Some(rows) = on_loop {
                 let rows = rows?;
+                // A top-N read depends on the rows it returned: their keys' versions read now,
+                // the write-back guarded by its table's tag since the lookup. Unless they
+                // cannot be named or read here: then it is answered, not written back.
+                let mut observed = observed;
+                let row_keys = match &rows_by {
+                    Some(top) => match top_keys(top, &rows) {
+                        Some(keys)
+                            if s.cache.observe_keys(&s.pools, &mut observed, &keys).await =>
+                        {
+                            Some(keys)
+                        }
+                        _ => {
+                            return Ok(Fetched {
+                                rows,
+                                too_large: false,
+                                released: false,
+                            })
+                        }
+                    },
+                    None => None,
+                };
                 // The fill's lease goes in the write-back's round trip.
                 let release = |p: &mut redis::Pipeline| {
                     if let Some(h) = &held {
@@ -239,7 +263,7 @@ fn fill(
                 {
                     Some(done) => done,
                     None => {
-                        let (job, kept) = (s.clone(), rows.clone());
+                        let (job, kept, key) = (s.clone(), rows.clone(), key.clone());
                         let stored = s
                             .blocking
                             .run(move || {
@@ -249,6 +273,9 @@ fn fill(
                         (stored, false)
                     }
                 };
+                if let (Some(keys), Stored::Written) = (row_keys, stored) {
+                    s.cache.remember_rows(&key, &fingerprint, keys);
+                }
                 return Ok(Fetched {
                     rows,
                     too_large: stored == Stored::TooLarge,
@@ -260,7 +287,11 @@ fn fill(
                 .run(move || {
                     let rows =
                         pooled::query(&job.pools, &sql, &params, limits, who.as_deref(), reset)?;
-                    let stored = job.cache.store(&job.pools, &key, &observed, &rows, &entry);
+                    // (A top-N read's rows are named on the event loop only.)
+                    let stored = match rows_by {
+                        Some(_) => Stored::NotWritten,
+                        None => job.cache.store(&job.pools, &key, &observed, &rows, &entry),
+                    };
                     Ok(Fetched {
                         rows,
                         too_large: stored == Stored::TooLarge,
@@ -270,6 +301,24 @@ fn fill(
                 .await
         })
     }
+}
+
+/// The most rows a top-N read is cached with: each is a key its lookups read.
+const MAX_TOP_ROWS: usize = 64;
+
+/// The keys of the rows a top-N read returned (their values of its column, as the change
+/// stream names them), each once; None when one cannot be named, or there are too many.
+fn top_keys(top: &TopN, rows: &[Row]) -> Option<Vec<String>> {
+    let mut keys = rows
+        .iter()
+        .map(|r| {
+            let text = key_text(r.get(&top.field)?, top.integer)?;
+            Some(value_key(&top.table, &top.column, &text))
+        })
+        .collect::<Option<Vec<String>>>()?;
+    keys.sort();
+    keys.dedup();
+    (keys.len() <= MAX_TOP_ROWS).then_some(keys)
 }
 
 /// A miss: joins or starts the single flight for the key, whose leader shares the fill with

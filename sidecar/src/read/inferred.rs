@@ -19,8 +19,10 @@ use super::plan::{Infer, ReadFormat, ReadPlan};
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::store::cache::VALUES_EPOCH_TAG;
+use crate::store::cache::{added_tag, guard_tag, moved_tag};
 use crate::store::cache::{key_tag, table_tag, table_values_tag, value_key, values_tag, Cache};
 use crate::store::postgres::analysis::{Analysis, Verdict};
+use crate::store::postgres::top_n::TopN;
 use crate::store::postgres::verdicts::Inferred;
 use ferry_shared::api::CacheMode;
 
@@ -195,8 +197,28 @@ pub(crate) async fn resolve(
                     cache.tags.extend(keys.iter().map(|k| key_tag(k)));
                 }
                 None => {
-                    cache.tags.extend(tables.iter().map(|t| table_tag(t)));
                     cache.key = Cache::logical_key(&cache.fingerprint, None);
+                    match top_n(analysis, &tables, plan, reads) {
+                        // The first rows of its table in an index's order: it depends on those
+                        // rows (named from them after the query, `engine::fill`), on a new row
+                        // and on a change of the column; a change elsewhere in the table only
+                        // keeps a fill under way from writing back (its guard).
+                        Some(top) => {
+                            let (t, c) = (&top.table, &top.column);
+                            cache.tags.extend([
+                                added_tag(t),
+                                moved_tag(t, c),
+                                values_tag(t, c),
+                                table_values_tag(t),
+                                VALUES_EPOCH_TAG.to_string(),
+                                guard_tag(&table_tag(t)),
+                            ]);
+                            let seen = reads.cache.rows_seen(&cache.key, &cache.fingerprint);
+                            cache.tags.extend(seen);
+                            cache.rows_by = Some(top.clone());
+                        }
+                        None => cache.tags.extend(tables.iter().map(|t| table_tag(t))),
+                    }
                 }
             }
             cache.tags.sort();
@@ -235,10 +257,22 @@ fn by_values(analysis: &Analysis, plan: &ReadPlan, reads: &Reads) -> Option<Vec<
     Some(keys)
 }
 
-/// `public.authors.id in $1 and public.posts.author_id in $1`.
-fn described(values: &[crate::store::postgres::by_value::ByValue]) -> String {
-    let each: Vec<String> = values.iter().map(|v| v.describe()).collect();
-    each.join(" and ")
+/// The top-N read Postgres vouched for, when the request is not an end user's, its rows come
+/// back as JSON (whose values name the keys), the stream's consumer moves what it depends on
+/// and the cache can check a guard (not a cluster).
+fn top_n<'a>(
+    analysis: &'a Analysis,
+    tables: &[String],
+    plan: &ReadPlan,
+    reads: &Reads,
+) -> Option<&'a TopN> {
+    let top = analysis.top_n.as_ref()?;
+    let usable = plan.identity.is_none()
+        && matches!(plan.format, ReadFormat::Json)
+        && tables == [top.table.clone()]
+        && reads.cache.freshness().values_kept()
+        && reads.cache.rows_kept();
+    usable.then_some(top)
 }
 
 /// The longest statement Postgres is asked about: an analysis costs Postgres in proportion to
@@ -258,121 +292,4 @@ fn refuse(plan: &mut ReadPlan, mode: CacheMode, (class, why): Why) -> Result<(),
     }
     plan.infer = Infer::Refused(why.into());
     Ok(())
-}
-
-/// Each named read cached with no tables named (a `ttl_s`, no `tables`, the change stream
-/// on): the tables Postgres says it reads, or why it will be answered uncached (a warning), as
-/// `--check-config` and the startup log say them. Asked on `client`, `postgres.url`'s role.
-pub(crate) fn report(
-    config: &Config,
-    client: &mut postgres::Client,
-) -> Result<Vec<(bool, String)>, String> {
-    let mut out = Vec::new();
-    if !config.changes.enabled {
-        return Ok(out);
-    }
-    for (name, q) in &config.queries {
-        if q.ttl_s.is_none() || !q.tables.is_empty() {
-            continue;
-        }
-        let publication = Some(config.changes.publication.as_str());
-        let verdict = crate::store::postgres::analysis::analyse(client, &q.sql, publication)
-            .map_err(|e| crate::store::postgres::failure::describe(&e))?;
-        let line = match &verdict {
-            Verdict::Unknown(why) => Err(format!("Postgres could not analyse it ({why})")),
-            Verdict::Analysed(a) => cacheable(a, config)
-                .map(|t| (t, a.by_value.as_slice()))
-                .map_err(|why| why.into_iter().map(|w| w.1).collect::<Vec<_>>().join("; ")),
-        };
-        out.push(match line {
-            Ok((t, _)) if t.is_empty() => {
-                (false, format!("queries.{name}: cached (it reads no table)"))
-            }
-            Ok((_, values)) if !values.is_empty() => (
-                false,
-                format!(
-                    "queries.{name}: cached by the value of {}, dropped by changes to the rows \
-                     holding it",
-                    described(values)
-                ),
-            ),
-            Ok((t, _)) => (
-                false,
-                format!(
-                    "queries.{name}: cached, dropped by any committed change to {}",
-                    t.join(", ")
-                ),
-            ),
-            Err(why) => (
-                true,
-                format!("queries.{name}: has ttl_s and no tables, but is answered uncached: {why}"),
-            ),
-        });
-    }
-    Ok(out)
-}
-
-/// What Ferry would do with `verdict`'s statement, in a few lines: what it reads and calls,
-/// and whether a read of it cached with no tables named would be cached, on which tables.
-pub(crate) fn explain(verdict: &Verdict, config: &Config) -> String {
-    let a = match verdict {
-        Verdict::Analysed(a) => a,
-        Verdict::Unknown(why) => {
-            return format!(
-                "not analysed: {why}\ncache: could not be kept fresh (Postgres could not \
-                 analyse it)"
-            )
-        }
-    };
-    let list = |items: Vec<String>| match items.is_empty() {
-        true => "nothing".to_string(),
-        false => items.join(", "),
-    };
-    let reads = a
-        .relations
-        .iter()
-        .map(|(r, k)| format!("{r} ({})", kind(*k)))
-        .collect();
-    let calls = a.functions.iter().map(|f| f.describe()).collect();
-    let cache = match (cacheable(a, config), &a.by_value) {
-        (Ok(t), _) if t.is_empty() => {
-            "cache: cached with no table named (it reads none)".to_string()
-        }
-        (Ok(_), values) if !values.is_empty() => format!(
-            "cache: cached with no table named, by the value of {}: dropped only by a change \
-             to a row holding that value (old or new), or one whose old value the stream does \
-             not send, TRUNCATE or DDL (not for an end user's reads: their tables)",
-            described(values)
-        ),
-        (Ok(t), _) => format!(
-            "cache: cached with no table named, dropped by any committed change to {}",
-            t.join(", ")
-        ),
-        (Err(why), _) => format!(
-            "cache: could not be kept fresh by the change stream: {}",
-            why.into_iter().map(|w| w.1).collect::<Vec<_>>().join("; ")
-        ),
-    };
-    format!(
-        "reads: {}\ncalls (other than Postgres's own immutable functions): {}\n\
-         session reset after it, as a named query: {}\n{cache}",
-        list(reads),
-        list(calls),
-        if verdict.plain() {
-            "no, it is plain (as an end user: always)"
-        } else {
-            "yes"
-        }
-    )
-}
-
-fn kind(relkind: char) -> &'static str {
-    match relkind {
-        'r' => "table",
-        'p' => "partitioned table",
-        'v' => "view",
-        'm' => "materialized view",
-        'f' => "foreign table",
-        _ => "other",
-    }
 }

@@ -87,6 +87,7 @@ pub(crate) fn plan(config: &Config, req: KeyedRequest) -> Result<KeyedPlan, ApiE
                     },
                     tags: tags.clone(),
                     mode: CacheMode::default(),
+                    rows_by: None,
                 }),
                 sql: ks.sql.clone(),
                 params,

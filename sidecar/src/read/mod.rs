@@ -7,13 +7,14 @@
 //! statement with a batch form as one statement. `postgres` runs what Postgres answers;
 //! `replica_read` sends a read that skips the cache to a streaming replica that may serve it.
 //! `inferred`: whether a read can be cached and stay fresh, on which tables, as Postgres's own
-//! parse of it says (`--explain-cache`).
+//! parse of it says; `inferred_report` says it in words (`--explain-cache`, `--check-config`).
 
 pub(crate) mod engine;
 pub(crate) mod flight;
 pub(crate) mod grouped;
 pub(crate) mod identity;
 pub(crate) mod inferred;
+pub(crate) mod inferred_report;
 pub(crate) mod invalidation;
 pub(crate) mod keyed;
 pub(crate) mod lookup;

@@ -6,6 +6,7 @@ use crate::error::ApiError;
 use crate::store::cache::{table_tag, Cache, EntryPolicy, HASH_KEY_PREFIX};
 use crate::store::pools::session::Reset;
 use crate::store::postgres::identity::SessionIdentity;
+use crate::store::postgres::top_n::TopN;
 use ferry_shared::api::{CacheMode, Position, QueryRequest};
 use serde_json::Value;
 use std::fmt::Display;
@@ -71,6 +72,8 @@ pub(crate) struct CachePlan {
     pub entry: EntryPolicy,
     pub tags: Vec<String>,
     pub mode: CacheMode,
+    /// A top-N read: its entry also depends on the rows it returned (`read::engine::fill`).
+    pub rows_by: Option<TopN>,
 }
 
 /// The statement to run: raw SQL (if allowed) or a named one. `field` prefixes error fields.
@@ -201,6 +204,7 @@ pub(crate) fn read(config: &Config, req: QueryRequest, field: &str) -> Result<Re
         },
         tags,
         mode: asked.mode,
+        rows_by: None,
     };
     // No tables and no key named, and the change stream on: Postgres says what it reads.
     let infer = config.changes.enabled

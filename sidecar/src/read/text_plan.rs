@@ -61,6 +61,7 @@ pub(crate) fn text_read(
         },
         tags: tables.iter().map(|t| table_tag(t)).collect(),
         mode: CacheMode::Default,
+        rows_by: None,
     };
     let (cache, infer) = match tables.is_empty() {
         true => (None, Infer::Pending(Box::new(cache))),

@@ -111,7 +111,11 @@ pub(super) fn classify(
     // reused, and a missing version (evicted, expired) matches no entry.
     let valid = !e.ver.is_empty()
         && e.ver == observed.version
-        && observed.tags.keys().all(|t| e.tags.contains_key(t))
+        && observed
+            .tags
+            .keys()
+            .filter(|t| !t.starts_with(super::GUARD_TAG))
+            .all(|t| e.tags.contains_key(t))
         && e.tags
             .iter()
             .all(|(t, v)| !v.is_empty() && current.get(t).is_some_and(|cur| cur == v));

@@ -31,11 +31,13 @@ const DEFINITIONS_KEY: &str = "changes:definitions";
 /// The mark's place in the WAL, as 16 hex digits (compared as strings: Lua's numbers are
 /// doubles).
 const WATERMARK_POSITION_KEY: &str = "{changes}:fresh_at";
-/// The last watermark set by a consumer that moves the keys of values (`deps.rs`, from
-/// 2026-12-05): while it is the watermark, every commit before it moved them, and reads may be
-/// named by a value. A consumer of an earlier version (a rolling deploy) sets the watermark
-/// alone, and reads by a value depend on their table again.
-const WATERMARK_VALUES_KEY: &str = "{changes}:fresh_values";
+/// The last watermark set by a consumer that moves the keys of values and the tags of added
+/// rows and changed columns (`deps.rs`, from 2026-12-05): while it is the watermark, every
+/// commit before it moved them, and reads may be named by a value or depend on their rows
+/// (top-N reads). A consumer of an earlier version (a rolling deploy) sets the watermark alone
+/// (or `{changes}:fresh_values`, which moved values only), and such reads depend on their
+/// tables again.
+const WATERMARK_VALUES_KEY: &str = "{changes}:fresh_rows";
 
 /// Sets the watermark only forward (a late write from a consumer that lost its lease cannot
 /// move it back): its time in KEYS[1] (and in KEYS[3], see `WATERMARK_VALUES_KEY`), its WAL

@@ -8,14 +8,15 @@
 //!   its place. Without a caller's key the entry is `q:sha256:<hash of statement and params>`.
 //! - `v:<key>`: the key's version, a random token replaced by every invalidation of the key
 //!   that finds one (a key with no version has no entry and no read in flight).
-//! - `{changes}:fresh`, `{changes}:fresh_at`, `{changes}:fresh_values`: the change stream's
+//! - `{changes}:fresh`, `{changes}:fresh_at`, `{changes}:fresh_rows`: the change stream's
 //!   watermark (`freshness.rs`).
 //! - `t:<tag>`: a tag's version, a random token replaced by every invalidation of the tag.
 //!   An entry that depends on other keys' rows too carries their `v:<key>` as tags
 //!   (`key_tag`), which live as long as its entries, as its own key's does.
-//! - `tbl:`, `tblr:`, `tblva:<schema.table>` and `tblv:<schema.table.column>`: the versions
-//!   of the tags derived from a table (`table_tag`, `table_reset_tag`, `table_values_tag`,
-//!   `values_tag`), moved by the change stream (`changes/`).
+//! - `tbl:`, `tblr:`, `tblva:`, `tbladd:<schema.table>`, `tblv:` and
+//!   `tblm:<schema.table.column>`: the versions of the tags derived from a table (`table_tag`,
+//!   `table_reset_tag`, `table_values_tag`, `added_tag`, `values_tag`, `moved_tag`), moved by
+//!   the change stream (`changes/`).
 //! - `epoch`: the cache-wide version every entry carries (moved when invalidations that waited
 //!   for Redis overflowed their bound: everything is invalid at once).
 //! - `k:<key>`: plain cache command keys (see `commands.rs`), a namespace of their own.
@@ -46,15 +47,17 @@ mod invalidate;
 mod lookup;
 mod names;
 mod pending;
+mod rows;
 mod write;
 
 pub(crate) use entry::Lookup;
 pub(crate) use freshness::{Freshness, StreamState};
 pub(crate) use names::{
-    key_tag, legacy_row_key, table_reset_tag, table_tag, table_values_tag, value_key, values_tag,
-    VALUES_EPOCH_TAG,
+    added_tag, guard_tag, key_tag, legacy_row_key, moved_tag, table_reset_tag, table_tag,
+    table_values_tag, value_key, values_tag, VALUES_EPOCH_TAG,
 };
-use names::{EPOCH_TAG, KEY_TAG, TABLE_RESET_TAG, TABLE_TAG, TABLE_VALUES_TAG, VALUES_TAG};
+use names::{ADDED_TAG, EPOCH_TAG, GUARD_TAG, KEY_TAG, MOVED_TAG};
+use names::{TABLE_RESET_TAG, TABLE_TAG, TABLE_VALUES_TAG, VALUES_TAG};
 
 use crate::store::pools::Pools;
 use entry::{classify, Entry};
@@ -130,6 +133,8 @@ pub(crate) struct Cache {
     /// On a Redis Cluster: keys carry hash tags, and invalidations wait for this many
     /// replicas, this many milliseconds at most (`redis.cluster_wait_*`).
     cluster: Option<(u32, u64)>,
+    /// The row keys of top-N entries this sidecar filled (`rows.rs`).
+    rows_seen: rows::RowsSeen,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -184,6 +189,7 @@ impl Cache {
             freshness: Freshness::default(),
             deferred_table: None,
             cluster: None,
+            rows_seen: rows::RowsSeen::default(),
         }
     }
 
@@ -274,6 +280,12 @@ impl Cache {
             format!("{}tblva:{t}", self.prefix)
         } else if let Some(k) = tag.strip_prefix(KEY_TAG) {
             self.version_key(k)
+        } else if let Some(t) = tag.strip_prefix(ADDED_TAG) {
+            format!("{}tbladd:{t}", self.prefix)
+        } else if let Some(c) = tag.strip_prefix(MOVED_TAG) {
+            format!("{}tblm:{c}", self.prefix)
+        } else if let Some(t) = tag.strip_prefix(GUARD_TAG) {
+            self.tag_key(t)
         } else {
             format!("{}t:{tag}", self.prefix)
         }

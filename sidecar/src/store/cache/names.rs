@@ -14,6 +14,10 @@ pub(super) const TABLE_VALUES_TAG: &str = "\u{0}table-values:";
 /// one value that also depends on the rows of other values (a join read by value, each table
 /// by its own column) carries their keys as such tags (`key_tag`).
 pub(super) const KEY_TAG: &str = "\u{0}key:";
+pub(super) const ADDED_TAG: &str = "\u{0}table-added:";
+pub(super) const MOVED_TAG: &str = "\u{0}moved:";
+/// Marks a tag a fill's write-back checks but its entry does not carry (`guard_tag`).
+pub(super) const GUARD_TAG: &str = "\u{0}guard:";
 /// Moved by each consumer of the change stream as it starts: entries named by a value made
 /// before it were kept fresh by another consumer, perhaps one that moved no value keys (a
 /// version before them, in a rolling deploy).
@@ -64,4 +68,24 @@ pub(crate) fn table_reset_tag(table: &str) -> String {
 /// it, as that key's version is (a lookup makes it for the flight only).
 pub(crate) fn key_tag(key: &str) -> String {
     format!("{KEY_TAG}{key}")
+}
+
+/// The tag of the entries a new row of `table` may change (top-N reads): moved by every
+/// INSERT into it.
+pub(crate) fn added_tag(table: &str) -> String {
+    format!("{ADDED_TAG}{table}")
+}
+
+/// The tag of the entries a row whose `column` changed may change (top-N reads by the
+/// column's order): moved by an UPDATE whose old value of the column was sent and differs from
+/// the new (one not sent moves `values_tag`).
+pub(crate) fn moved_tag(table: &str, column: &str) -> String {
+    format!("{MOVED_TAG}{table}.{column}")
+}
+
+/// `tag`, checked by a fill's write-back (unmoved since its lookup) but not carried by the
+/// entry it writes: a read whose dependencies are known only from its rows (top-N reads) is
+/// written back only if no change to its table reached the cache while it ran.
+pub(crate) fn guard_tag(tag: &str) -> String {
+    format!("{GUARD_TAG}{tag}")
 }

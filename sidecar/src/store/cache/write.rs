@@ -1,6 +1,6 @@
 //! Write-backs: a result stored only if no version moved since the read observed them.
 
-use super::{now_ms, Cache, Entry, EntryPolicy, Observed, Stored, KEY_TAG};
+use super::{now_ms, Cache, Entry, EntryPolicy, Observed, Stored, GUARD_TAG, KEY_TAG};
 use crate::store::pools::redis_lost;
 use crate::store::pools::Pools;
 use ferry_shared::api::Row;
@@ -136,7 +136,13 @@ impl Cache {
                 swr_ms: p.swr_s * 1000,
                 sie_ms: p.stale_if_error_s * 1000,
                 ver: observed.version.clone(),
-                tags: observed.tags.clone(),
+                // A guard is checked below, not carried.
+                tags: observed
+                    .tags
+                    .iter()
+                    .filter(|(t, _)| !t.starts_with(GUARD_TAG))
+                    .map(|(t, v)| (t.clone(), v.clone()))
+                    .collect(),
                 rows: rows.to_vec(),
             };
             let Ok(value) = serde_json::to_string(&entry) else {

@@ -54,6 +54,8 @@ pub(crate) struct Analysis {
     /// The reads by a column's value, one or more per table, that cover every table it reads
     /// (`by_value`); empty when it is not such a read.
     pub by_value: Vec<super::by_value::ByValue>,
+    /// A read of the first rows of its one table in an index's order (`top_n`).
+    pub top_n: Option<super::top_n::TopN>,
 }
 
 /// A function a statement calls: `now()`, stable, built in.
@@ -190,6 +192,16 @@ async fn analyse_with(
             a.by_value = super::by_value::by_value(&mut client, sql, &types, &tables, publication)
                 .await
                 .unwrap_or_default();
+            // Else perhaps the first rows of its one table in an index's order.
+            if let ([table], true) = (tables.as_slice(), a.by_value.is_empty()) {
+                let fields: Vec<String> = described
+                    .columns()
+                    .iter()
+                    .map(|c| c.name().to_string())
+                    .collect();
+                let asked = (types.as_slice(), fields.as_slice());
+                a.top_n = super::top_n::top_n(&mut client, sql, asked, table, publication).await;
+            }
         }
     }
     client.batch("ROLLBACK").await?;
@@ -244,6 +256,7 @@ fn verdict_of(rows: Vec<Row>, sql: &str) -> Verdict {
         owned: Vec::new(),
         shape: String::new(),
         by_value: Vec::new(),
+        top_n: None,
     };
     for row in rows {
         let (what, name, kind): (&str, String, String) = (row.get(0), row.get(1), row.get(2));

@@ -36,6 +36,19 @@ pub(crate) fn names_an_entry(value: &str) -> bool {
     value.len() <= MAX_VALUE_KEY && !value.chars().any(char::is_control)
 }
 
+/// `v` (a request's parameter, or a value of a row Postgres returned) as the change stream
+/// writes the value of an integer (`integer`) or text column; None when it cannot be told for
+/// certain, or names no entry.
+pub(crate) fn key_text(v: &Value, integer: bool) -> Option<String> {
+    let v = match (v, integer) {
+        (Value::Number(n), true) => n.as_i64()?.to_string(),
+        (Value::String(s), true) => s.trim().parse::<i64>().ok()?.to_string(),
+        (Value::String(s), false) => s.clone(),
+        _ => return None,
+    };
+    names_an_entry(&v).then_some(v)
+}
+
 /// A read of `table` (`schema.name`) by the value of `column` in parameter `param` (0-based).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct ByValue {
@@ -54,13 +67,7 @@ impl ByValue {
     /// The value as the change stream writes it, from the read's parameters; None when it
     /// cannot be told for certain (then the read depends on its table).
     pub(crate) fn value(&self, params: &[Value]) -> Option<String> {
-        let v = match (params.get(self.param)?, self.integer) {
-            (Value::Number(n), true) => n.as_i64()?.to_string(),
-            (Value::String(s), true) => s.trim().parse::<i64>().ok()?.to_string(),
-            (Value::String(s), false) => s.clone(),
-            _ => return None,
-        };
-        names_an_entry(&v).then_some(v)
+        key_text(params.get(self.param)?, self.integer)
     }
 
     /// `public.posts.author_id in $1`, for what Ferry says of a read.
@@ -92,7 +99,7 @@ pub(crate) fn candidate<T>(relations: &[(String, char)], functions: &[T]) -> Opt
 /// The columns of `tables` whose values the stream sends (the publication `$2` publishes them:
 /// no generated column, none left out of a column list) and the stream and requests agree on
 /// (Postgres's own integer and text types): see [`ColumnRow`].
-const COLUMNS: &str = "
+pub(super) const COLUMNS: &str = "
 SELECT quote_ident(a.attname), a.attname::text, t.typname IN ('int2', 'int4', 'int8'),
        a.atttypid, c.oid, n.nspname || '.' || c.relname,
        c.relreplident = 'f' OR EXISTS (
@@ -113,20 +120,20 @@ SELECT quote_ident(a.attname), a.attname::text, t.typname IN ('int2', 'int4', 'i
    AND (a.attcollation = 0 OR co.collisdeterministic)";
 
 /// One column of [`COLUMNS`].
-struct ColumnRow {
+pub(super) struct ColumnRow {
     /// The name as the plan prints it.
-    printed: String,
-    name: String,
-    integer: bool,
+    pub printed: String,
+    pub name: String,
+    pub integer: bool,
     type_oid: u32,
     table_oid: u32,
     /// `schema.name`.
-    table: String,
+    pub table: String,
     /// In the replica identity.
     old_sent: bool,
 }
 
-fn column_rows(rows: &[tokio_postgres::Row]) -> Vec<ColumnRow> {
+pub(super) fn column_rows(rows: &[tokio_postgres::Row]) -> Vec<ColumnRow> {
     rows.iter()
         .map(|r| ColumnRow {
             printed: r.get(0),
@@ -141,14 +148,15 @@ fn column_rows(rows: &[tokio_postgres::Row]) -> Vec<ColumnRow> {
 }
 
 /// The planner's settings for the probe (`SET LOCAL`: gone with the caller's rollback).
-const PLANNER: &str = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; \
+pub(super) const PLANNER: &str =
+    "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; \
                        SET LOCAL plan_cache_mode = force_generic_plan";
 
 /// The probe's statements: one per message (extended protocol), so the caller's text cannot
 /// end the transaction. Prepared statements outlive a rollback: deallocated after (and the
 /// session is reset after the analysis anyway). VERBOSE: each scan names its table's schema,
 /// and every column its table's alias.
-fn probe(sql: &str, params: usize) -> (String, String) {
+pub(super) fn probe(sql: &str, params: usize) -> (String, String) {
     let explain = match params {
         0 => "EXPLAIN (VERBOSE, FORMAT JSON) EXECUTE ferry_value_probe".to_string(),
         _ => format!(
@@ -158,7 +166,7 @@ fn probe(sql: &str, params: usize) -> (String, String) {
     };
     (format!("PREPARE ferry_value_probe AS {sql}\n"), explain)
 }
-const DEALLOCATE: &str = "DEALLOCATE ferry_value_probe";
+pub(super) const DEALLOCATE: &str = "DEALLOCATE ferry_value_probe";
 
 /// Asks the planner, inside the caller's transaction (rolled back after: the settings are
 /// `SET LOCAL`), whether `sql` (with parameters of types `params`) reads each of `tables`
@@ -272,7 +280,7 @@ fn scan_by_value(columns: &[ColumnRow], scan: &Value, types: &[u32]) -> Option<B
 }
 
 /// Every node of `plan` that scans a relation; and whether any is a subquery's plan.
-fn scans_of<'a>(plan: &'a Value, into: &mut Vec<&'a Value>, subplans: &mut bool) {
+pub(super) fn scans_of<'a>(plan: &'a Value, into: &mut Vec<&'a Value>, subplans: &mut bool) {
     if plan.get("Relation Name").is_some() {
         into.push(plan);
     }

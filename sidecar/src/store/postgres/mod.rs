@@ -20,6 +20,7 @@ pub(crate) mod own_sessions;
 pub(crate) mod param_types;
 pub(crate) mod roles;
 pub(crate) mod schema;
+pub(crate) mod top_n;
 pub(crate) mod user_types;
 pub(crate) mod verdicts;
 
@@ -157,8 +158,25 @@ pub(crate) fn is_loopback_host(host: &str) -> bool {
 pub(crate) fn check_session(config: &Config) -> Result<postgres::Client, String> {
     let pg = pg_config(config).map_err(|e| e.to_string())?;
     let tls = pg_tls(&config.postgres)?;
-    pg.connect(tls)
-        .map_err(|e| format!("cannot connect: {}", failure::describe(&e)))
+    // Where it tried, as the operator wrote it (no password): a forgotten FERRY_DATABASE_URL
+    // falls back to the config file's `postgres.url`, which may be another server.
+    let hosts: Vec<String> = pg
+        .get_hosts()
+        .iter()
+        .zip(pg.get_ports().iter().chain(std::iter::repeat(&5432)))
+        .map(|(h, p)| match h {
+            postgres::config::Host::Tcp(h) => format!("{h}:{p}"),
+            postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .collect();
+    let user = pg.get_user().unwrap_or("?").to_string();
+    pg.connect(tls).map_err(|e| {
+        format!(
+            "cannot connect to {} as {user} (postgres.url, FERRY_DATABASE_URL): {}",
+            hosts.join(","),
+            failure::describe(&e)
+        )
+    })
 }
 
 /// Problems with the database role the sidecar connects as: a superuser can read files and

@@ -208,6 +208,7 @@ mod tests {
             owned: Vec::new(),
             shape: String::new(),
             by_value: Vec::new(),
+            top_n: None,
         })
     }
 
