@@ -2,7 +2,8 @@
 //! rows it returned, on a new row and on a change of a row's `id`, not on the rest of the
 //! table. A psql write to another post leaves it a hit; an edit of a returned post, a new
 //! post, a deleted one and a post whose id moved to the top read fresh. What only looks like
-//! one (an OFFSET, which the plan does not print; a filter on another column) depends on its
+//! one (an OFFSET, which the plan does not print, in the statement or in a view; a filter on
+//! another column; no ORDER BY; an index of a case-insensitive collation) depends on its
 //! table. Against the binary and a private logical Postgres; Postgres's rows judge.
 mod change_stream_common;
 mod inferred_common;
@@ -114,4 +115,61 @@ fn a_top_n_read_depends_on_its_rows_a_new_row_and_its_order() {
         truth(&pg, ADA),
         "stale under a filter (key {key})"
     );
+}
+
+/// Found by an attacker's review: each read, with sequential scans off, plans as a Limit over
+/// an index scan, and is no top-N read. Each write changes the answer with no change to a row
+/// it returned: a heap slot freed by VACUUM taken by a HOT update (a read with no ORDER BY runs
+/// in heap order; `a` and `A` tie under a case-insensitive index), or a row gone before a
+/// view's OFFSET.
+#[test]
+fn what_only_looks_like_a_top_n_read_depends_on_its_table() {
+    const MORE: &str = "
+CREATE TABLE hp (id int PRIMARY KEY, title text NOT NULL);
+INSERT INTO hp SELECT i, 'h' || i FROM generate_series(1, 5) i;
+CREATE TABLE sk (id int PRIMARY KEY, title text NOT NULL);
+INSERT INTO sk SELECT i, 's' || i FROM generate_series(1, 8) i;
+CREATE VIEW sk_window AS SELECT id, title FROM sk ORDER BY id OFFSET 1 LIMIT 3;
+CREATE TABLE cit (title text COLLATE \"C\" PRIMARY KEY, id int NOT NULL, note text NOT NULL);
+CREATE INDEX cit_ci ON cit (title COLLATE ci);
+INSERT INTO cit VALUES ('zz', 9, 'n'), ('A', 2, 'n'), ('a', 3, 'n');
+GRANT SELECT ON hp, sk, sk_window, cit TO ferry_app, ferry_changes;
+ALTER PUBLICATION ferry ADD TABLE hp, sk, cit;";
+    let tables = format!("{WATCHED},hp,sk,cit");
+    let (_redis, pg, s) = stack_more(MORE, &[("FERRY_CHANGES_TABLES", tables.as_str())]);
+    let mut psql = pg.client();
+    // One statement per message: VACUUM runs outside a transaction.
+    for free in [
+        "DELETE FROM hp WHERE id = 2",
+        "VACUUM (INDEX_CLEANUP ON) hp",
+        "DELETE FROM cit WHERE title = 'zz'",
+        "VACUUM (INDEX_CLEANUP ON) cit",
+    ] {
+        psql.batch_execute(free).expect("free a heap slot");
+    }
+    settle(&s);
+    let cases = [
+        (
+            "SELECT id, id::text AS title FROM hp LIMIT 3",
+            "UPDATE hp SET title = 'moved' WHERE id = 5",
+        ),
+        (
+            "SELECT id, title FROM sk_window",
+            "DELETE FROM sk WHERE id = 1",
+        ),
+        (
+            "SELECT id, title, title COLLATE ci AS t2 FROM cit ORDER BY 3 LIMIT 1",
+            "UPDATE cit SET note = 'x' WHERE title = 'a'",
+        ),
+    ];
+    for (sql, write) in cases {
+        warm(&s, &pg, sql);
+        psql.batch_execute(write).expect("write");
+        settle(&s);
+        assert_eq!(
+            now(&s, sql).0,
+            truth(&pg, sql),
+            "{sql}: stale after {write}"
+        );
+    }
 }

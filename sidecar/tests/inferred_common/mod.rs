@@ -53,13 +53,24 @@ ALTER PUBLICATION ferry ADD TABLE authors, posts, comments, gen, partial (id, bo
   parent, child, sx.secret, users;
 ";
 
+/// The tables the shared stack's stream watches.
+pub const WATCHED: &str =
+    "orders,authors,posts,comments,gen,partial,slugs,moods,parent,child,sx.secret,users";
+
 pub fn stack() -> (RedisServer, PgServer, SidecarProcess) {
     stack_with(&[])
 }
 
 pub fn stack_with(extra: &[(&str, &str)]) -> (RedisServer, PgServer, SidecarProcess) {
+    stack_more("", extra)
+}
+
+/// The stack with `more` schema made after the shared one (before the sidecar starts); its
+/// tables watched through `extra`'s `FERRY_CHANGES_TABLES` (which replaces the default).
+pub fn stack_more(more: &str, extra: &[(&str, &str)]) -> (RedisServer, PgServer, SidecarProcess) {
     let (redis, pg) = (RedisServer::start(), logical_pg());
     pg.client().batch_execute(SCHEMA).expect("schema");
+    pg.client().batch_execute(more).expect("more schema");
     let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/ferry.toml");
     let stream_url = pg.url().replace("postgres@", "ferry_changes@");
     let neon_url = pg.url_as("ferry_neon");
@@ -67,10 +78,7 @@ pub fn stack_with(extra: &[(&str, &str)]) -> (RedisServer, PgServer, SidecarProc
         ("FERRY_CONFIG", sample),
         ("FERRY_CHANGES_URL", stream_url.as_str()),
         ("FERRY_CHANGES_ENABLED", "true"),
-        (
-            "FERRY_CHANGES_TABLES",
-            "orders,authors,posts,comments,gen,partial,slugs,moods,parent,child,sx.secret,users",
-        ),
+        ("FERRY_CHANGES_TABLES", WATCHED),
         ("FERRY_CHANGES_MAX_LAG_MS", "400"),
         ("FERRY_CHANGES_HEARTBEAT_MS", "50"),
         ("FERRY_NEON_ENABLED", "true"),

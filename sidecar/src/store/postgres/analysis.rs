@@ -192,8 +192,10 @@ async fn analyse_with(
             a.by_value = super::by_value::by_value(&mut client, sql, &types, &tables, publication)
                 .await
                 .unwrap_or_default();
-            // Else perhaps the first rows of its one table in an index's order.
-            if let ([table], true) = (tables.as_slice(), a.by_value.is_empty()) {
+            // Else perhaps the first rows of its one table in an index's order; not through
+            // a view (whose OFFSET is in its own parse tree, not the statement's).
+            let view = a.relations.iter().any(|(_, k)| *k == 'v');
+            if let ([table], true) = (tables.as_slice(), a.by_value.is_empty() && !view) {
                 let fields: Vec<String> = described
                     .columns()
                     .iter()

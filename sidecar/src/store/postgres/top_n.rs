@@ -10,8 +10,12 @@
 //! column (no expression, no predicate) whose value the stream and the request agree on (as
 //! for reads by a value, `by_value::COLUMNS`), and the column is among the result's (its rows
 //! name the keys). An OFFSET is not printed in the plan: Postgres's parse tree says it (the
-//! probe function's body), and a read with one is refused (a row that goes before the window
-//! would move the window).
+//! probe function's body; no view, whose tree is its own), and a read with one is refused (a
+//! row that goes before the window would move the window). The generic plan with sequential
+//! scans off takes an index even for a read with no ORDER BY, which runs in heap order: asked
+//! again without index scans, the plan must sort by the column alone, under its own collation.
+//! After an attacker's review (2026-12-05): no ORDER BY, an OFFSET in a view, an order under a
+//! case-insensitive collation.
 //!
 //! The rows it returned are known only after it runs: how its fill stays fresh is in
 //! `read::engine` (the keys read after the query, the write-back guarded by the table's tag).
@@ -32,7 +36,10 @@ pub(crate) struct TopN {
     pub integer: bool,
 }
 
-/// The one key column of index `$1` in schema `$2`, for a plain index on one column.
+/// The one key column of index `$1` in schema `$2`, for a plain index on one column. (Its
+/// collation is the order's, which `sorts_by` finds to be the column's own, deterministic: an
+/// order under a case-insensitive one, where `A` and `a` tie in the heap's order, is printed
+/// with its COLLATE and refused.)
 const INDEX_COLUMN: &str = "
 SELECT a.attname::text
   FROM pg_index i
@@ -71,15 +78,7 @@ pub(crate) async fn top_n(
             .ok()?,
     );
     client.batch(PLANNER).await.ok()?;
-    let (prepare, explain) = probe(sql, params.len());
-    client.execute(&prepare).await.ok()?;
-    let plan = client.simple(&explain).await;
-    let _ = client.batch(DEALLOCATE).await;
-    let text = plan.ok()?.into_iter().find_map(|m| match m {
-        SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
-        _ => None,
-    })?;
-    let plan: Value = serde_json::from_str(&text).ok()?;
+    let plan = explained(client, sql, params.len()).await?;
     let scan = shape(&plan, table)?;
     let (index, schema) = (scan["Index Name"].as_str()?, scan["Schema"].as_str()?);
     let rows = client.query(INDEX_COLUMN, &[&index, &schema]).await.ok()?;
@@ -87,7 +86,57 @@ pub(crate) async fn top_n(
         return None;
     };
     let column: String = row.get(0);
-    judge(&columns, &plan, scan, &column, fields, table)
+    let top = judge(&columns, &plan, scan, &column, fields, table)?;
+    // The index gives the order only where the statement asks for it: without index scans,
+    // the plan must sort by the column (a read with no ORDER BY runs in heap order).
+    client.batch(BY_SORT).await.ok()?;
+    let sorted = explained(client, sql, params.len()).await?;
+    sorts_by(&sorted, scan["Alias"].as_str()?, &columns, &top)?.then_some(top)
+}
+
+/// The planner's settings for the second question: no index, so an order must be a sort.
+const BY_SORT: &str = "SET LOCAL enable_indexscan = off; SET LOCAL enable_indexonlyscan = off; \
+                       SET LOCAL enable_seqscan = on";
+
+/// `EXPLAIN (VERBOSE, FORMAT JSON)` of the generic plan of `sql`, parsed.
+async fn explained(client: &mut impl Ask, sql: &str, params: usize) -> Option<Value> {
+    let (prepare, explain) = probe(sql, params);
+    client.execute(&prepare).await.ok()?;
+    let plan = client.simple(&explain).await;
+    let _ = client.batch(DEALLOCATE).await;
+    let text = plan.ok()?.into_iter().find_map(|m| match m {
+        SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+        _ => None,
+    })?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Whether a plan without index scans is a Limit right over a sort by `top`'s column alone
+/// (either way, NULLs either end; no collation of its own).
+fn sorts_by(plan: &Value, alias: &str, columns: &[ColumnRow], top: &TopN) -> Option<bool> {
+    let root = &plan[0]["Plan"];
+    let [sort] = root["Plans"].as_array()?.as_slice() else {
+        return Some(false);
+    };
+    let [key] = sort["Sort Key"].as_array()?.as_slice() else {
+        return Some(false);
+    };
+    let printed = &columns
+        .iter()
+        .find(|c| c.table == top.table && c.name == top.column)?
+        .printed;
+    let key = key.as_str()?;
+    let key = key
+        .strip_suffix(" NULLS FIRST")
+        .or(key.strip_suffix(" NULLS LAST"))
+        .unwrap_or(key);
+    let key = key.strip_suffix(" DESC").unwrap_or(key);
+    let quoted = format!("\"{}\"", alias.replace('"', "\"\""));
+    let named = key == printed
+        || [alias, quoted.as_str()]
+            .iter()
+            .any(|a| key == format!("{a}.{printed}"));
+    Some(root["Node Type"] == "Limit" && sort["Node Type"] == "Sort" && named)
 }
 
 /// The index scan of a plan that is a Limit right over it, of `table`, with no condition, no
