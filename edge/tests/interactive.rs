@@ -20,7 +20,8 @@ fn left_open(stack: &Stack, id: i32) -> (i64, bool) {
     let open: i64 = pg
         .query_one(
             "SELECT count(*) FROM pg_stat_activity
-             WHERE state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()",
+             WHERE state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()
+               AND application_name NOT IN ('ferry-analysis', 'ferry-own-session-probe')",
             &[],
         )
         .expect("pg_stat_activity")

@@ -71,8 +71,9 @@ pub(super) async fn probe_sessions<S: Session>(
         seen.0 != pid || seen.1.as_deref() != Some(token)
     };
     for _ in 0..ROUNDS {
-        // B holds a transaction open: its backend is taken for as long as it lasts.
-        b.exec("BEGIN").await?;
+        // B holds a transaction open: its backend is taken for as long as it lasts. Named
+        // apart in pg_stat_activity meanwhile: Ferry's own probe, not a request's transaction.
+        b.exec(PROBE_BEGIN).await?;
         let in_tx = b.ask(None).await?.ok_or_else(no_answer)?;
         let during = a.ask(None).await;
         let _ = b.exec("ROLLBACK").await;
@@ -89,6 +90,10 @@ pub(super) async fn probe_sessions<S: Session>(
     }
     Ok(())
 }
+
+/// The probe's transaction, as `pg_stat_activity` shows it while it lasts (at most `WAIT`).
+pub(super) const PROBE_BEGIN: &str =
+    "BEGIN; SET LOCAL application_name = 'ferry-own-session-probe'";
 
 /// The probe's statements: it marks a session with one, and reads the mark back with the other.
 pub(super) const MARK_SQL: &str =
