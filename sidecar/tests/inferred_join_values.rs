@@ -8,11 +8,9 @@
 mod change_stream_common;
 mod inferred_common;
 
-use change_stream_common::{after_bound, wait_caught_up};
 use ferry_testkit::SidecarProcess;
 use inferred_common::*;
 use serde_json::{json, Value};
-use std::time::Instant;
 
 const PAGE: &str = "SELECT name, title FROM author_page WHERE id = $1 ORDER BY title";
 const POST: &str = "SELECT a.name, p.title FROM posts p JOIN authors a ON a.id = p.author_id \
@@ -47,11 +45,6 @@ fn page(s: &SidecarProcess, sql: &str, id: i64) -> (Vec<(String, String)>, Strin
     let a = read(s, sql, json!([id]));
     let field = |f: &str| a.body[f].as_str().unwrap_or_default().to_string();
     (pairs(&a.body["rows"]), field("cache"), field("key"))
-}
-
-fn settle(s: &SidecarProcess) {
-    after_bound(Instant::now());
-    wait_caught_up(s);
 }
 
 #[test]

@@ -8,11 +8,9 @@
 mod change_stream_common;
 mod inferred_common;
 
-use change_stream_common::{after_bound, wait_caught_up};
 use ferry_testkit::SidecarProcess;
 use inferred_common::*;
 use serde_json::{json, Value};
-use std::time::Instant;
 
 const TOP: &str = "SELECT id, title FROM posts ORDER BY id DESC LIMIT 3";
 const SKIP: &str = "SELECT id, title FROM posts ORDER BY id DESC LIMIT 2 OFFSET 1";
@@ -53,11 +51,6 @@ fn now(s: &SidecarProcess, sql: &str) -> (Vec<(i64, String)>, String, String) {
     let a = read(s, sql, json!([]));
     let field = |f: &str| a.body[f].as_str().unwrap_or_default().to_string();
     (pairs(&a.body["rows"]), field("cache"), field("key"))
-}
-
-fn settle(s: &SidecarProcess) {
-    after_bound(Instant::now());
-    wait_caught_up(s);
 }
 
 #[test]

@@ -115,3 +115,9 @@ pub fn until_hit(s: &SidecarProcess, sql: &str, params: Value, fresh: impl Fn(&V
         a.body["cache"] == "hit"
     });
 }
+
+/// Waits out the change stream's bound after a write, and until the stream has caught up.
+pub fn settle(s: &SidecarProcess) {
+    after_bound(std::time::Instant::now());
+    wait_caught_up(s);
+}

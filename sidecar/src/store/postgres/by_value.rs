@@ -156,7 +156,7 @@ pub(super) const PLANNER: &str =
 /// end the transaction. Prepared statements outlive a rollback: deallocated after (and the
 /// session is reset after the analysis anyway). VERBOSE: each scan names its table's schema,
 /// and every column its table's alias.
-pub(super) fn probe(sql: &str, params: usize) -> (String, String) {
+fn probe(sql: &str, params: usize) -> (String, String) {
     let explain = match params {
         0 => "EXPLAIN (VERBOSE, FORMAT JSON) EXECUTE ferry_value_probe".to_string(),
         _ => format!(
@@ -166,7 +166,7 @@ pub(super) fn probe(sql: &str, params: usize) -> (String, String) {
     };
     (format!("PREPARE ferry_value_probe AS {sql}\n"), explain)
 }
-pub(super) const DEALLOCATE: &str = "DEALLOCATE ferry_value_probe";
+const DEALLOCATE: &str = "DEALLOCATE ferry_value_probe";
 
 /// Asks the planner, inside the caller's transaction (rolled back after: the settings are
 /// `SET LOCAL`), whether `sql` (with parameters of types `params`) reads each of `tables`
@@ -181,7 +181,14 @@ pub(crate) async fn by_value(
 ) -> Option<Vec<ByValue>> {
     let columns = column_rows(&client.query(COLUMNS, &[&tables, &publication]).await.ok()?);
     client.batch(PLANNER).await.ok()?;
-    let (prepare, explain) = probe(sql, params.len());
+    let plan = explained(client, sql, params.len()).await?;
+    judge(&columns, &plan, params, tables)
+}
+
+/// `EXPLAIN (VERBOSE, FORMAT JSON)` of the generic plan of `sql` (with `params` parameters)
+/// under the planner settings in force, parsed.
+pub(super) async fn explained(client: &mut impl Ask, sql: &str, params: usize) -> Option<Value> {
+    let (prepare, explain) = probe(sql, params);
     client.execute(&prepare).await.ok()?;
     let plan = client.simple(&explain).await;
     let _ = client.batch(DEALLOCATE).await;
@@ -189,14 +196,14 @@ pub(crate) async fn by_value(
         SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
         _ => None,
     })?;
-    judge(&columns, &text, params, tables)
+    serde_json::from_str(&text).ok()
 }
 
 /// What the plan (`EXPLAIN (VERBOSE, FORMAT JSON)` of the generic plan) says: each scan's read
 /// by one column's value (sorted, each once), covering every one of `tables`; or None.
 fn judge(
     columns: &[ColumnRow],
-    plan: &str,
+    plan: &Value,
     types: &[u32],
     tables: &[String],
 ) -> Option<Vec<ByValue>> {
@@ -210,7 +217,6 @@ fn judge(
     if oids.windows(2).any(|w| w[0].0 == w[1].0) {
         return None;
     }
-    let plan: Value = serde_json::from_str(plan).ok()?;
     let mut scans = Vec::new();
     let mut subplans = false;
     scans_of(&plan[0]["Plan"], &mut scans, &mut subplans);
@@ -310,8 +316,8 @@ mod tests {
     }
 
     /// A generic plan of a join of authors `a` to posts `p`, each scanned as given.
-    fn join_plan(authors: Value, posts: Value) -> String {
-        json!([{"Plan": {"Node Type": "Nested Loop", "Plans": [authors, posts]}}]).to_string()
+    fn join_plan(authors: Value, posts: Value) -> Value {
+        json!([{"Plan": {"Node Type": "Nested Loop", "Plans": [authors, posts]}}])
     }
 
     fn scan(alias: &str, table: &str, cond: &str) -> Value {

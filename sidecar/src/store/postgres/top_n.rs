@@ -21,9 +21,8 @@
 //! `read::engine` (the keys read after the query, the write-back guarded by the table's tag).
 
 use super::ask::Ask;
-use super::by_value::{column_rows, probe, scans_of, ColumnRow, COLUMNS, DEALLOCATE, PLANNER};
+use super::by_value::{column_rows, explained, scans_of, ColumnRow, COLUMNS, PLANNER};
 use serde_json::Value;
-use tokio_postgres::SimpleQueryMessage;
 
 /// A top-N read of `table` in the order of `column`, returned in the result's `field`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,19 +96,6 @@ pub(crate) async fn top_n(
 /// The planner's settings for the second question: no index, so an order must be a sort.
 const BY_SORT: &str = "SET LOCAL enable_indexscan = off; SET LOCAL enable_indexonlyscan = off; \
                        SET LOCAL enable_seqscan = on";
-
-/// `EXPLAIN (VERBOSE, FORMAT JSON)` of the generic plan of `sql`, parsed.
-async fn explained(client: &mut impl Ask, sql: &str, params: usize) -> Option<Value> {
-    let (prepare, explain) = probe(sql, params);
-    client.execute(&prepare).await.ok()?;
-    let plan = client.simple(&explain).await;
-    let _ = client.batch(DEALLOCATE).await;
-    let text = plan.ok()?.into_iter().find_map(|m| match m {
-        SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
-        _ => None,
-    })?;
-    serde_json::from_str(&text).ok()
-}
 
 /// Whether a plan without index scans is a Limit right over a sort by `top`'s column alone
 /// (either way, NULLs either end; no collation of its own).
