@@ -11,7 +11,7 @@
 use super::pgoutput::{Cell, Event, Relation};
 use crate::config::{table_name, Config};
 use crate::store::cache::{added_tag, moved_tag, value_key, values_tag};
-use crate::store::cache::{legacy_row_key, table_reset_tag, table_tag, table_values_tag};
+use crate::store::cache::{table_reset_tag, table_tag, table_values_tag};
 use crate::store::postgres::by_value::names_an_entry;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -122,7 +122,11 @@ impl Watched {
         };
         let table = &relation.table;
         into.tags.insert(table_tag(table));
-        legacy_rows(relation, rows, into);
+        let (legacy_keys, reset) = super::legacy::row_keys(relation, rows);
+        into.keys.extend(legacy_keys);
+        if reset {
+            into.tags.insert(table_reset_tag(table));
+        }
         ordered(relation, rows, into);
         for (i, column) in relation.columns.iter().enumerate() {
             let keyspaces = keyed.iter().filter(|k| k.key_column == column.name);
@@ -187,38 +191,12 @@ fn ordered(relation: &Relation, [old, new]: [&Option<Vec<Cell>>; 2], into: &mut 
     }
 }
 
-/// What versions before 2026-12-05 named point reads by (`legacy_row_key`), moved as they
-/// moved it, for their sidecars during a rolling deploy: each row's key under a one-column
-/// default identity, else the table's reset tag. Remove once no such version runs.
-fn legacy_rows(relation: &Relation, rows: [&Option<Vec<Cell>>; 2], into: &mut Invalidations) {
-    let mut identity = relation
-        .columns
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.in_identity);
-    let (Some((i, _)), None, true) = (identity.next(), identity.next(), relation.identity_is_key)
-    else {
-        into.tags.insert(table_reset_tag(&relation.table));
-        return;
-    };
-    for cells in rows.into_iter().flatten() {
-        match cells.get(i) {
-            Some(Cell::Text(id)) => {
-                into.keys.insert(legacy_row_key(&relation.table, id));
-            }
-            Some(Cell::Null) => {}
-            _ => {
-                into.tags.insert(table_reset_tag(&relation.table));
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::pgoutput::Column;
     use super::*;
     use crate::config::Keyspace;
+    use crate::store::cache::legacy_row_key;
 
     fn watched() -> Watched {
         let mut c = Config::default();

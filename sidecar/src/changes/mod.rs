@@ -13,6 +13,7 @@
 //! connection, so `postgres.pool_size` + 2 at most.
 
 mod deps;
+mod legacy;
 mod pgoutput;
 mod setup;
 mod stream;

@@ -269,7 +269,8 @@ fn top_n<'a>(
     let top = analysis.top_n.as_ref()?;
     let usable = plan.identity.is_none()
         && matches!(plan.format, ReadFormat::Json)
-        && tables == [top.table.clone()]
+        && tables.len() == 1
+        && tables[0] == top.table
         && reads.cache.freshness().values_kept()
         && reads.cache.rows_kept();
     usable.then_some(top)
