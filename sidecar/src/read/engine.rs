@@ -5,13 +5,12 @@ use crate::error::ApiError;
 use crate::read::flight::{Fetched, Outcome};
 use crate::read::lookup::{lookup_many, Reads};
 use crate::read::plan::{CachePlan, Infer, ReadFormat, ReadPlan};
-use crate::read::postgres::{on_event_loop, run_query, text_query};
+use crate::read::postgres::{on_primary, run_query, text_query};
 use crate::read::shared_flight::{self, Fill};
 use crate::store::cache::{value_key, Lookup, Observed, Stored};
 use crate::store::coordination::leases::Held;
 use crate::store::postgres::by_value::key_text;
 use crate::store::postgres::top_n::TopN;
-use crate::store::statements::pooled;
 use ferry_shared::api::{CacheMode, CacheStatus, QueryResponse, Row, StaleReason};
 use serde_json::Value;
 
@@ -187,9 +186,8 @@ fn is_upstream_failure(e: &ApiError) -> bool {
     )
 }
 
-/// The work of one fill: Postgres, then the conditional write-back. On this worker's own
-/// Postgres session and multiplexed Redis connection when it has them (no thread hop), else on
-/// the blocking pool.
+/// The work of one fill: Postgres (the primary: a replica may be behind what the entry's
+/// versions say), then the conditional write-back.
 fn fill(
     state: &State,
     plan: &ReadPlan,
@@ -213,92 +211,55 @@ fn fill(
     let (rows_by, fingerprint) = (cache.rows_by.clone(), cache.fingerprint.clone());
     move |held: Option<Held>| {
         Box::pin(async move {
-            let on_loop = match &format {
+            let rows = match (&format, prefetched) {
                 // Postgres already answered this read (`grouped`): only the write-back is left.
-                _ if prefetched.is_some() => prefetched.map(Ok),
-                ReadFormat::Text { array_mode, role } => {
-                    let role = role.clone();
-                    let who = who.clone();
-                    Some(text_query(&s, sql.clone(), &params, *array_mode, role, who, limits).await)
+                (_, Some(rows)) => rows,
+                (ReadFormat::Text { array_mode, role }, None) => {
+                    let (role, who) = (role.clone(), who.clone());
+                    text_query(&s, sql, &params, *array_mode, role, who, limits).await?
                 }
-                ReadFormat::Json => {
-                    on_event_loop(&s, &sql, &params, limits, who.clone(), reset).await
+                (ReadFormat::Json, None) => on_primary(&s, sql, params, limits, who, reset).await?,
+            };
+            // A top-N read depends on the rows it returned: their keys' versions read now, the
+            // write-back guarded by its table's tag since the lookup. Unless they cannot be
+            // named or read here: then it is answered, not written back.
+            let stores = (&s.pools, &s.blocking);
+            let mut observed = observed;
+            let row_keys = match &rows_by {
+                Some(top) => match top_keys(top, &rows) {
+                    Some(keys) if s.cache.observe_keys(stores, &mut observed, &keys).await => {
+                        Some(keys)
+                    }
+                    _ => {
+                        return Ok(Fetched {
+                            rows,
+                            too_large: false,
+                            released: false,
+                        })
+                    }
+                },
+                None => None,
+            };
+            // The fill's lease goes in the write-back's round trip.
+            let release = |p: &mut redis::Pipeline| {
+                if let Some(h) = &held {
+                    h.release_in(p);
                 }
             };
-            if let Some(rows) = on_loop {
-                let rows = rows?;
-                // A top-N read depends on the rows it returned: their keys' versions read now,
-                // the write-back guarded by its table's tag since the lookup. Unless they
-                // cannot be named or read here: then it is answered, not written back.
-                let mut observed = observed;
-                let row_keys = match &rows_by {
-                    Some(top) => match top_keys(top, &rows) {
-                        Some(keys)
-                            if s.cache.observe_keys(&s.pools, &mut observed, &keys).await =>
-                        {
-                            Some(keys)
-                        }
-                        _ => {
-                            return Ok(Fetched {
-                                rows,
-                                too_large: false,
-                                released: false,
-                            })
-                        }
-                    },
-                    None => None,
-                };
-                // The fill's lease goes in the write-back's round trip.
-                let release = |p: &mut redis::Pipeline| {
-                    if let Some(h) = &held {
-                        h.release_in(p);
-                    }
-                };
-                let behind: Option<&(dyn Fn(&mut redis::Pipeline) + Sync)> =
-                    held.is_some().then_some(&release);
-                let (stored, released) = match s
-                    .cache
-                    .store_async(&s.pools, &key, &observed, &rows, &entry, behind)
-                    .await
-                {
-                    Some(done) => done,
-                    None => {
-                        let (job, kept, key) = (s.clone(), rows.clone(), key.clone());
-                        let stored = s
-                            .blocking
-                            .run(move || {
-                                Ok(job.cache.store(&job.pools, &key, &observed, &kept, &entry))
-                            })
-                            .await?;
-                        (stored, false)
-                    }
-                };
-                if let (Some(keys), Stored::Written) = (row_keys, stored) {
-                    s.cache.remember_rows(&key, &fingerprint, keys);
-                }
-                return Ok(Fetched {
-                    rows,
-                    too_large: stored == Stored::TooLarge,
-                    released,
-                });
+            let behind: Option<&(dyn Fn(&mut redis::Pipeline) + Sync)> =
+                held.is_some().then_some(&release);
+            let (stored, released) = s
+                .cache
+                .store(stores, (&key, &observed, &rows), &entry, behind)
+                .await;
+            if let (Some(keys), Stored::Written) = (row_keys, stored) {
+                s.cache.remember_rows(&key, &fingerprint, keys);
             }
-            let job = s.clone();
-            s.blocking
-                .run(move || {
-                    let rows =
-                        pooled::query(&job.pools, &sql, &params, limits, who.as_deref(), reset)?;
-                    // (A top-N read's rows are named on the event loop only.)
-                    let stored = match rows_by {
-                        Some(_) => Stored::NotWritten,
-                        None => job.cache.store(&job.pools, &key, &observed, &rows, &entry),
-                    };
-                    Ok(Fetched {
-                        rows,
-                        too_large: stored == Stored::TooLarge,
-                        released: false,
-                    })
-                })
-                .await
+            Ok(Fetched {
+                rows,
+                too_large: stored == Stored::TooLarge,
+                released,
+            })
         })
     }
 }

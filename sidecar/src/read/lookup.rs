@@ -1,5 +1,5 @@
 //! What the engine works with ([`Reads`]), and lookups: many reads' entries in one Redis
-//! round trip, on the worker's event loop when it can, through the blocking pool otherwise.
+//! round trip (`store::pools::send` chooses the connection).
 
 use crate::error::ApiError;
 use crate::read::flight::Flights;
@@ -35,9 +35,9 @@ pub(crate) async fn lookup_many(
 }
 
 /// [`lookup_many`] with the request's shared replay check in front of the lookup, one message
-/// to Redis for both. The check's verdict comes first; None when it was not sent (no lookup
-/// went to Redis on the event loop) or its pipeline failed, and `store::coordination::nonces::settle` then
-/// runs it on its own.
+/// to Redis for both. The check's verdict comes first; None when it was not sent (the cache is
+/// not usable now) or its pipeline failed, and `store::coordination::nonces::settle` then runs
+/// it on its own.
 pub(crate) async fn lookup_many_checked(
     state: &State,
     plans: &[&ReadPlan],
@@ -55,38 +55,15 @@ pub(crate) async fn lookup_many_checked(
     if probes.is_empty() {
         return (None, Ok((0..n).map(|_| None).collect()));
     }
-    {
-        let list = probe_list(&probes);
-        // On the event loop when this worker has its multiplexed connection: a hit then
-        // never leaves the worker thread.
-        let found = state
-            .cache
-            .lookup_many_async(&state.pools, &list, check)
-            .await;
-        if let Some((verdict, found)) = found {
-            drop(list);
-            return (verdict, Ok(place(n, &probes, found)));
-        }
-    }
-    (None, lookup_pooled(state, n, probes).await)
-}
-
-/// The lookup on a pooled connection, through the blocking pool.
-async fn lookup_pooled(
-    state: &State,
-    n: usize,
-    probes: Vec<(usize, CachePlan)>,
-) -> Result<Vec<Option<Lookup>>, ApiError> {
-    let s = state.clone();
+    let list = probe_list(&probes);
     let found = state
-        .blocking
-        .run(move || {
-            let found = s.cache.lookup_many(&s.pools, &probe_list(&probes));
-            Ok((probes, found))
-        })
-        .await?;
-    let (probes, found) = found;
-    Ok(place(n, &probes, found))
+        .cache
+        .lookup_many(&state.pools, &state.blocking, &list, check)
+        .await;
+    match found {
+        Ok((verdict, found)) => (verdict, Ok(place(n, &probes, found))),
+        Err(e) => (None, Err(e)),
+    }
 }
 
 /// Each lookup back at its read's position (reads without a cache plan get None).

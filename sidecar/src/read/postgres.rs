@@ -14,34 +14,40 @@ use ferry_shared::api::Row;
 use serde_json::Value;
 use std::sync::Arc;
 
-/// A read on this worker's own Postgres session, within the in-flight limit and the request
-/// deadline (no thread hop); None when the worker has no session for it, and the caller takes
-/// the blocking pool.
-pub(super) async fn on_event_loop(
+/// A read on the primary: this worker's own Postgres session on its event loop (no thread
+/// hop), within the in-flight limit and the request deadline; else, when the worker has no
+/// session for it, a pooled one through the blocking pool.
+pub(super) async fn on_primary(
     state: &State,
-    sql: &str,
-    params: &[Value],
+    sql: String,
+    params: Vec<Value>,
     limits: ReadLimits,
     who: Option<Arc<SessionIdentity>>,
     after: Reset,
-) -> Option<Result<Vec<Row>, ApiError>> {
-    let _slot = match state.blocking.admit() {
-        Ok(slot) => slot,
-        Err(e) => return Some(Err(e)),
-    };
+) -> Result<Vec<Row>, ApiError> {
+    let slot = state.blocking.admit()?;
     let fast = on_loop::query(
         state.pools.clone(),
-        sql.into(),
-        params.to_vec(),
+        sql.clone(),
+        params.clone(),
         limits,
-        who,
+        who.clone(),
         after,
     );
-    match tokio::time::timeout(state.blocking.timeout(), fast).await {
-        Err(_) => Some(Err(ApiError::Timeout {
+    let answer = tokio::time::timeout(state.blocking.timeout(), fast).await;
+    drop(slot);
+    match answer {
+        Err(_) => Err(ApiError::Timeout {
             what: "the request",
-        })),
-        Ok(answer) => answer,
+        }),
+        Ok(Some(answer)) => answer,
+        Ok(None) => {
+            let s = state.clone();
+            state
+                .blocking
+                .run(move || pooled::query(&s.pools, &sql, &params, limits, who.as_deref(), after))
+                .await
+        }
     }
 }
 
@@ -79,14 +85,7 @@ pub(super) async fn run_query(state: &State, plan: ReadPlan) -> Result<Vec<Row>,
             return rows;
         }
     }
-    if let Some(answer) = on_event_loop(state, &sql, &params, limits, who.clone(), reset).await {
-        return answer;
-    }
-    let s = state.clone();
-    state
-        .blocking
-        .run(move || pooled::query(&s.pools, &sql, &params, limits, who.as_deref(), reset))
-        .await
+    on_primary(state, sql, params, limits, who, reset).await
 }
 
 /// A read with Postgres's text output, on this worker's own session, within the in-flight

@@ -94,7 +94,11 @@ async fn lease_then_lookup(s: &Reads, plan: &ReadPlan, identity: &str) -> (Lease
             fingerprint: &c.fingerprint,
             tags: &c.tags,
         };
-        if let Some((reply, found)) = s.cache.lookup_behind(&s.pools, &probe, &attempt).await {
+        if let Some((reply, found)) = s
+            .cache
+            .lookup_behind(&s.pools, &s.blocking, &probe, &attempt)
+            .await
+        {
             return (attempt.settle(reply), hit(plan, found));
         }
     }

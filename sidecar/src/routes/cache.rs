@@ -26,7 +26,7 @@ pub(crate) async fn cache(
             check.as_ref(),
         )
         .await;
-        nonces::settle(&state.pools, check, sent).await?;
+        nonces::settle((&state.pools, &state.blocking), check, sent).await?;
         reply?
     } else {
         // A write: Redis's record of its nonce is all that stops a replay running it twice.

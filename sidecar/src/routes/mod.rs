@@ -67,23 +67,15 @@ pub(crate) async fn admit_anonymous(
     Ok(())
 }
 
-/// One request against `who`'s bucket (`store::coordination::rate_limit`), on the event loop when it can.
+/// One request against `who`'s bucket (`store::coordination::rate_limit`).
 async fn admit(
     state: &State,
     config: &crate::config::Config,
     who: &str,
     rate: crate::store::coordination::rate_limit::Rate,
 ) -> Result<(), ApiError> {
-    use crate::store::coordination::rate_limit;
-    let prefix = config.cache.key_prefix.clone();
-    if let Some(v) = rate_limit::check_async(&state.pools, &prefix, who, rate).await {
-        return v;
-    }
-    let (s, who) = (state.clone(), who.to_string());
-    state
-        .blocking
-        .run(move || rate_limit::check(&s.pools, &prefix, &who, rate))
-        .await
+    let stores = (&state.pools, &state.blocking);
+    crate::store::coordination::rate_limit::check(stores, &config.cache.key_prefix, who, rate).await
 }
 
 /// Mounts every route, and JSON 404/405 for everything else.
@@ -200,7 +192,10 @@ pub(crate) async fn signed_json_as<T: serde::de::DeserializeOwned>(
     payload: web::Payload,
 ) -> Result<(T, Signer), ApiError> {
     let (body, signer) = state.verifier.authenticate_as(req, payload).await?;
-    state.nonces.check(&state.pools, signer.nonce).await?;
+    state
+        .nonces
+        .check((&state.pools, &state.blocking), signer.nonce)
+        .await?;
     parse_json(req, &body).map(|t| (t, signer))
 }
 
@@ -212,7 +207,10 @@ pub(crate) struct Unshared(crate::store::coordination::nonces::seen::Seen);
 
 impl Unshared {
     pub(crate) async fn check(self, state: &State) -> Result<(), ApiError> {
-        state.nonces.check(&state.pools, self.0).await
+        state
+            .nonces
+            .check((&state.pools, &state.blocking), self.0)
+            .await
     }
 
     /// The check for a request whose effect Redis alone guards: never skipped

@@ -34,7 +34,7 @@ pub(crate) async fn query(
         let check = unshared.prepare(&state);
         let (sent, lookup) =
             read::lookup_many_checked(&state.reads, &[&plan], check.as_ref()).await;
-        nonces::settle(&state.pools, check, sent).await?;
+        nonces::settle((&state.pools, &state.blocking), check, sent).await?;
         lookup
     };
     let resp = read::answer(&state.reads, plan, lookup?.pop().flatten()).await?;

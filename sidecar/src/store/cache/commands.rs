@@ -6,7 +6,7 @@ use crate::error::ApiError;
 use crate::store::blocking::Blocking;
 use crate::store::cache::Cache;
 use crate::store::coordination::nonces::NonceCheck;
-use crate::store::pools::redis_lost;
+use crate::store::pools::send::{send, How};
 use crate::store::pools::Pools;
 use ferry_shared::api::{CacheCommand, CacheReply};
 use redis::Value;
@@ -192,58 +192,27 @@ pub(crate) async fn run_checked(
             return (None, Err(e));
         }
     }
-    let conn = match pools.redis_async().await {
-        Ok(conn) => conn,
+    // On a cluster a lone MGET over many slots is split by the cluster client; in a pipeline
+    // it would go whole to its first key's slot. So there the check goes alone.
+    let check = check.filter(|_| !pools.redis_cluster());
+    let Prepared { pipe, answer } = prepare(cache, cmd, check);
+    // On a connection Redis ended, the command goes again if it may run twice, without the
+    // replay check (it may have run: it is skipped, as when Redis fails).
+    let how = How {
+        each: check.is_some(),
+        front: check.map_or(0, |_| NonceCheck::REPLIES),
+        again: answer.repeatable(),
+    };
+    let sent = match send(pools, blocking, &pipe, how).await {
+        Ok(sent) => sent,
         Err(e) => return (None, Err(e)),
     };
-    if let Some(mut conn) = conn {
-        // On a cluster a lone MGET over many slots is split by the cluster client; in a
-        // pipeline it would go whole to its first key's slot. So there the check goes alone.
-        let check = check.filter(|_| !pools.redis_cluster());
-        let Prepared { pipe, answer } = prepare(cache, cmd, check);
-        // On a connection Redis ended, the command goes again if it may run twice, without
-        // the replay check (it may have run: it is skipped, as when Redis fails).
-        let again = || {
-            let front = check.map_or(0, |_| NonceCheck::REPLIES);
-            answer
-                .repeatable()
-                .then(|| redis_lost::without_front(&pipe, front))
-        };
-        let (values, retried) =
-            redis_lost::query_async(pools, &mut conn, &pipe, check.is_some(), again).await;
-        let (verdict, values) = match retried {
-            false => NonceCheck::split(check, values),
-            true => (
-                check.map(|_| Ok(())),
-                values.and_then(|v| v.into_iter().map(Value::extract_error).collect()),
-            ),
-        };
-        let once = !answer.repeatable();
-        let reply = values
-            .and_then(|v| read(answer, v))
-            .unwrap_or_else(|e| failed(pools, e, once));
-        return (verdict, reply);
-    }
-    (None, run_pooled(pools, cache, blocking, cmd).await)
-}
-
-/// A command on a pooled connection, through the blocking pool.
-async fn run_pooled(
-    pools: &Arc<Pools>,
-    cache: &Arc<Cache>,
-    blocking: &Blocking,
-    cmd: CacheCommand,
-) -> Result<CacheReply, ApiError> {
-    let Prepared { pipe, answer } = prepare(cache, cmd, None);
-    let p = pools.clone();
-    blocking
-        .run(move || {
-            let once = !answer.repeatable();
-            redis_lost::query::<Vec<Value>>(&p, &pipe, !once)?
-                .and_then(|v| read(answer, v))
-                .unwrap_or_else(|e| failed(&p, e, once))
-        })
-        .await
+    let (verdict, values) = NonceCheck::split_sent(check, sent);
+    let once = !answer.repeatable();
+    let reply = values
+        .and_then(|v| read(answer, v))
+        .unwrap_or_else(|e| failed(pools, e, once));
+    (verdict, reply)
 }
 
 /// On a Redis Cluster an mset is one MULTI, which runs on one node: its keys must share a hash

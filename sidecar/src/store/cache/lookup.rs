@@ -2,13 +2,14 @@
 
 use super::{classify, now_ms, token, Cache, Entry, Lookup, Observed, Probe, EPOCH_TAG, KEY_TAG};
 use crate::error::ApiError;
+use crate::store::blocking::Blocking;
 use crate::store::coordination::leases::Attempt;
 use crate::store::coordination::nonces::NonceCheck;
-use crate::store::pools::redis_lost;
+use crate::store::pools::send::{redis_down, send, How};
 use crate::store::pools::Pools;
-use crate::store::redis::AsyncConn;
 use redis::{RedisResult, Value};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// A lookup pipeline built, waiting for Redis' answer.
 pub(super) struct Prepared<'a> {
@@ -21,86 +22,61 @@ pub(super) struct Prepared<'a> {
 }
 
 impl Cache {
-    /// Looks up many entries in one Redis round trip on a pooled connection (blocking).
-    /// Answers in the order of `probes`.
-    pub(crate) fn lookup_many(&self, pools: &Pools, probes: &[Probe<'_>]) -> Vec<Lookup> {
-        let Some(prepared) = self.prepare_lookup(pools, probes, |_| ()) else {
-            return bypass(probes);
-        };
-        // Connecting trips the breaker itself when it fails.
-        let Ok(values) = redis_lost::query(pools, &prepared.pipe, true) else {
-            return bypass(probes);
-        };
-        self.read_lookup(pools, prepared, values)
-    }
-
-    /// The same lookup on this worker's multiplexed connection (no thread hop); None when
-    /// this worker has none, so the caller takes the pooled path. A replay check given rides
+    /// Looks up many entries in one Redis round trip (`send`: on this worker's multiplexed
+    /// connection when it can). Answers in the order of `probes`. A replay check given rides
     /// in front of the lookup (one message to Redis); its verdict comes back when it was sent
-    /// and the pipeline answered.
-    pub(crate) async fn lookup_many_async(
+    /// and the pipeline answered. Redis unavailable: every read bypasses. Err only when the
+    /// blocking pool refused the work.
+    pub(crate) async fn lookup_many(
         &self,
-        pools: &Pools,
+        pools: &Arc<Pools>,
+        blocking: &Blocking,
         probes: &[Probe<'_>],
         check: Option<&NonceCheck>,
-    ) -> Option<(Option<Result<(), ApiError>>, Vec<Lookup>)> {
-        // While the breaker is open the pooled path probes (and closes it): never claim the
-        // probe here.
-        if !pools.redis_breaker_closed() {
-            return None;
-        }
+    ) -> Result<(Option<Result<(), ApiError>>, Vec<Lookup>), ApiError> {
         let front = |pipe: &mut redis::Pipeline| {
             if let Some(c) = check {
                 c.add_to(pipe);
             }
         };
         let Some(prepared) = self.prepare_lookup(pools, probes, front) else {
-            return Some((None, bypass(probes)));
-        };
-        let mut conn = match pools.redis_async().await {
-            Ok(Some(c)) => c,
-            Ok(None) => return None,
-            Err(_) => return Some((None, bypass(probes))),
+            return Ok((None, bypass(probes)));
         };
         // On a connection Redis ended, the lookup goes again, without the replay check (it may
         // have run: it is skipped, as when Redis fails).
-        let again = || match check {
-            Some(_) => Some(redis_lost::without_front(
-                &prepared.pipe,
-                NonceCheck::REPLIES,
-            )),
-            None => Some(prepared.pipe.clone()),
+        let how = How {
+            each: check.is_some(),
+            front: check.map_or(0, |_| NonceCheck::REPLIES),
+            again: true,
         };
-        let (values, retried) =
-            redis_lost::query_async(pools, &mut conn, &prepared.pipe, check.is_some(), again).await;
-        let (verdict, values) = match retried {
-            false => NonceCheck::split(check, values),
-            true => (
-                check.map(|_| Ok(())),
-                values.and_then(|v| v.into_iter().map(Value::extract_error).collect()),
-            ),
+        let sent = match send(pools, blocking, &prepared.pipe, how).await {
+            Ok(sent) => sent,
+            Err(e) if redis_down(&e) => return Ok((None, bypass(probes))),
+            Err(e) => return Err(e),
         };
+        let (verdict, values) = NonceCheck::split_sent(check, sent);
         let values = values.and_then(|v| {
             v.into_iter()
                 .map(|v| redis::from_redis_value(v).map_err(Into::into))
                 .collect()
         });
-        Some((verdict, self.read_lookup(pools, prepared, values)))
+        Ok((verdict, self.read_lookup(pools, prepared, values)))
     }
 
     /// One lookup behind a fill lease's `SET NX`, in one message to a single Redis, which
     /// runs the lookup after the `SET`: it sees every fill whose lease was let go before ours
     /// was taken (a holder releases only after its write-back). The lease's reply comes first.
     /// None when they cannot go together (a cluster keeps the lease and the entry on different
-    /// nodes, which order nothing between them; no multiplexed connection here; the cache not
-    /// usable now): the caller then sends the lease, and looks up after its answer.
+    /// nodes, which order nothing between them; the cache not usable now; Redis failing): the
+    /// caller then sends the lease, and looks up after its answer.
     pub(crate) async fn lookup_behind(
         &self,
-        pools: &Pools,
+        pools: &Arc<Pools>,
+        blocking: &Blocking,
         probe: &Probe<'_>,
         lease: &Attempt,
     ) -> Option<(Option<Value>, Lookup)> {
-        if !pools.redis_breaker_closed() {
+        if pools.redis_cluster() || !pools.redis_breaker_closed() {
             return None;
         }
         let probes = std::slice::from_ref(probe);
@@ -108,14 +84,15 @@ impl Cache {
             pipe.ignore_errors();
             lease.add_to(pipe);
         })?;
-        let mut conn = match pools.redis_async().await {
-            Ok(Some(c @ AsyncConn::Single(_))) => c,
-            _ => return None,
+        // A lease's SET NX may not run twice (the second would find the first's).
+        let how = How {
+            each: true,
+            ..How::default()
         };
-        let values = conn.query_pipe_each(&prepared.pipe).await;
-        if values.is_err() {
-            pools.drop_redis_async();
-        }
+        let values = send(pools, blocking, &prepared.pipe, how)
+            .await
+            .ok()?
+            .values;
         let (reply, values) = match values {
             Ok(v) => {
                 let mut v = v.into_iter();

@@ -7,9 +7,12 @@
 //! whose fill remembers them.
 
 use super::{key_tag, token, Cache, Observed, KEY_TAG};
+use crate::store::blocking::Blocking;
+use crate::store::pools::send::{send, How, Sent};
 use crate::store::pools::Pools;
+use redis::Value;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// The entries remembered at most: past it all are forgotten (each then costs one miss).
 const MAX_REMEMBERED: usize = 10_000;
@@ -46,10 +49,10 @@ impl Cache {
     /// returned): the versions of `keys`, read or made for a flight as a lookup makes them,
     /// added to what the read observed as key tags. Its write-back then stores the entry only
     /// if none moved since, nor its guard (its table's tag) since the lookup. False when Redis
-    /// could not be asked here: the fill then writes nothing back.
+    /// could not be asked: the fill then writes nothing back.
     pub(crate) async fn observe_keys(
         &self,
-        pools: &Pools,
+        (pools, blocking): (&Arc<Pools>, &Blocking),
         observed: &mut Observed,
         keys: &[String],
     ) -> bool {
@@ -58,12 +61,6 @@ impl Cache {
         if keys.is_empty() {
             return true;
         }
-        if !pools.redis_breaker_closed() {
-            return false;
-        }
-        let Ok(Some(mut conn)) = pools.redis_async().await else {
-            return false;
-        };
         let mut pipe = redis::pipe();
         let mine: Vec<String> = keys.iter().map(|_| token()).collect();
         for (k, t) in keys.iter().zip(&mine) {
@@ -75,8 +72,14 @@ impl Cache {
                 .arg("EX")
                 .arg(self.flight_ttl_s);
         }
-        let Ok(values) = conn.query_pipe::<Vec<Option<String>>>(&pipe).await else {
-            pools.drop_redis_async();
+        let how = How {
+            again: true,
+            ..How::default()
+        };
+        let Ok(Sent { values: Ok(v), .. }) = send(pools, blocking, &pipe, how).await else {
+            return false;
+        };
+        let Ok(values) = redis::from_redis_value::<Vec<Option<String>>>(Value::Array(v)) else {
             return false;
         };
         for ((k, seen), t) in keys.iter().zip(values).zip(mine) {

@@ -1,10 +1,12 @@
 //! Write-backs: a result stored only if no version moved since the read observed them.
 
 use super::{now_ms, Cache, Entry, EntryPolicy, Observed, Stored, GUARD_TAG, KEY_TAG};
-use crate::store::pools::redis_lost;
+use crate::store::blocking::Blocking;
+use crate::store::pools::send::{send, How};
 use crate::store::pools::Pools;
 use ferry_shared::api::Row;
 use redis::Value;
+use std::sync::Arc;
 
 /// Writes back only if no version moved since the read observed them. KEYS[1] entry,
 /// KEYS[2] key version, KEYS[3..] tag versions (the epoch among them), the versions of other
@@ -26,80 +28,40 @@ return 1
 ";
 
 impl Cache {
-    /// Writes a freshly read result back, unless an invalidation ran since `observed` was read.
-    /// Redis failures only cost a future miss, so they are logged, not returned.
-    pub(crate) fn store(
+    /// Writes a freshly read result back, unless an invalidation ran since `observed` was read
+    /// (on this worker's multiplexed connection when it can: `send`). Redis failures only cost
+    /// a future miss, so they are logged, not returned. `behind`: commands sent after the
+    /// write-back in its round trip when there is one (on a single Redis: a fill lease's
+    /// release); the answer says whether they went and Redis answered.
+    pub(crate) async fn store(
         &self,
-        pools: &Pools,
-        key: &str,
-        observed: &Observed,
-        rows: &[Row],
-        policy: &EntryPolicy,
-    ) -> Stored {
-        self.store_many(pools, &[(key, observed, rows)], policy)
-            .first()
-            .copied()
-            .unwrap_or(Stored::NotWritten)
-    }
-
-    /// Writes many results back in one pipeline (see [`Cache::store`]).
-    pub(crate) fn store_many(
-        &self,
-        pools: &Pools,
-        items: &[(&str, &Observed, &[Row])],
-        policy: &EntryPolicy,
-    ) -> Vec<Stored> {
-        let w = self.write_back(pools, items, policy);
-        if w.sent.is_empty() {
-            return w.written;
-        }
-        // A failure to connect has tripped the breaker: nothing was written.
-        match redis_lost::query::<Vec<i64>>(pools, &w.pipe, true) {
-            Ok(result) => w.finish(pools, result),
-            Err(_) => w.written,
-        }
-    }
-
-    /// [`Cache::store`] on this worker's multiplexed connection (no thread hop); None when
-    /// this worker has none, so the caller takes the pooled path.
-    /// `behind`: commands sent after the write-back in its round trip when there is one (on a
-    /// single Redis: a fill lease's release); the answer says whether they went and Redis
-    /// answered.
-    pub(crate) async fn store_async(
-        &self,
-        pools: &Pools,
-        key: &str,
-        observed: &Observed,
-        rows: &[Row],
+        (pools, blocking): (&Arc<Pools>, &Blocking),
+        (key, observed, rows): (&str, &Observed, &[Row]),
         policy: &EntryPolicy,
         behind: Option<&(dyn Fn(&mut redis::Pipeline) + Sync)>,
-    ) -> Option<(Stored, bool)> {
-        // While the breaker is open the pooled path probes (and closes it).
-        if !pools.redis_breaker_closed() {
-            return None;
+    ) -> (Stored, bool) {
+        let mut w = self.write_back(pools, &[(key, observed, rows)], policy);
+        if w.sent.is_empty() {
+            return (w.written[0], false);
         }
         let behind = behind.filter(|_| self.cluster.is_none());
-        let mut w = self.write_back(pools, &[(key, observed, rows)], policy);
-        if !w.sent.is_empty() {
-            if let Some(add) = behind {
-                add(&mut w.pipe);
-            }
-            let mut conn = match pools.redis_async().await {
-                Ok(Some(c)) => c,
-                Ok(None) => return None,
-                Err(_) => return Some((Stored::NotWritten, false)),
-            };
-            // Conditional writes: a second run writes nothing the first did not.
-            let again = || Some(w.pipe.clone());
-            let (result, _) =
-                redis_lost::query_async(pools, &mut conn, &w.pipe, false, again).await;
-            let result: redis::RedisResult<Vec<i64>> =
-                result.and_then(|v| redis::from_redis_value(Value::Array(v)).map_err(Into::into));
-            let sent_behind = behind.is_some() && result.is_ok();
-            let stored = w.finish(pools, result).first().copied()?;
-            return Some((stored, sent_behind));
+        if let Some(add) = behind {
+            add(&mut w.pipe);
         }
-        Some((w.written.first().copied()?, false))
+        // Conditional writes: a second run writes nothing the first did not.
+        let how = How {
+            again: true,
+            ..How::default()
+        };
+        // A failure to connect has tripped the breaker: nothing was written.
+        let Ok(sent) = send(pools, blocking, &w.pipe, how).await else {
+            return (Stored::NotWritten, false);
+        };
+        let result: redis::RedisResult<Vec<i64>> = sent
+            .values
+            .and_then(|v| redis::from_redis_value(Value::Array(v)).map_err(Into::into));
+        let sent_behind = behind.is_some() && result.is_ok();
+        (w.finish(pools, result)[0], sent_behind)
     }
 
     /// The write-back pipeline of `items`: one conditional EVAL per entry that fits.

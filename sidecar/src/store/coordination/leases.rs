@@ -77,7 +77,7 @@ pub(crate) enum Lease {
 }
 
 /// A lease this sidecar holds, handed to its fill: released behind the fill's write-back, in
-/// the same round trip (`Cache::store_async`), instead of in one of its own.
+/// the same round trip (`Cache::store`), instead of in one of its own.
 pub(crate) struct Held {
     pub key: String,
     pub token: String,

@@ -12,15 +12,16 @@
 //! a request under the rate is never refused for Redis's sake.
 
 use crate::error::ApiError;
+use crate::store::blocking::Blocking;
+use crate::store::pools::send::{redis_down, send, How};
 use crate::store::pools::Pools;
+use redis::Value;
 use sha2::{Digest, Sha256};
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 /// ARGV: interval and tolerance in microseconds. Returns 0 (let through) or the microseconds
 /// to wait.
-static GCRA: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(
-        r"
+const GCRA: &str = r"
         local interval = tonumber(ARGV[1])
         local tolerance = tonumber(ARGV[2])
         local t = redis.call('TIME')
@@ -32,9 +33,7 @@ static GCRA: LazyLock<redis::Script> = LazyLock::new(|| {
         redis.call('SET', KEYS[1], string.format('%.0f', next),
                    'PX', math.floor((next - now) / 1000) + 1)
         return 0
-        ",
-    )
-});
+        ";
 
 /// One user's limit: `per_s` requests a second on average, `burst` at once.
 #[derive(Debug, Clone, Copy)]
@@ -98,46 +97,33 @@ pub(crate) fn local(user: &str, rate: Rate) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// On this worker's multiplexed connection; None when it has none (the caller then checks on
-/// the pool, off the event loop).
-pub(crate) async fn check_async(
-    pools: &Pools,
+/// One request against `user`'s bucket (one script call: `send`, on this worker's multiplexed
+/// connection when it can). Redis unavailable: this sidecar's own bucket ([`local`]). Err
+/// also when the blocking pool refused the work.
+pub(crate) async fn check(
+    (pools, blocking): (&Arc<Pools>, &Blocking),
     prefix: &str,
     user: &str,
     rate: Rate,
-) -> Option<Result<(), ApiError>> {
-    let mut conn = match pools.redis_async().await {
-        Ok(Some(c)) => c,
-        Ok(None) => return None,
-        Err(_) => return Some(local(user, rate)),
-    };
+) -> Result<(), ApiError> {
     let (interval, tolerance) = rate.args();
-    let waited = GCRA
-        .key(key(prefix, user))
+    // EVAL with the script's text: Redis keeps it compiled by its hash, and a Redis that lost
+    // it (a restart, SCRIPT FLUSH) needs no second round trip.
+    let mut pipe = redis::pipe();
+    pipe.cmd("EVAL")
+        .arg(GCRA)
+        .arg(1)
+        .arg(key(prefix, user))
         .arg(interval)
-        .arg(tolerance)
-        .invoke_async(&mut conn)
-        .await;
-    if waited.is_err() {
-        pools.drop_redis_async();
-    }
-    Some(verdict(waited, user, rate))
-}
-
-/// On a pooled connection (blocking).
-pub(crate) fn check(pools: &Pools, prefix: &str, user: &str, rate: Rate) -> Result<(), ApiError> {
-    let Ok(mut conn) = pools.redis_conn() else {
-        return local(user, rate);
+        .arg(tolerance);
+    // The script moves the bucket: it never runs twice.
+    let waited = match send(pools, blocking, &pipe, How::default()).await {
+        Ok(sent) => sent.values,
+        Err(e) if redis_down(&e) => return local(user, rate),
+        Err(e) => return Err(e),
     };
-    let (interval, tolerance) = rate.args();
-    verdict(
-        GCRA.key(key(prefix, user))
-            .arg(interval)
-            .arg(tolerance)
-            .invoke(&mut *conn),
-        user,
-        rate,
-    )
+    let waited = waited.and_then(|v| redis::from_redis_value(Value::Array(v)).map_err(Into::into));
+    verdict(waited.map(|(us,): (u64,)| us), user, rate)
 }
 
 #[cfg(test)]

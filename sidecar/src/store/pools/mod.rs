@@ -4,14 +4,14 @@
 //! get one within the checkout timeout is answered 503. Redis failures also trip a short
 //! circuit breaker, so that while Redis is down reads go straight to Postgres instead of each
 //! paying a connect timeout. `session`: how a request holds a Postgres session from them
-//! (checked out, used, reset before anyone else gets it); `redis_lost`: a Redis connection
-//! Redis ended while it stays up. The connections themselves are `postgres` and `redis`.
-//! Here: the pools' sizes and how they are built; `redis_conns`: a Redis connection, and the
+//! (checked out, used, reset before anyone else gets it); `send`: the one way a request's
+//! commands reach Redis (on which connection; a connection Redis ended while it stays up).
+//! The connections themselves are `postgres` and `redis`. Here: the pools' sizes and how they are built; `redis_conns`: a Redis connection, and the
 //! breaker; `pg_conns`: a Postgres session, pooled or on the worker's event loop.
 
 mod pg_conns;
 mod redis_conns;
-pub(crate) mod redis_lost;
+pub(crate) mod send;
 pub(crate) mod session;
 
 pub(crate) use pg_conns::PgConn;

@@ -5,8 +5,8 @@ use super::SharedNonces;
 use crate::error::ApiError;
 use crate::store::blocking::Blocking;
 use crate::store::coordination::nonces::seen::Seen;
+use crate::store::pools::send::{redis_down, send, How, Sent};
 use crate::store::pools::Pools;
-use crate::store::redis::connection_lost;
 use redis::{RedisResult, Value};
 use std::sync::Arc;
 
@@ -91,16 +91,34 @@ impl NonceCheck {
     }
 }
 
+impl NonceCheck {
+    /// [`NonceCheck::split`] of what `send` answered: sent again (its connection lost), the
+    /// pipeline went without the check, which is then skipped, as when Redis fails.
+    pub(crate) fn split_sent(
+        check: Option<&NonceCheck>,
+        sent: Sent,
+    ) -> (Option<Result<(), ApiError>>, RedisResult<Vec<Value>>) {
+        match sent.again {
+            false => Self::split(check, sent.values),
+            true => (
+                check.map(|_| Ok(())),
+                sent.values
+                    .and_then(|v| v.into_iter().map(Value::extract_error).collect()),
+            ),
+        }
+    }
+}
+
 /// The verdict of a check that rode in front of a read's commands (`sent`), or else the check
 /// run on its own (the read's commands did not go to Redis on the event loop).
 pub(crate) async fn settle(
-    pools: &Pools,
+    stores: (&Arc<Pools>, &Blocking),
     check: Option<NonceCheck>,
     sent: Option<Result<(), ApiError>>,
 ) -> Result<(), ApiError> {
     match (sent, check) {
         (Some(verdict), _) => verdict,
-        (None, Some(check)) => SharedNonces::run(pools, &check).await,
+        (None, Some(check)) => SharedNonces::run(stores, &check).await,
         (None, None) => Ok(()),
     }
 }
@@ -121,9 +139,13 @@ impl SharedNonces {
     }
 
     /// Records a request's nonce in Redis; refuses one another sidecar has seen.
-    pub(crate) async fn check(&self, pools: &Pools, seen: Seen) -> Result<(), ApiError> {
+    pub(crate) async fn check(
+        &self,
+        stores: (&Arc<Pools>, &Blocking),
+        seen: Seen,
+    ) -> Result<(), ApiError> {
         match self.prepare(&seen) {
-            Some(check) => Self::run(pools, &check).await,
+            Some(check) => Self::run(stores, &check).await,
             None => Ok(()),
         }
     }
@@ -133,9 +155,9 @@ impl SharedNonces {
     /// skipped: Redis failing or its breaker open, the answer is 503 (the write itself needs
     /// Redis anyway), where a skipped check would let a replay to another sidecar run the write
     /// twice. While the breaker is open it goes over a pooled connection (the path that probes
-    /// Redis). A check cut off by a lost connection is asked again once on a fresh pooled one;
-    /// "seen" then may be this request's own first SADD, so that is 503 too, never a replay
-    /// verdict the request did not earn, and never the write run twice.
+    /// Redis). A check cut off by a lost connection is asked again once on a fresh one; "seen"
+    /// then may be this request's own first SADD, so that is 503 too, never a replay verdict
+    /// the request did not earn, and never the write run twice.
     pub(crate) async fn require(
         &self,
         pools: &Arc<Pools>,
@@ -147,59 +169,49 @@ impl SharedNonces {
         };
         let mut pipe = redis::pipe();
         check.add_to(&mut pipe);
-        let mut again = false;
-        if let Some(mut conn) = pools.redis_async().await? {
-            match conn.query_pipe_each(&pipe).await {
-                Ok(replies) => return NonceCheck::required(&replies, false),
-                Err(e) => {
-                    pools.redis_failed(&e);
-                    if !connection_lost(&e) {
-                        return Err(unavailable(e));
-                    }
-                    again = true;
-                }
+        let how = How {
+            each: true,
+            front: 0,
+            again: true,
+        };
+        let sent = send(pools, blocking, &pipe, how).await?;
+        match sent.values {
+            Ok(replies) => NonceCheck::required(&replies, sent.again),
+            Err(e) => {
+                pools.redis_failed(&e);
+                Err(unavailable(e))
             }
         }
-        let p = pools.clone();
-        blocking
-            .run(move || loop {
-                match p.redis_conn()?.query_pipe::<Vec<Value>>(&pipe) {
-                    Ok(replies) => return NonceCheck::required(&replies, again),
-                    Err(e) => {
-                        p.redis_failed(&e);
-                        if again || !connection_lost(&e) {
-                            return Err(unavailable(e));
-                        }
-                        again = true;
-                    }
-                }
-            })
-            .await
     }
 
-    /// Sends a prepared check on its own.
-    pub(crate) async fn run(pools: &Pools, check: &NonceCheck) -> Result<(), ApiError> {
+    /// Sends a prepared check on its own. Skipped while the breaker is open (Redis is down:
+    /// the request goes on with its sidecar's own check), and when Redis fails it: a replayed
+    /// read changes nothing, and writes have their row in Postgres. Never sent twice (a second
+    /// SADD would find the first's).
+    pub(crate) async fn run(
+        (pools, blocking): (&Arc<Pools>, &Blocking),
+        check: &NonceCheck,
+    ) -> Result<(), ApiError> {
+        if !pools.redis_breaker_closed() {
+            return Ok(());
+        }
         let mut pipe = redis::pipe();
         check.add_to(&mut pipe);
-        let reply = match pools.redis_async().await {
-            Ok(Some(mut conn)) => {
-                let r = conn.query_pipe_each(&pipe).await;
-                if r.is_err() {
-                    pools.drop_redis_async();
-                }
-                r
-            }
-            // No multiplexed connection while the breaker is open: Redis is down.
-            Ok(None) | Err(_) => return Ok(()),
+        let how = How {
+            each: true,
+            ..How::default()
         };
-        match reply {
-            Ok(replies) => NonceCheck::verdict(&replies),
-            // Redis failing skips the check: the request goes on with its sidecar's own (a
-            // replayed read changes nothing, and writes have their row in Postgres).
-            Err(e) => {
+        match send(pools, blocking, &pipe, how).await {
+            Ok(Sent {
+                values: Ok(replies),
+                ..
+            }) => NonceCheck::verdict(&replies),
+            Ok(Sent { values: Err(e), .. }) => {
                 tracing::debug!(error = %e, "shared replay check skipped: redis failed");
                 Ok(())
             }
+            Err(e) if redis_down(&e) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 }
