@@ -156,17 +156,6 @@ fn reset(s: &mut PgSession) {
     }
 }
 
-/// The reset in the middle of a read that skips it ([`Reset::OnFailure`]): after a failed
-/// attempt, before its retry, since the attempt may have changed the session.
-pub(in crate::store) fn reset_now(s: &mut PgSession) -> Result<(), Failure> {
-    s.prepared.clear();
-    if let Err(e) = s.client.batch_execute(RESET) {
-        s.poisoned = true;
-        return Err(Failure::from(e));
-    }
-    Ok(())
-}
-
 /// Ends a failed transaction so the session can be reset; a session that cannot is closed.
 pub(in crate::store) fn rollback(s: &mut PgSession) {
     if s.client.is_closed() || s.client.batch_execute("ROLLBACK").is_err() {

@@ -9,7 +9,7 @@
 //! conversation about a statement, written once for both kinds of session.
 
 pub(crate) mod analysis;
-mod ask;
+pub(crate) mod ask;
 pub(crate) mod by_value;
 pub(crate) mod deadline;
 pub(crate) mod described;

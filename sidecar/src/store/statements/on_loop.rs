@@ -5,23 +5,23 @@
 
 use crate::config::ReadLimits;
 use crate::error::ApiError;
-use crate::store::pools::session::Reset;
-use crate::store::pools::session::RESET;
+use crate::store::pools::session::{Reset, RESET};
 use crate::store::pools::Pools;
 use crate::store::postgres::failure::Failure;
 use crate::store::postgres::identity::SessionIdentity;
-use crate::store::postgres::loop_session::{AsyncSession, Prepared};
-use crate::store::postgres::param_types::{self, ParamTypes};
+use crate::store::postgres::loop_session::AsyncSession;
 use crate::store::statements::behind::{sent_behind, Sent};
 use crate::store::statements::class::{self, Route};
+use crate::store::statements::params::TextParam;
+use crate::store::statements::read::{self, Steps, Taken};
 use crate::store::statements::rows::{self, RowBudget};
 use ferry_shared::api::Row;
 use futures_util::StreamExt;
-use postgres_types::ToSql;
+use postgres_types::{ToSql, Type};
 use serde_json::Value;
 use std::sync::Arc;
 use tokio::sync::oneshot;
-use tokio_postgres::{Client, RowStream};
+use tokio_postgres::{Client, RowStream, Statement};
 
 pub(crate) async fn query(
     pools: Arc<Pools>,
@@ -95,27 +95,30 @@ async fn read_task(pools: Arc<Pools>, read: Read, mut tx: oneshot::Sender<Answer
             // Only the operator's `skip_reset` statements find theirs prepared (for anything else
             // the checkout closed them).
             let mut cache = keep_prepared.then_some(prepared);
+            // The reset goes right behind a statement sent with remembered types.
+            let mut steps = OnLoop {
+                client,
+                behind: after == Reset::Always,
+                sent: None,
+            };
             let work = async {
-                match &who {
-                    Some(who) => match who.assume_async(client).await {
-                        Ok(()) => {
-                            let types = &pools.param_types;
-                            read_on(client, types, &sql, &params, limits, after, None).await
-                        }
-                        Err(f) => (Err(f), None),
-                    },
-                    None => {
-                        let c = cache.as_deref_mut();
-                        read_on(client, &pools.param_types, &sql, &params, limits, after, c).await
+                let types = &pools.param_types;
+                match cache.as_deref_mut() {
+                    Some(kept) if who.is_none() => {
+                        read::kept(&mut steps, kept, &sql, &params, limits).await
+                    }
+                    _ => {
+                        read::read(&mut steps, types, (&sql, &params), limits, who.as_deref()).await
                     }
                 }
             };
             // The caller gone (its deadline passed): the session is dropped mid-work, which
             // cancels the statement and holds the slot until its backend is gone.
-            let (out, reset) = tokio::select! {
+            let out = tokio::select! {
                 out = work => out,
                 () = tx.closed() => return,
             };
+            let reset = steps.sent.take();
             // The rest of the result still on its way, or the connection gone: the session is
             // dropped (closing the connection), not reset.
             let abandoned = matches!(out, Ok((_, Some(_))) | Err(Failure::Closed(_)));
@@ -155,42 +158,6 @@ async fn read_task(pools: Arc<Pools>, read: Read, mut tx: oneshot::Sender<Answer
     }
 }
 
-/// A `skip_reset` statement (no reset follows a successful run) as a statement prepared on the
-/// session: Bind and Execute only, once it is there. One that Postgres refuses as prepared
-/// (a 22/42 error, as for remembered types, or a plan whose result changed: 0A000, after a
-/// schema change) is run again the slow way on a reset session, once; the caller resets after
-/// any failed run.
-async fn run_prepared(
-    client: &Client,
-    prepared: &mut Prepared,
-    sql: &str,
-    params: &[Value],
-    limits: ReadLimits,
-) -> Result<(Vec<Row>, Option<String>), Failure> {
-    if let Some(stmt) = prepared.get(sql) {
-        let bound = rows::bind(stmt.params(), params).map_err(Failure::Api)?;
-        match collect(client.query_raw(stmt, rows::refs(&bound)).await, limits).await {
-            Err(Failure::Pg(e)) if param_types::stale_prepared(&e) => {
-                // A failed run all the same: what it left on the session goes first (and with
-                // it every statement prepared there).
-                prepared.clear();
-                if !reset_session(client, None).await {
-                    return Err(Failure::Pg(e));
-                }
-            }
-            other => return other,
-        }
-    }
-    let stmt = client.prepare(sql).await?;
-    rows::check_columns(&stmt)?;
-    let bound = rows::bind(stmt.params(), params).map_err(Failure::Api)?;
-    let out = collect(client.query_raw(&stmt, rows::refs(&bound)).await, limits).await;
-    if out.is_ok() {
-        prepared.insert(sql.into(), stmt);
-    }
-    out
-}
-
 /// Finishes the reset sent behind the statement, or sends it now.
 async fn reset_session(client: &Client, sent: Option<Sent<'_>>) -> bool {
     match sent {
@@ -199,64 +166,62 @@ async fn reset_session(client: &Client, sent: Option<Sent<'_>>) -> bool {
     }
 }
 
-/// `pooled::run` for the async driver: with remembered parameter types one round trip, with the
-/// session's reset sent right behind the statement (both written before either answer is
-/// read); else prepare (checked, types remembered) and run, and the caller resets after. A
-/// stale remembered type falls back to the slow way, on a session reset first.
-async fn read_on<'a>(
+/// A read's steps on a worker's own session (`read`). With `behind`, the session's reset is
+/// sent right behind a statement sent with remembered types (both written before either
+/// answer is read: `behind::sent_behind`), and kept in `sent` for the caller to finish after
+/// the answer has gone; a retry finishes it first.
+struct OnLoop<'a> {
     client: &'a Client,
-    types: &ParamTypes,
-    sql: &str,
-    params: &[Value],
-    limits: ReadLimits,
-    after: Reset,
-    prepared: Option<&mut Prepared>,
-) -> (
-    Result<(Vec<Row>, Option<String>), Failure>,
-    Option<Sent<'a>>,
-) {
-    if let Some(prepared) = prepared {
-        return (
-            run_prepared(client, prepared, sql, params, limits).await,
-            None,
-        );
-    }
-    if let Some(known) = types.get(sql) {
-        if let Ok(bound) = rows::bind(&known, params) {
-            let typed = bound
-                .iter()
-                .zip(known.iter())
-                .map(|(p, ty)| (p as &(dyn ToSql + Sync), ty.clone()));
-            let read = async { collect(client.query_typed_raw(sql, typed).await, limits).await };
-            let (out, reset) = if after == Reset::Always {
-                let (out, reset) = sent_behind(read, Box::pin(client.batch_execute(RESET))).await;
-                (out, Some(reset))
-            } else {
-                // Sent only if the read fails (the caller then resets).
-                (read.await, None)
-            };
-            match out {
-                // A reset sent behind the attempt ran before anything sent from here on.
-                Err(Failure::Pg(e)) if param_types::maybe_stale(&e) => {
-                    // Else the failed attempt is a failed run, whatever the retry does: what it
-                    // left on the session goes first.
-                    if reset.is_none() && !reset_session(client, None).await {
-                        return (Err(Failure::Pg(e)), None);
-                    }
-                }
-                other => return (other, reset),
-            }
+    behind: bool,
+    sent: Option<Sent<'a>>,
+}
+
+impl<'a> Steps for OnLoop<'a> {
+    async fn typed(
+        &mut self,
+        sql: &str,
+        params: &[TextParam],
+        types: &[Type],
+        limits: ReadLimits,
+    ) -> Result<Taken, Failure> {
+        let client: &'a Client = self.client;
+        let typed = params
+            .iter()
+            .zip(types)
+            .map(|(p, ty)| (p as &(dyn ToSql + Sync), ty.clone()));
+        let read = async { collect(client.query_typed_raw(sql, typed).await, limits).await };
+        if !self.behind {
+            return read.await;
         }
-        types.forget(sql);
+        let (out, sent) = sent_behind(read, Box::pin(client.batch_execute(RESET))).await;
+        self.sent = Some(sent);
+        out
     }
-    let slow = async {
-        let stmt = client.prepare(sql).await?;
-        rows::check_columns(&stmt)?;
-        let bound = rows::bind(stmt.params(), params).map_err(Failure::Api)?;
-        types.remember(sql, stmt.params());
-        collect(client.query_raw(&stmt, rows::refs(&bound)).await, limits).await
-    };
-    (slow.await, None)
+    async fn prepare(&mut self, sql: &str) -> Result<Statement, Failure> {
+        Ok(self.client.prepare(sql).await?)
+    }
+    async fn run(
+        &mut self,
+        stmt: &Statement,
+        params: &[TextParam],
+        limits: ReadLimits,
+    ) -> Result<Taken, Failure> {
+        collect(
+            self.client.query_raw(stmt, rows::refs(params)).await,
+            limits,
+        )
+        .await
+    }
+    async fn reset(&mut self) -> Result<(), Failure> {
+        // A reset sent behind the failed attempt ran before anything sent from here on.
+        match self.sent.take() {
+            Some(sent) => Ok(sent.finish().await?),
+            None => Ok(self.client.batch_execute(RESET).await?),
+        }
+    }
+    async fn assume(&mut self, who: &SessionIdentity) -> Result<(), Failure> {
+        who.assume_async(self.client).await
+    }
 }
 
 /// Decodes rows as they arrive, within the read limits (see `rows::read_rows`).

@@ -3,21 +3,21 @@
 use crate::config::ReadLimits;
 use crate::error::ApiError;
 use crate::store::coordination::nonces::{self, WriteNonce};
-use crate::store::pools::session::with_read_session;
-use crate::store::pools::session::Reset;
-use crate::store::pools::session::{rollback, with_sent_session};
+use crate::store::pools::session::{rollback, with_read_session, with_sent_session, Reset, RESET};
 use crate::store::pools::Pools;
 use crate::store::postgres::failure::commit_lost;
 use crate::store::postgres::failure::Failure;
 use crate::store::postgres::identity::SessionIdentity;
 use crate::store::postgres::param_types::{self, ParamTypes};
-use crate::store::postgres::PgSession;
+use crate::store::postgres::{ask, PgSession};
 use crate::store::statements::class::{self, Route};
-use crate::store::statements::rows::{bind, check_columns, read_rows, refs};
+use crate::store::statements::params::TextParam;
+use crate::store::statements::read::{self, Steps, Taken};
+use crate::store::statements::rows::{bind, read_rows, refs};
 use ferry_shared::api::Row;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{RowIter, Statement};
-use postgres_types::ToSql;
+use postgres_types::{ToSql, Type};
 use serde_json::Value;
 
 /// Runs a read and returns its rows as JSON objects. It runs in a read-only transaction (the
@@ -40,10 +40,7 @@ pub(crate) fn query(
     loop {
         attempts += 1;
         match with_read_session(pools, after, |s| {
-            if let Some(who) = who {
-                who.assume(&mut s.client)?;
-            }
-            query_on(s, &pools.param_types, sql, params, limits, after)
+            query_on(s, &pools.param_types, (sql, params), limits, after, who)
         }) {
             Err(Failure::Closed(e)) if attempts <= pools.pg_pooled_size() => {
                 tracing::debug!(error = %e, "postgres session was lost; on another");
@@ -68,10 +65,14 @@ pub(crate) fn query_replica(
 ) -> Result<Vec<Row>, ApiError> {
     class::check(sql, Route::Read)?;
     crate::store::pools::session::with_conn(replica.get(wait), |s| {
-        if let Some(who) = who {
-            who.assume(&mut s.client)?;
-        }
-        query_on(s, &pools.param_types, sql, params, limits, Reset::Always)
+        query_on(
+            s,
+            &pools.param_types,
+            (sql, params),
+            limits,
+            Reset::Always,
+            who,
+        )
     })
     .map_err(Failure::into_api)
 }
@@ -179,17 +180,28 @@ pub(crate) fn role_settings(pools: &Pools) -> Result<Vec<String>, ApiError> {
 fn query_on(
     session: &mut PgSession,
     types: &ParamTypes,
-    sql: &str,
-    params: &[Value],
+    (sql, params): (&str, &[Value]),
     limits: ReadLimits,
     after: Reset,
+    who: Option<&SessionIdentity>,
 ) -> Result<Vec<Row>, Failure> {
-    let take = |mut rows: RowIter<'_>| read_rows(&mut rows, limits);
-    let (rows, too_large) = if after == Reset::OnFailure {
-        run_kept(session, sql, params, take)?
-    } else {
-        run(session, types, sql, params, check_columns, take, None)?
+    let PgSession {
+        client, prepared, ..
+    } = session;
+    let mut steps = OnPool(client);
+    let read = async {
+        match after {
+            Reset::OnFailure if who.is_none() => {
+                read::kept(&mut steps, prepared, sql, params, limits).await
+            }
+            _ => read::read(&mut steps, types, (sql, params), limits, who).await,
+        }
     };
+    let (rows, too_large) = ask::blocking(read).unwrap_or_else(|| {
+        Err(Failure::Api(ApiError::internal(
+            "a blocking read did not answer at once",
+        )))
+    })?;
     if let Some(limit) = too_large {
         // The rest of the result is still on its way: close the connection rather than
         // read and discard it.
@@ -197,6 +209,42 @@ fn query_on(
         return Err(Failure::Api(ApiError::ResultTooLarge { limit }));
     }
     Ok(rows)
+}
+
+/// A read's steps on a pooled session's blocking driver: each answers at once.
+struct OnPool<'a>(&'a mut postgres::Client);
+
+impl Steps for OnPool<'_> {
+    async fn typed(
+        &mut self,
+        sql: &str,
+        params: &[TextParam],
+        types: &[Type],
+        limits: ReadLimits,
+    ) -> Result<Taken, Failure> {
+        let typed = params
+            .iter()
+            .zip(types)
+            .map(|(p, ty)| (p as &(dyn ToSql + Sync), ty.clone()));
+        read_rows(&mut self.0.query_typed_raw(sql, typed)?, limits)
+    }
+    async fn prepare(&mut self, sql: &str) -> Result<Statement, Failure> {
+        Ok(self.0.prepare(sql)?)
+    }
+    async fn run(
+        &mut self,
+        stmt: &Statement,
+        params: &[TextParam],
+        limits: ReadLimits,
+    ) -> Result<Taken, Failure> {
+        read_rows(&mut self.0.query_raw(stmt, refs(params))?, limits)
+    }
+    async fn reset(&mut self) -> Result<(), Failure> {
+        Ok(self.0.batch_execute(RESET)?)
+    }
+    async fn assume(&mut self, who: &SessionIdentity) -> Result<(), Failure> {
+        who.assume(self.0)
+    }
 }
 
 /// Readies the session for the retry after a failed try: begins a write's aborted transaction
@@ -246,37 +294,6 @@ fn run<T>(
     let bound = bind(stmt.params(), params).map_err(Failure::Api)?;
     types.remember(sql, stmt.params());
     take(conn.query_raw(&stmt, refs(&bound))?)
-}
-
-/// A `skip_reset` read (no reset follows a successful run) as a statement prepared on the
-/// session, as `db_async::run_prepared` does it on an event-loop session: Bind and Execute
-/// only, once it is there. One Postgres refuses as prepared (`param_types::stale_prepared`) is
-/// run again freshly prepared on a reset session, once; the caller resets after a failed run.
-fn run_kept<T>(
-    session: &mut PgSession,
-    sql: &str,
-    params: &[Value],
-    mut take: impl FnMut(RowIter<'_>) -> Result<T, Failure>,
-) -> Result<T, Failure> {
-    if let Some(stmt) = session.prepared.get(sql).cloned() {
-        let bound = bind(stmt.params(), params).map_err(Failure::Api)?;
-        let rows = session.client.query_raw(&stmt, refs(&bound));
-        match rows.map_err(Failure::from).and_then(&mut take) {
-            // A failed run all the same: what it left on the session goes first.
-            Err(Failure::Pg(e)) if param_types::stale_prepared(&e) => {
-                crate::store::pools::session::reset_now(session)?
-            }
-            other => return other,
-        }
-    }
-    let stmt = session.client.prepare(sql)?;
-    check_columns(&stmt)?;
-    let bound = bind(stmt.params(), params).map_err(Failure::Api)?;
-    let out = take(session.client.query_raw(&stmt, refs(&bound))?);
-    if out.is_ok() {
-        session.prepared.insert(sql.into(), stmt);
-    }
-    out
 }
 
 /// A statement described, then run (two round trips), without remembered types: inside a
