@@ -50,8 +50,12 @@ fn counter(t: &Two, key: &str) -> Option<String> {
 }
 
 /// An INCR accepted by A, then `fault` done to B's Redis, then the very same request to B.
-/// Returns the replay's (status, code).
-fn replayed_after(t: &Two, key: &str, fault: impl FnOnce()) -> (u16, String) {
+/// Returns the replay's (status, code), and the replay to send again.
+fn replayed_after<'a>(
+    t: &'a Two,
+    key: &str,
+    fault: impl FnOnce(),
+) -> ((u16, String), impl Fn() -> (u16, String) + 'a) {
     // B has its connections open, as under traffic.
     let warm = t.b.client.cache(json!({"op": "get", "key": "warm"}));
     assert_eq!(warm.status, 200, "{}", warm.body);
@@ -62,8 +66,11 @@ fn replayed_after(t: &Two, key: &str, fault: impl FnOnce()) -> (u16, String) {
     let first = t.a.client.raw("POST", "/v1/cache", body.clone(), &h);
     assert_eq!(first.status, 200, "{}", first.body);
     fault();
-    let replay = t.b.client.raw("POST", "/v1/cache", body, &h);
-    (replay.status, replay.code().to_string())
+    let replay = move || {
+        let r = t.b.client.raw("POST", "/v1/cache", body.clone(), &h);
+        (r.status, r.code().to_string())
+    };
+    (replay(), replay)
 }
 
 /// The network resets B's connections to Redis just before the replay reaches it: its first
@@ -71,37 +78,41 @@ fn replayed_after(t: &Two, key: &str, fault: impl FnOnce()) -> (u16, String) {
 #[test]
 fn a_replayed_cache_write_is_refused_when_the_check_meets_a_reset_connection() {
     let t = setup();
-    let (status, code) = replayed_after(&t, "reset", || t.proxy.reset());
+    let ((status, code), _) = replayed_after(&t, "reset", || t.proxy.reset());
     assert_eq!(
         counter(&t, "reset").as_deref(),
         Some("1"),
         "the INCR ran twice"
     );
-    // Asked again on a fresh connection, "seen" may be its own first attempt: not a replay
-    // verdict, but nothing runs (a caller's own request retried right after a reset goes on:
-    // `fault_redis_clients_killed.rs`).
-    assert_eq!((status, code.as_str()), (503, "cache_unavailable"));
+    // Asked again on a fresh connection, the check tells its own first attempt from A's
+    // request by its token: a replay verdict, and nothing runs (a caller's own request retried
+    // right after a reset goes on: `fault_redis_clients_killed.rs`).
+    assert_eq!((status, code.as_str()), (401, "auth_replayed"));
 }
 
 /// B's Redis was out for a moment, and B's breaker is still open when the replay arrives
-/// (Redis is back): the check, not only the write, must go to Redis.
+/// (Redis is back): refused at once, nothing run. Once the breaker's window has passed, the
+/// request that probes Redis carries its check: the replay sent again is refused as one.
 #[test]
 fn a_replayed_cache_write_is_refused_while_the_breaker_is_open() {
     let t = setup();
-    let (status, code) = replayed_after(&t, "breaker", || {
+    let ((status, code), again) = replayed_after(&t, "breaker", || {
         t.proxy.cut();
         let failed = t.b.client.cache(json!({"op": "get", "key": "warm"}));
         assert_eq!(failed.status, 503, "{}", failed.body);
         t.proxy.heal();
     });
+    assert_eq!((status, code.as_str()), (503, "cache_unavailable"));
+    // Past the window (`redis.retry_after_failure_ms`, 250 ms).
+    std::thread::sleep(Duration::from_millis(400));
+    let (status, code) = again();
+    assert_eq!((status, code.as_str()), (401, "auth_replayed"));
     assert_eq!(
         counter(&t, "breaker").as_deref(),
         Some("1"),
         "the INCR ran twice"
     );
-    assert_eq!((status, code.as_str()), (401, "auth_replayed"));
     // Not a refusal of everything: a fresh write through B goes on.
-    std::thread::sleep(Duration::from_millis(100));
     let fresh = t.b.client.cache(json!({"op": "incr", "key": "breaker"}));
     assert_eq!(fresh.status, 200, "{}", fresh.body);
     assert_eq!(counter(&t, "breaker").as_deref(), Some("2"));

@@ -114,3 +114,74 @@ fn readyz_reports_which_dependency_is_down() {
         stack.client.get("/readyz").status == 200
     });
 }
+
+/// While Redis is down and the breaker open, no request waits for a Redis connection: end
+/// users' reads (whose rate limit asks Redis first) are served from Postgres under the sidecar's
+/// own bucket, and cache commands are refused with a 503 at once. The sidecar's own count of
+/// Redis connection checkouts judges: it does not move until the breaker's window has passed
+/// (a window longer than the test). Before: each of them waited `redis.checkout_timeout_ms`
+/// for a pooled connection, holding an in-flight slot meanwhile.
+#[test]
+fn while_the_breaker_is_open_nothing_waits_for_redis() {
+    let mut redis = common::RedisServer::start();
+    let pg = common::PgServer::start();
+    pg.setup_demo_schema();
+    let app_url = pg.url().replace("postgres@", "ferry_app@");
+    let env = [
+        ("FERRY_DATABASE_URL", app_url.as_str()),
+        ("FERRY_IDENTITY_ROLES", "authenticated"),
+        ("FERRY_IDENTITY_ALLOW_RAW_SQL", "true"),
+        ("FERRY_IDENTITY_RATE_PER_S", "1000"),
+        ("FERRY_IDENTITY_BURST", "1000"),
+        ("FERRY_REDIS_RETRY_AFTER_FAILURE_MS", "600000"),
+    ];
+    let s = common::SidecarProcess::start(
+        env!("CARGO_BIN_EXE_ferry-sidecar"),
+        &redis.url(),
+        &pg.url(),
+        &env,
+        std::process::Stdio::null(),
+    );
+    let c = &s.client;
+    let notes = || {
+        c.query(json!({
+            "sql": "SELECT body FROM notes ORDER BY id",
+            "identity": {"role": "authenticated", "claims": {"sub": "bob"}},
+        }))
+    };
+    assert_eq!(notes().status, 200);
+    redis.kill();
+    // The first requests find Redis gone and open the breaker.
+    for _ in 0..3 {
+        assert_eq!(notes().status, 200);
+    }
+    let checkouts = || {
+        s.metric("ferry_pool_checkout_seconds_count{pool=\"redis\"}")
+            .unwrap_or(0.0)
+    };
+    let before = checkouts();
+    for i in 0..20 {
+        let r = notes();
+        assert_eq!(r.status, 200, "read {i}: {}", r.body);
+        assert_eq!(r.body["rows"], json!([{"body": "bob's note"}]), "read {i}");
+    }
+    for op in [
+        json!({"op": "get", "key": "k"}),
+        json!({"op": "incr", "key": "n"}),
+    ] {
+        for _ in 0..5 {
+            let r = c.cache(op.clone());
+            assert_eq!(
+                (r.status, r.code()),
+                (503, "cache_unavailable"),
+                "{}",
+                r.body
+            );
+        }
+    }
+    assert_eq!(
+        checkouts(),
+        before,
+        "a Redis connection was asked for while the breaker was open"
+    );
+}

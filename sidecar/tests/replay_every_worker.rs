@@ -3,7 +3,9 @@
 //! multiplexed connection (half the pool), so one of its two workers sends its commands on a
 //! pooled connection (`store::pools::send`). Each replay goes on a new connection, which actix
 //! hands to its workers in turn: reads and cache reads accepted by one sidecar are refused by
-//! both workers of the other.
+//! both workers of the other. And a replay is refused when Redis has ended the other
+//! sidecar's connections since its last request (`CLIENT KILL`, an idle `timeout`): the check
+//! goes again on a fresh connection, never skipped while Redis is up.
 use ferry_testkit::client::{nonce, now_s};
 use ferry_testkit::{Client, PgServer, RedisServer, SidecarProcess};
 use serde_json::json;
@@ -76,6 +78,88 @@ fn every_worker_refuses_a_replay_whatever_its_redis_connection() {
             let r = c.block_on(c.send_raw("POST", "/v1/query", bytes, &h));
             assert_eq!(r.status, 200, "{}", r.body);
             assert_eq!(r.body["cache"], "hit", "filled above: {}", r.body);
+        }
+    }
+}
+
+/// The replay arrives at a sidecar whose Redis connections Redis ended since its last request
+/// (an operator's `CLIENT KILL`, or Redis's idle `timeout`, common on hosted Redis): its first
+/// try meets the closed connection, and the check goes again on a fresh one.
+#[test]
+fn a_replay_is_refused_after_redis_ended_the_connections() {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    pg.setup_demo_schema();
+    let env = [("FERRY_SERVER_WORKERS", "1")];
+    let (a, b) = (
+        SidecarProcess::start(BIN, &redis.url(), &pg.url(), &env, Stdio::null()),
+        SidecarProcess::start(BIN, &redis.url(), &pg.url(), &env, Stdio::null()),
+    );
+    // A connection of its own each time: Redis's idle timeout ends the test's too.
+    let admin = || {
+        redis::Client::open(redis.url().as_str())
+            .and_then(|c| c.get_connection())
+            .expect("redis")
+    };
+    let requests = [
+        (
+            "/v1/query",
+            json!({"sql": "SELECT name FROM items WHERE id = 1",
+                   "cache": {"ttl_s": 60, "key": "item1"}}),
+        ),
+        ("/v1/cache", json!({"op": "get", "key": "k"})),
+        (
+            "/v1/batch",
+            json!({"reads": [{"sql": "SELECT name FROM items WHERE id = 2",
+                              "cache": {"ttl_s": 60, "key": "item2"}}]}),
+        ),
+    ];
+    for ending in ["CLIENT KILL", "idle timeout"] {
+        for (path, body) in &requests {
+            // Both sidecars have used their connections.
+            for s in [&a, &b] {
+                assert_eq!(
+                    s.client.cache(json!({"op": "get", "key": "warm"})).status,
+                    200
+                );
+            }
+            let bytes = serde_json::to_vec(body).expect("json");
+            let h = a
+                .client
+                .headers_for("POST", path, &bytes, now_s(), &nonce());
+            let first = a
+                .client
+                .block_on(a.client.send_raw("POST", path, bytes.clone(), &h));
+            assert_eq!(first.status, 200, "{}", first.body);
+            match ending {
+                "CLIENT KILL" => {
+                    let _: redis::Value = redis::cmd("CLIENT")
+                        .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
+                        .query(&mut admin())
+                        .expect("client kill");
+                }
+                _ => {
+                    let _: () = redis::cmd("CONFIG")
+                        .arg(&["SET", "timeout", "1"])
+                        .query(&mut admin())
+                        .expect("config set");
+                    // Redis closes connections idle past the timeout on its own clock.
+                    std::thread::sleep(std::time::Duration::from_millis(2_500));
+                    let _: () = redis::cmd("CONFIG")
+                        .arg(&["SET", "timeout", "0"])
+                        .query(&mut admin())
+                        .expect("config set");
+                }
+            }
+            let r = b
+                .client
+                .block_on(b.client.send_raw("POST", path, bytes, &h));
+            assert_eq!(
+                (r.status, r.code()),
+                (401, "auth_replayed"),
+                "{ending}, {path}: {}",
+                r.body
+            );
         }
     }
 }

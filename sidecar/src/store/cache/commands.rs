@@ -196,18 +196,17 @@ pub(crate) async fn run_checked(
     // it would go whole to its first key's slot. So there the check goes alone.
     let check = check.filter(|_| !pools.redis_cluster());
     let Prepared { pipe, answer } = prepare(cache, cmd, check);
-    // On a connection Redis ended, the command goes again if it may run twice, without the
-    // replay check (it may have run: it is skipped, as when Redis fails).
+    // On a connection Redis ended, the command goes again if it may run twice (the replay
+    // check riding in front may: it knows its own earlier attempt).
     let how = How {
         each: check.is_some(),
-        front: check.map_or(0, |_| NonceCheck::REPLIES),
         again: answer.repeatable(),
     };
     let sent = match send(pools, blocking, &pipe, how).await {
         Ok(sent) => sent,
         Err(e) => return (None, Err(e)),
     };
-    let (verdict, values) = NonceCheck::split_sent(check, sent);
+    let (verdict, values) = NonceCheck::split(check, sent);
     let once = !answer.repeatable();
     let reply = values
         .and_then(|v| read(answer, v))

@@ -42,11 +42,10 @@ impl Cache {
         let Some(prepared) = self.prepare_lookup(pools, probes, front) else {
             return Ok((None, bypass(probes)));
         };
-        // On a connection Redis ended, the lookup goes again, without the replay check (it may
-        // have run: it is skipped, as when Redis fails).
+        // On a connection Redis ended, the lookup goes again (the replay check riding in front
+        // too: it knows its own earlier attempt).
         let how = How {
             each: check.is_some(),
-            front: check.map_or(0, |_| NonceCheck::REPLIES),
             again: true,
         };
         let sent = match send(pools, blocking, &prepared.pipe, how).await {
@@ -54,7 +53,7 @@ impl Cache {
             Err(e) if redis_down(&e) => return Ok((None, bypass(probes))),
             Err(e) => return Err(e),
         };
-        let (verdict, values) = NonceCheck::split_sent(check, sent);
+        let (verdict, values) = NonceCheck::split(check, sent);
         let values = values.and_then(|v| {
             v.into_iter()
                 .map(|v| redis::from_redis_value(v).map_err(Into::into))
@@ -87,12 +86,9 @@ impl Cache {
         // A lease's SET NX may not run twice (the second would find the first's).
         let how = How {
             each: true,
-            ..How::default()
+            again: false,
         };
-        let values = send(pools, blocking, &prepared.pipe, how)
-            .await
-            .ok()?
-            .values;
+        let values = send(pools, blocking, &prepared.pipe, how).await.ok()?;
         let (reply, values) = match values {
             Ok(v) => {
                 let mut v = v.into_iter();

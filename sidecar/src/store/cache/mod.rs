@@ -300,10 +300,11 @@ impl Cache {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether reads may use Redis right now: it is up, no invalidation waits for it, and
-    /// the change stream (when on) has caught up within its bound.
+    /// Whether reads may use Redis right now: it is up (or due a probe, which `send` claims
+    /// for one caller), no invalidation waits for it, and the change stream (when on) has
+    /// caught up within its bound.
     pub(crate) fn usable(&self, pools: &Pools) -> bool {
-        pools.redis_available() && self.pending().is_empty() && self.freshness.serves()
+        pools.redis_due() && self.pending().is_empty() && self.freshness.serves()
     }
 }
 

@@ -8,7 +8,7 @@
 
 use super::{key_tag, token, Cache, Observed, KEY_TAG};
 use crate::store::blocking::Blocking;
-use crate::store::pools::send::{send, How, Sent};
+use crate::store::pools::send::{send, How};
 use crate::store::pools::Pools;
 use redis::Value;
 use std::collections::HashMap;
@@ -73,10 +73,10 @@ impl Cache {
                 .arg(self.flight_ttl_s);
         }
         let how = How {
+            each: false,
             again: true,
-            ..How::default()
         };
-        let Ok(Sent { values: Ok(v), .. }) = send(pools, blocking, &pipe, how).await else {
+        let Ok(Ok(v)) = send(pools, blocking, &pipe, how).await else {
             return false;
         };
         let Ok(values) = redis::from_redis_value::<Vec<Option<String>>>(Value::Array(v)) else {

@@ -50,16 +50,15 @@ impl Cache {
         }
         // Conditional writes: a second run writes nothing the first did not.
         let how = How {
+            each: false,
             again: true,
-            ..How::default()
         };
         // A failure to connect has tripped the breaker: nothing was written.
         let Ok(sent) = send(pools, blocking, &w.pipe, how).await else {
             return (Stored::NotWritten, false);
         };
-        let result: redis::RedisResult<Vec<i64>> = sent
-            .values
-            .and_then(|v| redis::from_redis_value(Value::Array(v)).map_err(Into::into));
+        let result: redis::RedisResult<Vec<i64>> =
+            sent.and_then(|v| redis::from_redis_value(Value::Array(v)).map_err(Into::into));
         let sent_behind = behind.is_some() && result.is_ok();
         (w.finish(pools, result)[0], sent_behind)
     }

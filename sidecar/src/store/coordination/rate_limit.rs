@@ -118,7 +118,7 @@ pub(crate) async fn check(
         .arg(tolerance);
     // The script moves the bucket: it never runs twice.
     let waited = match send(pools, blocking, &pipe, How::default()).await {
-        Ok(sent) => sent.values,
+        Ok(sent) => sent,
         Err(e) if redis_down(&e) => return local(user, rate),
         Err(e) => return Err(e),
     };

@@ -31,6 +31,14 @@ impl Pools {
             .is_ok()
     }
 
+    /// Whether Redis may be tried now: the breaker closed, or open past its window. Unlike
+    /// [`Pools::redis_available`] it claims nothing: `store::pools::send` does, for the one
+    /// caller that then probes.
+    pub(crate) fn redis_due(&self) -> bool {
+        let until = self.redis_down_until_ms.load(Ordering::Acquire);
+        until == 0 || self.now_ms() >= until
+    }
+
     /// Opens the circuit breaker and retires every pooled connection opened before now: a
     /// Redis that failed one connection has usually lost them all (a restart, a cut).
     pub(crate) fn mark_redis_failed(&self) {

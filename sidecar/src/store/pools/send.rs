@@ -3,11 +3,13 @@
 //! hop); else a pooled connection, through the blocking pool. The pooled path serves the
 //! workers past half of `redis.pool_size` (which have no multiplexed connection of their own)
 //! and, while the breaker is open, the one caller per window that probes Redis
-//! (`Pools::redis_available`): its connection's success closes the breaker.
+//! (`Pools::redis_available`): its connection's success closes the breaker. Every other caller
+//! meanwhile is told at once that Redis is down, never kept waiting for a connection.
 //!
 //! A connection Redis ended while it stays up (`CLIENT KILL`, an idle `timeout`) is not taken
 //! for Redis down (`Pools::redis_failed` keeps the breaker closed for it): the commands go
-//! once more on a fresh connection where running them twice is harmless.
+//! once more on a fresh connection where running them twice is harmless (a replay check riding
+//! in front included: it knows its own earlier attempt, `nonces::NonceCheck`).
 
 use crate::error::ApiError;
 use crate::store::blocking::Blocking;
@@ -23,21 +25,14 @@ pub(crate) struct How {
     /// `AsyncConn::query_pipe_each`). On a cluster's pooled connection the mark is lost, and
     /// one command's error fails the whole answer.
     pub each: bool,
-    /// How many commands ride in front of the request's own and must not run twice (a replay
-    /// check): a second send leaves them out.
-    pub front: usize,
-    /// Whether the request's own commands may run twice (lookups, conditional write-backs,
-    /// commands other than `INCR`): on a connection Redis ended they go again, once.
+    /// Whether the pipeline may run twice (lookups, conditional write-backs, replay checks,
+    /// commands other than `INCR`): on a connection Redis ended it goes again, once.
     pub again: bool,
 }
 
-/// Redis's answer, and whether it answers the pipeline sent again (without its front). A
-/// failed answer is the caller's to report (`Pools::redis_failed`), except a lost connection,
-/// reported here.
-pub(crate) struct Sent {
-    pub values: RedisResult<Vec<Value>>,
-    pub again: bool,
-}
+/// Redis's answer. A failed one is the caller's to report (`Pools::redis_failed`), except a
+/// lost connection, reported here.
+pub(crate) type Sent = RedisResult<Vec<Value>>;
 
 /// Sends `pipe` (see the module). Err: no connection (Redis down: the breaker is open, or
 /// connecting just opened it: `CacheUnavailable`), or the blocking pool refused the work
@@ -48,6 +43,11 @@ pub(crate) async fn send(
     pipe: &Pipeline,
     how: How,
 ) -> Result<Sent, ApiError> {
+    if !pools.redis_available() {
+        return Err(ApiError::CacheUnavailable {
+            internal: "redis is down (the breaker is open)".into(),
+        });
+    }
     if let Some(mut conn) = pools.redis_async().await? {
         return Ok(on_loop(pools, &mut conn, pipe, how).await);
     }
@@ -62,30 +62,27 @@ pub(crate) fn redis_down(e: &ApiError) -> bool {
 }
 
 async fn on_loop(pools: &Pools, conn: &mut AsyncConn, pipe: &Pipeline, how: How) -> Sent {
-    let first = conn.query_values(pipe, how.each).await;
-    let e = match first {
-        Ok(_) => return sent(first, false),
+    let e = match conn.query_values(pipe, how.each).await {
+        Ok(values) => return Ok(values),
         Err(e) => e,
     };
     if !connection_lost(&e) {
         pools.drop_redis_async();
-        return sent(Err(e), false);
+        return Err(e);
     }
     pools.redis_failed(&e);
     if !how.again {
-        return sent(Err(e), false);
+        return Err(e);
     }
     let mut fresh = match pools.redis_async().await {
         Ok(Some(c)) => c,
-        _ => return sent(Err(e), false),
+        _ => return Err(e),
     };
-    let out = fresh
-        .query_values(&without_front(pipe, how), how.each)
-        .await;
+    let out = fresh.query_values(pipe, how.each).await;
     if out.is_err() {
         pools.drop_redis_async();
     }
-    sent(out, true)
+    out
 }
 
 /// On a pooled connection (blocking). Connecting trips the breaker itself when it fails.
@@ -96,29 +93,8 @@ fn pooled(pools: &Pools, pipe: &Pipeline, how: How) -> Result<Sent, ApiError> {
             // Retires this connection with every other opened before it.
             pools.redis_failed(&e);
             drop(conn);
-            let values = pools.redis_conn()?.query_pipe(&without_front(pipe, how));
-            Ok(sent(values, true))
+            Ok(pools.redis_conn()?.query_pipe(pipe))
         }
-        values => Ok(sent(values, false)),
+        values => Ok(values),
     }
-}
-
-fn sent(values: RedisResult<Vec<Value>>, again: bool) -> Sent {
-    Sent { values, again }
-}
-
-/// `pipe` without its front (what rode in front of a request's own: a replay check, which must
-/// not run twice), each command still answering for itself when it did.
-fn without_front(pipe: &Pipeline, how: How) -> Pipeline {
-    let mut p = redis::pipe();
-    if pipe.is_transaction() {
-        p.atomic();
-    }
-    if how.each {
-        p.ignore_errors();
-    }
-    for cmd in pipe.cmd_iter().skip(how.front) {
-        p.add_command(cmd.clone());
-    }
-    p
 }

@@ -1,66 +1,90 @@
-//! The shared replay check in Redis of a signed request (`SADD` to its signed second's set,
-//! then `EXPIREAT`), sent in front of a read's own pipeline or on its own.
+//! The shared replay check in Redis of a signed request (`HSETNX` of its nonce into its signed
+//! second's hash, `HGET` of it, then `EXPIREAT`), sent in front of a read's own pipeline or on
+//! its own.
 
 use super::SharedNonces;
 use crate::error::ApiError;
 use crate::store::blocking::Blocking;
 use crate::store::coordination::nonces::seen::Seen;
-use crate::store::pools::send::{redis_down, send, How, Sent};
+use crate::store::pools::send::{redis_down, send, How};
 use crate::store::pools::Pools;
 use redis::{RedisResult, Value};
 use std::sync::Arc;
 
-/// The shared replay check of one request: SADD of its nonce's fingerprint to the set of its
-/// signed second (the reply is the verdict), then EXPIREAT of that set. It rides in front of a
-/// read's own pipeline, so both cost Redis one message, the sidecar one reply and one timer.
+/// The shared replay check of one request: its nonce's fingerprint set in the hash of its
+/// signed second to a token of this request's own, if no request set it before (`HSETNX`);
+/// the token it holds now (`HGET`: the verdict); then `EXPIREAT` of the hash. It rides in
+/// front of a read's own pipeline, so both cost Redis one message, the sidecar one reply and
+/// one timer. The token makes it safe to send twice: on a connection Redis ended, this
+/// request's earlier attempt may have set it, and finding its own token is still a first
+/// sighting, where another request's token is a replay.
 #[must_use = "the shared replay check must run before the request takes effect"]
 pub(crate) struct NonceCheck {
     key: String,
-    member: [u8; 16],
+    field: [u8; 16],
+    token: [u8; 8],
     expire_at: u64,
 }
 
+/// What the check's replies say.
+enum Said {
+    First,
+    Replayed,
+    /// Redis refused a command (out of memory, a read-only replica) or answered oddly.
+    Unsettled,
+}
+
 impl NonceCheck {
-    /// How many replies its commands take at the front of a pipeline's answer. Neither
-    /// command is `ignore`d: a cluster connection splits a pipeline by slot, which keeps every
-    /// reply but not the marks.
-    pub(crate) const REPLIES: usize = 2;
+    /// How many replies its commands take at the front of a pipeline's answer. No command is
+    /// `ignore`d: a cluster connection splits a pipeline by slot, which keeps every reply but
+    /// not the marks.
+    pub(crate) const REPLIES: usize = 3;
 
     /// Adds the check's commands to `pipe`, and has each command of `pipe` answer for itself
     /// (`ignore_errors`), so a server's error to the request's own command cannot take the
-    /// verdict with it: send it with `AsyncConn::query_pipe_each`.
+    /// verdict with it: send it with `How::each`.
     pub(crate) fn add_to(&self, pipe: &mut redis::Pipeline) {
         pipe.ignore_errors();
-        pipe.cmd("SADD")
+        pipe.cmd("HSETNX")
             .arg(&self.key)
-            .arg(&self.member[..])
+            .arg(&self.field[..])
+            .arg(&self.token[..])
+            .cmd("HGET")
+            .arg(&self.key)
+            .arg(&self.field[..])
             .cmd("EXPIREAT")
             .arg(&self.key)
             .arg(self.expire_at);
     }
 
-    /// The verdict of a pipeline's answer whose first replies are this check's: 1 added (a
-    /// first sighting), 0 seen by some sidecar before.
-    pub(crate) fn verdict(replies: &[Value]) -> Result<(), ApiError> {
+    fn said(&self, replies: &[Value]) -> Said {
         match replies {
-            [Value::Int(1), ..] => Ok(()),
-            [Value::Int(_), ..] => Err(ApiError::Replayed),
+            [Value::Int(_), Value::BulkString(t), ..] if t[..] == self.token[..] => Said::First,
+            [Value::Int(_), Value::BulkString(_), ..] => Said::Replayed,
             other => {
-                tracing::debug!(reply = ?other.first(), "shared replay check skipped: unexpected reply");
-                Ok(())
+                tracing::debug!(reply = ?other.get(..2), "shared replay check: unexpected reply");
+                Said::Unsettled
             }
         }
     }
 
-    /// The verdict of a check that may not be skipped ([`SharedNonces::require`]): 1 is a
-    /// first sighting; 0 a replay, unless this was a second attempt (then it may be the
-    /// first's own SADD); anything else, Redis trouble.
-    fn required(replies: &[Value], again: bool) -> Result<(), ApiError> {
-        match replies {
-            [Value::Int(1), ..] => Ok(()),
-            [Value::Int(0), ..] if !again => Err(ApiError::Replayed),
-            other => Err(ApiError::CacheUnavailable {
-                internal: format!("shared replay check not settled: {:?}", other.first()),
+    /// The verdict of a pipeline's answer whose first replies are this check's. Redis
+    /// refusing it skips it, as Redis down does.
+    pub(crate) fn verdict(&self, replies: &[Value]) -> Result<(), ApiError> {
+        match self.said(replies) {
+            Said::Replayed => Err(ApiError::Replayed),
+            Said::First | Said::Unsettled => Ok(()),
+        }
+    }
+
+    /// The verdict of a check that may not be skipped ([`SharedNonces::require`]): Redis
+    /// refusing it is Redis trouble.
+    fn required(&self, replies: &[Value]) -> Result<(), ApiError> {
+        match self.said(replies) {
+            Said::First => Ok(()),
+            Said::Replayed => Err(ApiError::Replayed),
+            Said::Unsettled => Err(ApiError::CacheUnavailable {
+                internal: format!("shared replay check not settled: {:?}", replies.first()),
             }),
         }
     }
@@ -79,32 +103,14 @@ impl NonceCheck {
         match answer {
             Ok(replies) => {
                 let front = Self::REPLIES.min(replies.len());
-                let verdict = Self::verdict(&replies[..front]);
+                let verdict = check.map(|c| c.verdict(&replies[..front]));
                 let rest = replies.into_iter().skip(front).map(Value::extract_error);
-                (Some(verdict), rest.collect())
+                (verdict, rest.collect())
             }
             Err(e) => {
                 tracing::debug!(error = %e, "shared replay check skipped: redis failed");
                 (Some(Ok(())), Err(e))
             }
-        }
-    }
-}
-
-impl NonceCheck {
-    /// [`NonceCheck::split`] of what `send` answered: sent again (its connection lost), the
-    /// pipeline went without the check, which is then skipped, as when Redis fails.
-    pub(crate) fn split_sent(
-        check: Option<&NonceCheck>,
-        sent: Sent,
-    ) -> (Option<Result<(), ApiError>>, RedisResult<Vec<Value>>) {
-        match sent.again {
-            false => Self::split(check, sent.values),
-            true => (
-                check.map(|_| Ok(())),
-                sent.values
-                    .and_then(|v| v.into_iter().map(Value::extract_error).collect()),
-            ),
         }
     }
 }
@@ -131,8 +137,10 @@ impl SharedNonces {
     /// [`run`]: SharedNonces::run
     pub(crate) fn prepare(&self, seen: &Seen) -> Option<NonceCheck> {
         self.shared.as_ref().map(|s| NonceCheck {
-            key: format!("{}n:{}", s.prefix, seen.timestamp),
-            member: seen.fingerprint.to_le_bytes(),
+            // `nh:`, not the `n:` sets of earlier versions (another type under the same name).
+            key: format!("{}nh:{}", s.prefix, seen.timestamp),
+            field: seen.fingerprint.to_le_bytes(),
+            token: rand::random(),
             // A few seconds past the window, in case Redis's clock is behind ours.
             expire_at: seen.until_s + 5,
         })
@@ -154,10 +162,8 @@ impl SharedNonces {
     /// no row for it), made or the request refused. Unlike [`check`](Self::check) it is never
     /// skipped: Redis failing or its breaker open, the answer is 503 (the write itself needs
     /// Redis anyway), where a skipped check would let a replay to another sidecar run the write
-    /// twice. While the breaker is open it goes over a pooled connection (the path that probes
-    /// Redis). A check cut off by a lost connection is asked again once on a fresh one; "seen"
-    /// then may be this request's own first SADD, so that is 503 too, never a replay verdict
-    /// the request did not earn, and never the write run twice.
+    /// twice. A check cut off by a lost connection is asked again once on a fresh one (its
+    /// token tells its own earlier attempt from another request).
     pub(crate) async fn require(
         &self,
         pools: &Arc<Pools>,
@@ -171,12 +177,10 @@ impl SharedNonces {
         check.add_to(&mut pipe);
         let how = How {
             each: true,
-            front: 0,
             again: true,
         };
-        let sent = send(pools, blocking, &pipe, how).await?;
-        match sent.values {
-            Ok(replies) => NonceCheck::required(&replies, sent.again),
+        match send(pools, blocking, &pipe, how).await? {
+            Ok(replies) => check.required(&replies),
             Err(e) => {
                 pools.redis_failed(&e);
                 Err(unavailable(e))
@@ -185,9 +189,8 @@ impl SharedNonces {
     }
 
     /// Sends a prepared check on its own. Skipped while the breaker is open (Redis is down:
-    /// the request goes on with its sidecar's own check), and when Redis fails it: a replayed
-    /// read changes nothing, and writes have their row in Postgres. Never sent twice (a second
-    /// SADD would find the first's).
+    /// the request goes on with its sidecar's own check), and when Redis fails or refuses it:
+    /// a replayed read changes nothing, and writes have their row in Postgres.
     pub(crate) async fn run(
         (pools, blocking): (&Arc<Pools>, &Blocking),
         check: &NonceCheck,
@@ -199,14 +202,11 @@ impl SharedNonces {
         check.add_to(&mut pipe);
         let how = How {
             each: true,
-            ..How::default()
+            again: true,
         };
         match send(pools, blocking, &pipe, how).await {
-            Ok(Sent {
-                values: Ok(replies),
-                ..
-            }) => NonceCheck::verdict(&replies),
-            Ok(Sent { values: Err(e), .. }) => {
+            Ok(Ok(replies)) => check.verdict(&replies),
+            Ok(Err(e)) => {
                 tracing::debug!(error = %e, "shared replay check skipped: redis failed");
                 Ok(())
             }

@@ -3,18 +3,22 @@
 //! a load balancer a captured request could be replayed to another one, so each nonce is also
 //! recorded where every sidecar looks:
 //!
-//! - in Redis, for every signed request: its 16-byte fingerprint added to one set per signed
-//!   second (`SADD`, 0 = seen before), the set expiring once that second leaves the clock window
-//!   (`EXPIREAT`, in the same round trip). One set per second rather than one key per nonce:
-//!   Redis then neither creates nor expires a key per request. Measured (bench `scale`): a
-//!   signed cache GET cost Redis 3.4x the CPU of the GET alone with a key per nonce, 1.5x with
-//!   sets. A read's check rides in front of the read's own pipeline ([`NonceCheck`]): one
-//!   message to Redis, one reply. Memory is 80 bytes a nonce (133 as keys), i.e. 80 B x
-//!   requests/s x (max_skew_s + 1)
-//!   (75 MB at 30,000 requests/s and the default 30 s window). Redis down: the check is
-//!   skipped and the request goes on with its sidecar's own check (a replayed read changes
-//!   nothing, and writes have the next line), except for a cache write, which Redis alone
-//!   guards: its check is never skipped ([`SharedNonces::require`]);
+//! - in Redis, for every signed request: its 16-byte fingerprint set in one hash per signed
+//!   second to a token of the request's own unless another request set it first (`HSETNX`,
+//!   then `HGET`: another's token = seen before), the hash expiring once that second leaves the
+//!   clock window (`EXPIREAT`, in the same round trip). The token lets the check go again on a
+//!   connection Redis ended (`store::pools::send`): finding its own token is still a first
+//!   sighting. One hash per second rather than one key per nonce: Redis then neither creates
+//!   nor expires a key per request. Measured (bench `scale`): a signed cache GET cost Redis
+//!   3.4x the CPU of the GET alone with a key per nonce, 1.5x with sets (the hash costs
+//!   Redis 1.8 µs a check where the set's `SADD` cost 1.1, `redis-cli --pipe`). A read's check
+//!   rides in front of the read's own pipeline ([`NonceCheck`]): one message to Redis, one
+//!   reply. Memory is 93 bytes a nonce (84 in a set, 133 as keys), i.e. 93 B x requests/s x
+//!   (max_skew_s + 1) (87 MB at 30,000 requests/s and the default 30 s window). Redis down,
+//!   or refusing the check (out of memory, a read-only replica): the check is skipped and the
+//!   request goes on with its sidecar's own check (a replayed read changes nothing, and writes
+//!   have the next line), except for a cache write, which Redis alone guards: its check is
+//!   never skipped ([`SharedNonces::require`]);
 //! - in Postgres, for every write (`/v1/execute`, `/v1/transaction`): a row in `auth.nonce_table`,
 //!   inserted inside the write's own transaction, in the round trip of its COMMIT, with the rows
 //!   it affected. A second run of the same write fails on the row (unique) and rolls back, so a
