@@ -13,9 +13,10 @@
 # Ports, each overridable: FERRY_DEV_REDIS_PORT=6390 (the cache) FERRY_DEV_DOOR_REDIS_PORT=6389
 # (the Upstash door's own) FERRY_DEV_PG_PORT=5440 FERRY_DEV_SIDECAR_PORT=8787 (nginx, in front
 # of the sidecars on FERRY_DEV_FIRST_SIDECAR_PORT=8790, 8791...; FERRY_DEV_SIDECARS=1 for one;
-# their metrics on 9187, 9188...) FERRY_DEV_EDGE_PORT=8788; with --with: FERRY_DEV_REPLICA_PORT
-# =5441 FERRY_DEV_POOLER_PORT=5442 FERRY_DEV_CLUSTER_PORT=6391 (and the next five)
-# FERRY_DEV_CLUSTER_SIDECAR_PORT=8795 (metrics on 9195) FERRY_DEV_JS_PORT=8789.
+# their metrics on FERRY_DEV_METRICS_PORT=9187, 9188...) FERRY_DEV_EDGE_PORT=8788; with --with:
+# FERRY_DEV_REPLICA_PORT=5441 FERRY_DEV_POOLER_PORT=5442 FERRY_DEV_CLUSTER_PORT=6391 (and the
+# next five) FERRY_DEV_CLUSTER_SIDECAR_PORT=8795 (metrics on FERRY_DEV_CLUSTER_METRICS_PORT=9195)
+# FERRY_DEV_JS_PORT=8789.
 # FERRY_DEV_PROFILE=release builds an optimized sidecar (for measuring).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -27,7 +28,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --with) WITH=",${2:-},"; shift 2 || die "--with needs a list: replica,cluster,pooler,js-worker or all" ;;
     --with=*) WITH=",${1#--with=},"; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (scripts/dev.sh [--with replica,cluster,pooler,js-worker|all])" ;;
   esac
 done
@@ -44,6 +45,8 @@ REPLICA_PORT=${FERRY_DEV_REPLICA_PORT:-5441}
 POOLER_PORT=${FERRY_DEV_POOLER_PORT:-5442}
 CLUSTER_PORT=${FERRY_DEV_CLUSTER_PORT:-6391}
 CLUSTER_SIDECAR_PORT=${FERRY_DEV_CLUSTER_SIDECAR_PORT:-8795}
+METRICS_PORT=${FERRY_DEV_METRICS_PORT:-9187}
+CLUSTER_METRICS_PORT=${FERRY_DEV_CLUSTER_METRICS_PORT:-9195}
 SIDECAR_PORT=${FERRY_DEV_SIDECAR_PORT:-8787}
 SIDECARS=${FERRY_DEV_SIDECARS:-2}
 FIRST_SIDECAR_PORT=${FERRY_DEV_FIRST_SIDECAR_PORT:-8790}
@@ -57,11 +60,15 @@ mkdir -p "$RUN"
 PIDS=()
 
 # What this run started, so that stopping it (or a failed start) never stops another run's.
-STARTED_PG=""; STARTED_REPLICA=""; STARTED_BOUNCER=""
+STARTED_PG=""; STARTED_REPLICA=""; STARTED_BOUNCER=""; PORTS_CHECKED=""
 cleanup() {
   trap - INT TERM EXIT
-  # Stop everything even when stdout is gone (a `| tee` that Ctrl-C ended first).
+  # Stop everything even when stdout is gone (a `| tee` that Ctrl-C ended first): a write to
+  # the dead pipe must fail, not kill the shell (SIGPIPE) before Postgres is stopped.
+  trap '' PIPE
   set +e
+  # A run stopped by a taken port started nothing: nothing to say.
+  [ -z "$PORTS_CHECKED" ] && return
   { echo; echo "stopping..."; } 2>/dev/null
   # wrangler stops its workerd children on SIGINT; the others on SIGTERM.
   [ -n "${WRANGLER_PID:-}" ] && kill -INT "$WRANGLER_PID" 2>/dev/null || true
@@ -87,12 +94,13 @@ as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 # Every port first: a second run (or another program) on one of them stops this one before it
 # starts anything, and it never touches what the other run started.
 for p in "$REDIS_PORT" "$DOOR_REDIS_PORT" "$PG_PORT" "$SIDECAR_PORT" "$EDGE_PORT" \
-    $(seq "$FIRST_SIDECAR_PORT" $((FIRST_SIDECAR_PORT + SIDECARS - 1))) $(seq 9187 $((9186 + SIDECARS))) \
+    $(seq "$FIRST_SIDECAR_PORT" $((FIRST_SIDECAR_PORT + SIDECARS - 1))) $(seq "$METRICS_PORT" $((METRICS_PORT + SIDECARS - 1))) \
     $(with replica && echo "$REPLICA_PORT") $(with pooler && echo "$POOLER_PORT") \
-    $(with cluster && seq "$CLUSTER_PORT" $((CLUSTER_PORT + 5)) && echo "$CLUSTER_SIDECAR_PORT 9195") \
+    $(with cluster && seq "$CLUSTER_PORT" $((CLUSTER_PORT + 5)) && echo "$CLUSTER_SIDECAR_PORT $CLUSTER_METRICS_PORT") \
     $(with js-worker && echo "$JS_PORT"); do
-  port_free "$p" || die "port $p is taken: is another scripts/dev.sh running (stop it with Ctrl-C), or set the FERRY_DEV_*_PORT variables (scripts/dev.sh --help)"
+  port_free "$p" || die "port $p is taken: is another scripts/dev.sh running (stop it with Ctrl-C; a run whose Postgres outlived it: runuser -u postgres -- pg_ctl -D .run/pg stop), or set the FERRY_DEV_*_PORT variables (scripts/dev.sh --help)"
 done
+PORTS_CHECKED=1
 
 step "packages, tools and builds (the first run installs and compiles for a few minutes)"
 ensure_services
@@ -225,10 +233,10 @@ with replica && REPLICA_ENV=("FERRY_REPLICAS_URLS=postgres://ferry_app@127.0.0.1
 for i in $(seq 0 $((SIDECARS - 1))); do
   port=$((FIRST_SIDECAR_PORT + i))
   port_free "$port" || die "port $port is taken (set FERRY_DEV_FIRST_SIDECAR_PORT)"
-  port_free "$((9187 + i))" || die "admin port $((9187 + i)) is taken"
+  port_free "$((METRICS_PORT + i))" || die "admin port $((METRICS_PORT + i)) is taken"
   FERRY_CONFIG=$FERRY_ROOT/deploy/ferry.toml \
   FERRY_LISTEN=127.0.0.1:$port \
-  FERRY_SERVER_ADMIN_LISTEN=127.0.0.1:$((9187 + i)) \
+  FERRY_SERVER_ADMIN_LISTEN=127.0.0.1:$((METRICS_PORT + i)) \
   FERRY_REDIS_URL=redis://127.0.0.1:$REDIS_PORT \
   FERRY_DATABASE_URL=postgres://ferry_app@127.0.0.1:$PG_PORT/postgres \
   FERRY_POSTGRES_OWNER_URL=postgres://ferry_owner@127.0.0.1:$PG_PORT/postgres \
@@ -270,7 +278,7 @@ if with cluster; then
   port_free "$CLUSTER_SIDECAR_PORT" || die "port $CLUSTER_SIDECAR_PORT is taken (set FERRY_DEV_CLUSTER_SIDECAR_PORT)"
   FERRY_CONFIG=$FERRY_ROOT/deploy/ferry.toml \
   FERRY_LISTEN=127.0.0.1:$CLUSTER_SIDECAR_PORT \
-  FERRY_SERVER_ADMIN_LISTEN=127.0.0.1:9195 \
+  FERRY_SERVER_ADMIN_LISTEN=127.0.0.1:$CLUSTER_METRICS_PORT \
   FERRY_REDIS_URL=$(printf 'redis://%s,' "${CLUSTER_NODES[@]}" | sed 's/,$//') \
   FERRY_REDIS_CLUSTER=true \
   FERRY_UPSTASH_ENABLED=true \
