@@ -54,17 +54,41 @@ impl Default for ChangesConfig {
 /// (quoted names are not supported).
 pub fn table_name(raw: &str) -> Option<String> {
     let lower = raw.trim().to_ascii_lowercase();
-    let ident = |s: &str| {
-        !s.is_empty()
-            && s.len() <= 63
-            && !s.starts_with(|c: char| c.is_ascii_digit() || c == '$')
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
-    };
     match lower.split_once('.') {
         Some((schema, table)) if ident(schema) && ident(table) => Some(lower),
         None if ident(&lower) => Some(format!("public.{lower}")),
         _ => None,
+    }
+}
+
+/// A plain identifier as `table_name` takes it (either case).
+fn ident(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && !s.starts_with(|c: char| c.is_ascii_digit() || c == '$')
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
+}
+
+/// Whether `table_name(raw)` is `qualified`, without making it.
+fn names(raw: &str, qualified: &str) -> bool {
+    // `raw` lowered is `name` (which may hold upper case: a quoted relation is not `raw`'s).
+    let lowers_to = |raw: &str, name: &str| {
+        raw.len() == name.len()
+            && raw
+                .bytes()
+                .zip(name.bytes())
+                .all(|(r, n)| r.to_ascii_lowercase() == n)
+    };
+    let raw = raw.trim();
+    match raw.split_once('.') {
+        Some((schema, table)) => ident(schema) && ident(table) && lowers_to(raw, qualified),
+        None => {
+            ident(raw)
+                && qualified
+                    .strip_prefix("public.")
+                    .is_some_and(|t| lowers_to(raw, t))
+        }
     }
 }
 
@@ -78,6 +102,19 @@ impl Config {
             c.postgres.password = None;
         }
         c
+    }
+
+    /// Whether the change stream watches `qualified` (`schema.table`, lower case): a member of
+    /// [`Config::watched_tables`], asked without building the set (every inferred read asks).
+    pub fn watches(&self, qualified: &str) -> bool {
+        let named = self.queries.values().flat_map(|q| q.tables.iter());
+        let keyed = self.keyspaces.values().filter_map(|k| k.table.as_ref());
+        self.changes
+            .tables
+            .iter()
+            .chain(named)
+            .chain(keyed)
+            .any(|t| names(t, qualified))
     }
 
     /// Every table the change stream watches: `changes.tables`, the named queries' `tables`
@@ -168,6 +205,44 @@ mod tests {
         assert_eq!(table_name("Shop.Items").as_deref(), Some("shop.items"));
         for bad in ["", "a.b.c", "\"Items\"", "1x", "a b", "items;drop"] {
             assert_eq!(table_name(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_agrees_with_table_name() {
+        let raws = [
+            "items",
+            "Items",
+            " shop.Items ",
+            "public.items",
+            "PUBLIC.ITEMS",
+            "shop.items",
+            "",
+            "a.b.c",
+            "\"Items\"",
+            "1x",
+            "a b",
+            "items;drop",
+            "public.",
+            ".items",
+        ];
+        let qualified = [
+            "public.items",
+            "shop.items",
+            "public.Items",
+            "Shop.items",
+            "public.a b",
+            "public.1x",
+            "a.b.c",
+        ];
+        for raw in raws {
+            for q in qualified {
+                assert_eq!(
+                    names(raw, q),
+                    table_name(raw).as_deref() == Some(q),
+                    "{raw:?} against {q:?}"
+                );
+            }
         }
     }
 }

@@ -81,14 +81,13 @@ pub(crate) fn cacheable(analysis: &Analysis, config: &Config) -> Result<Vec<Stri
             ),
         });
     }
-    let watched = config.watched_tables();
     let mut tables = Vec::new();
     for (name, kind) in &analysis.relations {
         let system = name.starts_with("pg_catalog.") || name.starts_with("information_schema.");
         match kind {
             _ if system => why.push(("catalog", format!("it reads the system catalog {name}"))),
             'v' => {}
-            'r' | 'p' if watched.contains(name) => tables.push(name.clone()),
+            'r' | 'p' if config.watches(name) => tables.push(name.clone()),
             'r' | 'p' => why.push((
                 "unwatched",
                 format!(
