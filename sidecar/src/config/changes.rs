@@ -107,29 +107,21 @@ impl Config {
     /// Whether the change stream watches `qualified` (`schema.table`, lower case): a member of
     /// [`Config::watched_tables`], asked without building the set (every inferred read asks).
     pub fn watches(&self, qualified: &str) -> bool {
+        self.stream_tables().any(|t| names(t, qualified))
+    }
+
+    /// The tables the configuration asks the stream for, as written.
+    fn stream_tables(&self) -> impl Iterator<Item = &String> {
         let named = self.queries.values().flat_map(|q| q.tables.iter());
         let keyed = self.keyspaces.values().filter_map(|k| k.table.as_ref());
-        self.changes
-            .tables
-            .iter()
-            .chain(named)
-            .chain(keyed)
-            .any(|t| names(t, qualified))
+        self.changes.tables.iter().chain(named).chain(keyed)
     }
 
     /// Every table the change stream watches: `changes.tables`, the named queries' `tables`
     /// and the keyspaces' `table`, normalized by [`table_name`] (invalid names are skipped
     /// here; `validate` refuses them).
     pub fn watched_tables(&self) -> BTreeSet<String> {
-        let named = self.queries.values().flat_map(|q| q.tables.iter());
-        let keyed = self.keyspaces.values().filter_map(|k| k.table.as_ref());
-        self.changes
-            .tables
-            .iter()
-            .chain(named)
-            .chain(keyed)
-            .filter_map(|t| table_name(t))
-            .collect()
+        self.stream_tables().filter_map(|t| table_name(t)).collect()
     }
 
     pub(super) fn validate_changes(&self) -> Result<(), ConfigError> {

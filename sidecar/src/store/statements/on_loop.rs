@@ -17,7 +17,7 @@ use crate::store::statements::read::{self, Steps, Taken};
 use crate::store::statements::rows::{self, RowBudget};
 use ferry_shared::api::Row;
 use futures_util::StreamExt;
-use postgres_types::{ToSql, Type};
+use postgres_types::Type;
 use serde_json::Value;
 use std::sync::Arc;
 use tokio::sync::oneshot;
@@ -185,10 +185,7 @@ impl<'a> Steps for OnLoop<'a> {
         limits: ReadLimits,
     ) -> Result<Taken, Failure> {
         let client: &'a Client = self.client;
-        let typed = params
-            .iter()
-            .zip(types)
-            .map(|(p, ty)| (p as &(dyn ToSql + Sync), ty.clone()));
+        let typed = read::typed(params, types);
         let read = async { collect(client.query_typed_raw(sql, typed).await, limits).await };
         if !self.behind {
             return read.await;

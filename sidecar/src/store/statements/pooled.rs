@@ -17,7 +17,7 @@ use crate::store::statements::rows::{bind, read_rows, refs};
 use ferry_shared::api::Row;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{RowIter, Statement};
-use postgres_types::{ToSql, Type};
+use postgres_types::Type;
 use serde_json::Value;
 
 /// Runs a read and returns its rows as JSON objects. It runs in a read-only transaction (the
@@ -222,10 +222,7 @@ impl Steps for OnPool<'_> {
         types: &[Type],
         limits: ReadLimits,
     ) -> Result<Taken, Failure> {
-        let typed = params
-            .iter()
-            .zip(types)
-            .map(|(p, ty)| (p as &(dyn ToSql + Sync), ty.clone()));
+        let typed = read::typed(params, types);
         read_rows(&mut self.0.query_typed_raw(sql, typed)?, limits)
     }
     async fn prepare(&mut self, sql: &str) -> Result<Statement, Failure> {
@@ -269,10 +266,7 @@ fn run<T>(
         let conn = &mut session.client;
         // A value that does not fit a remembered type may fit the current one.
         if let Ok(bound) = bind(&known, params) {
-            let typed = bound
-                .iter()
-                .zip(known.iter())
-                .map(|(p, ty)| (p as &(dyn ToSql + Sync), ty.clone()));
+            let typed = read::typed(&bound, &known);
             let failed = match conn.query_typed_raw(sql, typed).map_err(Failure::from) {
                 Ok(rows) => match take(rows) {
                     Err(Failure::Pg(e)) if param_types::maybe_stale(&e) => true,

@@ -19,7 +19,7 @@ use crate::store::postgres::param_types::{self, ParamTypes};
 use crate::store::statements::params::TextParam;
 use crate::store::statements::rows::{bind, check_columns};
 use ferry_shared::api::Row;
-use postgres_types::Type;
+use postgres_types::{ToSql, Type};
 use serde_json::Value;
 use tokio_postgres::Statement;
 
@@ -50,6 +50,17 @@ pub(in crate::store) trait Steps {
     async fn reset(&mut self) -> Result<(), Failure>;
     /// Takes on an end user's role and claims for the rest of the session's request.
     async fn assume(&mut self, who: &SessionIdentity) -> Result<(), Failure>;
+}
+
+/// Parameters bound as remembered `types`, as the drivers' `query_typed_raw` takes them.
+pub(in crate::store) fn typed<'a>(
+    params: &'a [TextParam],
+    types: &'a [Type],
+) -> impl ExactSizeIterator<Item = (&'a (dyn ToSql + Sync), Type)> + 'a {
+    params
+        .iter()
+        .zip(types)
+        .map(|(p, ty)| (p as &(dyn ToSql + Sync), ty.clone()))
 }
 
 /// A read (see the module).
