@@ -17,6 +17,7 @@ mod legacy;
 mod pgoutput;
 mod setup;
 mod stream;
+mod visible;
 
 pub use setup::SetupError;
 

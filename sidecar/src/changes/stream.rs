@@ -97,6 +97,8 @@ async fn session(ctx: &Ctx) -> Result<(), String> {
         },
         commits_ms: Vec::new(),
         definitions: BTreeMap::new(),
+        client: &client,
+        xids: Vec::new(),
     };
     // DDL made while no sidecar consumed: compare with what the last consumer saw.
     let stored = ctx
@@ -131,7 +133,10 @@ async fn session(ctx: &Ctx) -> Result<(), String> {
                 // Everything already received is gathered, then applied in one round.
                 while let Some(ev) = next {
                     match ev {
-                        ReplicationEvent::Begin { .. } => in_txn = true,
+                        ReplicationEvent::Begin { xid, .. } => {
+                            in_txn = true;
+                            consumer.xids.push(xid);
+                        }
                         ReplicationEvent::XLogData { data, .. } => {
                             let event = decoder.decode(&data).map_err(|e| e.to_string())?;
                             if matches!(event, Event::Row { .. }) {
@@ -244,6 +249,10 @@ struct Consumer<'a> {
     commits_ms: Vec<i64>,
     /// The watched tables' definitions as last seen (digest; absent for a dropped table).
     definitions: BTreeMap<String, String>,
+    /// The stream's own session (not the replication connection).
+    client: &'a tokio_postgres::Client,
+    /// The transactions received since the last flush, applied once sessions see them.
+    xids: Vec<u32>,
 }
 
 impl Consumer<'_> {
@@ -283,6 +292,7 @@ impl Consumer<'_> {
     /// WAL) as the watermark.
     async fn flush(&mut self, mark: Option<(u64, u64)>) -> Result<(), String> {
         if !self.pending.is_empty() {
+            super::visible::wait(self.client, &self.xids).await?;
             let keys: Vec<String> = self.pending.keys.iter().cloned().collect();
             let tags: Vec<String> = self.pending.tags.iter().cloned().collect();
             let everything = self.pending.everything;
@@ -305,6 +315,7 @@ impl Consumer<'_> {
             self.ctx.status.count_applied(keys.len() + tags.len());
             self.pending = Invalidations::default();
         }
+        self.xids.clear();
         let now = now_ms() as i64;
         self.ctx
             .status
