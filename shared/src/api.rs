@@ -175,9 +175,12 @@ pub enum StaleReason {
 /// One result row: column name to JSON value.
 pub type Row = Map<String, Value>;
 
+/// A read's answer. `R` is how its rows are held: parsed (`Vec<Row>`, what clients get) or,
+/// in the sidecar, as the JSON text of a cache entry, copied from Redis to the response
+/// without being decoded and encoded again. The wire shape is the same.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct QueryResponse {
-    pub rows: Vec<Row>,
+pub struct QueryResponse<R = Vec<Row>> {
+    pub rows: R,
     pub cache: CacheStatus,
     /// Age of the rows in milliseconds: 0 when just read from Postgres.
     pub age_ms: u64,
@@ -286,16 +289,16 @@ pub struct BatchRequest {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BatchResponse {
-    pub results: Vec<BatchResult>,
+pub struct BatchResponse<R = Vec<Row>> {
+    pub results: Vec<BatchResult<R>>,
 }
 
 /// One read's outcome: `{"ok": {...}}` or `{"error": {...}}`; one failing read does not fail
 /// the others.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum BatchResult {
-    Ok(QueryResponse),
+pub enum BatchResult<R = Vec<Row>> {
+    Ok(QueryResponse<R>),
     Error(crate::error::ErrorDetail),
 }
 

@@ -33,7 +33,7 @@ fn numbers_survive_a_round_trip_exactly() {
 
 #[test]
 fn batch_results_are_tagged() {
-    let ok = serde_json::to_value(BatchResult::Error(
+    let ok = serde_json::to_value(BatchResult::<Vec<Row>>::Error(
         crate::ErrorBody::new(crate::ErrorCode::SqlError, "x").error,
     ))
     .expect("ser");

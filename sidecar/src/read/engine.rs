@@ -7,17 +7,18 @@ use crate::read::lookup::{lookup_many, Reads};
 use crate::read::plan::{CachePlan, Infer, ReadFormat, ReadPlan};
 use crate::read::postgres::{on_primary, run_query, text_query};
 use crate::read::shared_flight::{self, Fill};
-use crate::store::cache::{value_key, Lookup, Observed, Stored};
+use crate::store::cache::{value_key, Lookup, Observed, Rows, Stored};
 use crate::store::coordination::leases::Held;
 use crate::store::postgres::by_value::key_text;
 use crate::store::postgres::top_n::TopN;
 use ferry_shared::api::{CacheMode, CacheStatus, QueryResponse, Row, StaleReason};
-use serde_json::Value;
+/// A read's answer: its rows parsed, or as a cache entry's text (`Rows`).
+pub(crate) type Answer = QueryResponse<Rows>;
 
 type State = Reads;
 
 /// One read from start to answer.
-pub(crate) async fn read(state: &State, plan: ReadPlan) -> Result<QueryResponse, ApiError> {
+pub(crate) async fn read(state: &State, plan: ReadPlan) -> Result<Answer, ApiError> {
     let lookup = lookup_many(state, &[&plan]).await?.pop().flatten();
     answer(state, plan, lookup).await
 }
@@ -27,7 +28,7 @@ pub(crate) async fn answer(
     state: &State,
     plan: ReadPlan,
     lookup: Option<Lookup>,
-) -> Result<QueryResponse, ApiError> {
+) -> Result<Answer, ApiError> {
     answer_prefetched(state, plan, lookup, None).await
 }
 
@@ -38,7 +39,7 @@ pub(crate) async fn answer_prefetched(
     plan: ReadPlan,
     lookup: Option<Lookup>,
     prefetched: Option<Vec<Row>>,
-) -> Result<QueryResponse, ApiError> {
+) -> Result<Answer, ApiError> {
     let r = answer_inner(state, plan, lookup, prefetched).await;
     if let Ok(resp) = &r {
         crate::metrics::global().cache_outcome(match resp.cache {
@@ -56,7 +57,7 @@ async fn answer_inner(
     plan: ReadPlan,
     lookup: Option<Lookup>,
     prefetched: Option<Vec<Row>>,
-) -> Result<QueryResponse, ApiError> {
+) -> Result<Answer, ApiError> {
     let (Some(cache), Some(lookup)) = (plan.cache.clone(), lookup) else {
         let reason = match &plan.infer {
             Infer::Refused(why) => Some(why.to_string()),
@@ -66,7 +67,7 @@ async fn answer_inner(
             Some(rows) => rows,
             None => run_query(state, plan).await?,
         };
-        let mut r = response(rows, CacheStatus::Bypass, 0, None);
+        let mut r = response(rows.into(), CacheStatus::Bypass, 0, None);
         r.bypass_reason = reason;
         return Ok(r);
     };
@@ -75,10 +76,15 @@ async fn answer_inner(
         // The change stream has not yet invalidated up to the write this read must see: an
         // entry (or a fill already under way) may hold rows from before it.
         let rows = run_query(state, plan).await?;
-        return Ok(response(rows, CacheStatus::Bypass, 0, Some(cache.key)));
+        return Ok(response(
+            rows.into(),
+            CacheStatus::Bypass,
+            0,
+            Some(cache.key),
+        ));
     }
     let key = Some(cache.key.clone());
-    let with_key = |mut r: QueryResponse| {
+    let with_key = |mut r: Answer| {
         r.key = key.clone();
         r
     };
@@ -112,7 +118,12 @@ async fn answer_inner(
                 Some(rows) => rows,
                 None => run_query(state, plan).await?,
             };
-            Ok(with_key(response(rows, CacheStatus::Bypass, 0, None)))
+            Ok(with_key(response(
+                rows.into(),
+                CacheStatus::Bypass,
+                0,
+                None,
+            )))
         }
         Lookup::Hit { observed, .. } | Lookup::Revalidate { observed, .. } => {
             // no-cache: skip what was found, refresh the entry.
@@ -138,22 +149,7 @@ async fn answer_inner(
     }
 }
 
-/// About how many bytes `rows` take as JSON: what batch budgets count.
-pub(crate) fn approx_bytes(rows: &[Row]) -> usize {
-    fn value(v: &Value) -> usize {
-        match v {
-            Value::String(s) => s.len() + 2,
-            Value::Array(a) => a.iter().map(value).sum::<usize>() + 2,
-            Value::Object(o) => o.iter().map(|(k, v)| k.len() + 3 + value(v)).sum::<usize>() + 2,
-            _ => 8,
-        }
-    }
-    rows.iter()
-        .map(|r| r.iter().map(|(k, v)| k.len() + 3 + value(v)).sum::<usize>() + 2)
-        .sum()
-}
-
-fn response(rows: Vec<Row>, cache: CacheStatus, age_ms: u64, key: Option<String>) -> QueryResponse {
+fn response(rows: Rows, cache: CacheStatus, age_ms: u64, key: Option<String>) -> Answer {
     QueryResponse {
         rows,
         cache,
@@ -165,7 +161,7 @@ fn response(rows: Vec<Row>, cache: CacheStatus, age_ms: u64, key: Option<String>
     }
 }
 
-fn filled(out: &Fetched) -> QueryResponse {
+fn filled(out: &Fetched) -> Answer {
     let status = if out.too_large {
         CacheStatus::Bypass
     } else {
@@ -232,7 +228,7 @@ fn fill(
                     }
                     _ => {
                         return Ok(Fetched {
-                            rows,
+                            rows: rows.into(),
                             too_large: false,
                             released: false,
                         })
@@ -256,7 +252,7 @@ fn fill(
                 s.cache.remember_rows(&key, &fingerprint, keys);
             }
             Ok(Fetched {
-                rows,
+                rows: rows.into(),
                 too_large: stored == Stored::TooLarge,
                 released,
             })

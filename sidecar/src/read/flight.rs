@@ -7,7 +7,7 @@
 //! after an acknowledged write never joins a flight that began before it.
 
 use crate::error::ApiError;
-use ferry_shared::api::Row;
+use crate::store::cache::Rows;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,7 +18,7 @@ use tokio::sync::watch;
 /// What a flight produced: the rows, and whether they were too large to cache.
 #[derive(Debug)]
 pub(crate) struct Fetched {
-    pub rows: Vec<Row>,
+    pub rows: Rows,
     pub too_large: bool,
     /// The fill's lease was released behind its write-back (`shared_flight`).
     pub released: bool,

@@ -133,8 +133,8 @@ pub(crate) async fn run(
         // The row whose key is this id, as the id was given: Postgres also finds row 7 for
         // "07" or " 7", but no invalidation of row 7 reaches the entry `items:07`, so that
         // spelling is not found, alone or in a group.
-        let row = resp
-            .rows
+        let rows = resp.rows.into_parsed().map_err(ApiError::internal)?;
+        let row = rows
             .into_iter()
             .find(|r| r.get(&key_column).and_then(id_text).as_deref() == Some(text));
         let status = match (&row, resp.cache) {

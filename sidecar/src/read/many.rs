@@ -7,7 +7,6 @@ use super::engine;
 use super::lookup::{lookup_many, Reads};
 use super::plan::ReadPlan;
 use crate::error::ApiError;
-use ferry_shared::api::QueryResponse;
 use futures_util::stream::{self, StreamExt};
 use std::time::Duration;
 
@@ -27,7 +26,7 @@ pub(crate) async fn read_many(
     state: &Reads,
     plans: Vec<Result<ReadPlan, ApiError>>,
     bounds: Bounds,
-) -> Result<Vec<Result<QueryResponse, ApiError>>, ApiError> {
+) -> Result<Vec<Result<engine::Answer, ApiError>>, ApiError> {
     let timeout = || ApiError::Timeout { what: "the batch" };
     // One deadline for the lookups, the grouped statements and every read together.
     let until = tokio::time::Instant::now() + bounds.deadline;
@@ -65,7 +64,7 @@ pub(crate) async fn read_many(
         .buffered(bounds.concurrency.max(1))
         .map(|r| match r {
             Ok(resp) => {
-                used = used.saturating_add(engine::approx_bytes(&resp.rows));
+                used = used.saturating_add(resp.rows.approx_bytes());
                 if used > max_bytes {
                     Err(ApiError::ResultTooLarge {
                         limit: format!("limits.max_batch_bytes ({max_bytes} bytes)"),

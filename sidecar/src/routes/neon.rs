@@ -118,8 +118,15 @@ async fn serve(
         let who = request.plan.identity.clone();
         let mut read = text_plan::text_read(&config, q, ttl_s, &tables, role, who)?;
         crate::read::inferred::resolve(&state.reads, &config, &mut read).await?;
-        let mut answer = engine::read(&state.reads, read).await?;
-        let result = answer.rows.pop().map_or(Value::Null, Value::Object);
+        let answer = engine::read(&state.reads, read).await?;
+        let rows = answer
+            .rows
+            .into_parsed()
+            .map_err(|e| ApiError::internal(format!("a cached /sql result is not rows: {e}")))?;
+        let result = rows
+            .into_iter()
+            .next_back()
+            .map_or(Value::Null, Value::Object);
         return Ok((
             result,
             Some((answer.cache, answer.age_ms, answer.bypass_reason)),

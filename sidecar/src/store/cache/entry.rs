@@ -1,13 +1,15 @@
 //! A cached result as stored in Redis, and what it is worth when found.
 
+use super::answer_rows::Rows;
 use super::Observed;
-use ferry_shared::api::Row;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use std::collections::BTreeMap;
 
-/// A cached result as stored in Redis.
+/// A cached result as stored in Redis. Its rows are written from values (`&[Row]`) and read
+/// back as their JSON text, which a hit answers as it is (`Rows::Text`).
 #[derive(Serialize, Deserialize)]
-pub(super) struct Entry {
+pub(super) struct Entry<R = Box<RawValue>> {
     /// Unix ms when the rows were read from Postgres.
     pub at_ms: u64,
     /// Fresh for this long after `at_ms`.
@@ -25,26 +27,26 @@ pub(super) struct Entry {
     /// Tag (and the cache-wide epoch) -> version token when the rows were read.
     #[serde(default)]
     pub tags: BTreeMap<String, String>,
-    pub rows: Vec<Row>,
+    pub rows: R,
 }
 
 pub(crate) enum Lookup {
     /// Fresh in Redis.
     Hit {
-        rows: Vec<Row>,
+        rows: Rows,
         age_ms: u64,
         observed: Observed,
     },
     /// Past its TTL, within stale-while-revalidate: serve it and refresh in the background.
     Revalidate {
-        rows: Vec<Row>,
+        rows: Rows,
         age_ms: u64,
         observed: Observed,
     },
     /// Not usable as is; `stale` is an old copy allowed for stale-if-error.
     Miss {
         observed: Observed,
-        stale: Option<(Vec<Row>, u64)>,
+        stale: Option<(Rows, u64)>,
     },
     /// Redis unavailable, or invalidations pending: do not use the cache for this read.
     Bypass,
@@ -59,7 +61,7 @@ impl Lookup {
         let ttl = p.ttl_s.saturating_mul(1000);
         let swr = ttl.saturating_add(p.swr_s.saturating_mul(1000));
         let grace = ttl.saturating_add(p.stale_if_error_s.saturating_mul(1000));
-        let miss = |rows: Vec<Row>, age_ms: u64, observed: Observed| Lookup::Miss {
+        let miss = |rows: Rows, age_ms: u64, observed: Observed| Lookup::Miss {
             observed,
             stale: (age_ms <= grace).then_some((rows, age_ms)),
         };
@@ -108,8 +110,10 @@ pub(super) fn classify(
     };
     // Valid only under the key's current version, carrying every tag the read names, each
     // still at the version it was read under. Versions are random tokens that are never
-    // reused, and a missing version (evicted, expired) matches no entry.
-    let valid = !e.ver.is_empty()
+    // reused, and a missing version (evicted, expired) matches no entry. Its rows are
+    // answered as text: text that is not an array (never written by Ferry) is not an answer.
+    let valid = e.rows.get().starts_with('[')
+        && !e.ver.is_empty()
         && e.ver == observed.version
         && observed
             .tags
@@ -126,20 +130,21 @@ pub(super) fn classify(
         };
     }
     let age_ms = now.saturating_sub(e.at_ms);
+    let rows = Rows::Text(e.rows);
     if age_ms < e.ttl_ms {
         Lookup::Hit {
-            rows: e.rows,
+            rows,
             age_ms,
             observed,
         }
     } else if age_ms < e.ttl_ms + e.swr_ms {
         Lookup::Revalidate {
-            rows: e.rows,
+            rows,
             age_ms,
             observed,
         }
     } else {
-        let stale = (age_ms < e.ttl_ms + e.sie_ms).then_some((e.rows, age_ms));
+        let stale = (age_ms < e.ttl_ms + e.sie_ms).then_some((rows, age_ms));
         Lookup::Miss { observed, stale }
     }
 }
@@ -163,7 +168,7 @@ mod tests {
             sie_ms: 20_000,
             ver: ver.into(),
             tags: map(tags),
-            rows: vec![],
+            rows: RawValue::from_string("[]".into()).unwrap(),
         }
     }
 

@@ -39,6 +39,7 @@
 //! sidecar serves no read from Redis, so no read after an acknowledged write can see the old
 //! value through this sidecar.
 
+mod answer_rows;
 pub(crate) mod commands;
 mod durable;
 mod entry;
@@ -50,6 +51,7 @@ mod pending;
 mod rows;
 mod write;
 
+pub(crate) use answer_rows::Rows;
 pub(crate) use entry::Lookup;
 pub(crate) use freshness::{Freshness, StreamState};
 pub(crate) use names::{

@@ -104,7 +104,7 @@ impl Cache {
                     .filter(|(t, _)| !t.starts_with(GUARD_TAG))
                     .map(|(t, v)| (t.clone(), v.clone()))
                     .collect(),
-                rows: rows.to_vec(),
+                rows: *rows,
             };
             let Ok(value) = serde_json::to_string(&entry) else {
                 continue;
