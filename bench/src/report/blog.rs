@@ -21,32 +21,48 @@ impl Report {
              through a view over a join (20% each); writes from a plain Postgres client; posts under \
              REPLICA IDENTITY FULL (they are read by author). Stale: a \
              read of a post that started more than 1 s (`changes.max_lag_ms`) after a newer \
-             version committed. Postgres CPU includes the writes'.\n"
+             version committed. Postgres CPU includes the writes'. Each configuration pinned \
+             (the load generator on core 0; sidecars, Redis and Postgres on core 1), then \
+             unpinned; x no cache is against no cache run the same way. Servers' CPU is \
+             Postgres's, the sidecar's and Redis's together.\n"
         );
         let _ = writeln!(
             s,
-            "| configuration | reads/s | x no cache | hit rate | Postgres CPU µs per read | sidecar CPU µs per read | Redis CPU µs per read | stale past the bound | p50 ms | p99 ms |\n|---|---|---|---|---|---|---|---|---|---|"
+            "| configuration | reads/s | x no cache | hit rate | Postgres CPU µs per read | sidecar CPU µs per read | Redis CPU µs per read | servers' CPU µs per read | load generator CPU µs per read | stale past the bound | p50 ms | p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
         );
-        let base = rows
-            .first()
-            .and_then(|m| m.figures["reads_per_s"].as_f64())
-            .unwrap_or(0.0);
+        // Each row against the no-cache row run the same way (pinned or not).
+        let base = |pinned: &serde_json::Value| {
+            rows.iter()
+                .find(|m| m.figures["pinned"] == *pinned)
+                .and_then(|m| m.figures["reads_per_s"].as_f64())
+                .unwrap_or(0.0)
+        };
         for m in &rows {
             let f = &m.figures;
             let rps = f["reads_per_s"].as_f64().unwrap_or(0.0);
+            let base = base(&f["pinned"]);
+            let servers: f64 = [
+                "pg_cpu_us_per_read",
+                "sidecar_cpu_us_per_read",
+                "redis_cpu_us_per_read",
+            ]
+            .iter()
+            .filter_map(|k| f[*k].as_f64())
+            .sum();
             let (p50, p99) = m
                 .latency
                 .as_ref()
                 .map_or((0.0, 0.0), |l| (l.p50_ms, l.p99_ms));
             let _ = writeln!(
                 s,
-                "| {} | {rps:.0} | {:.2}x | {}% | {} | {} | {} | {} | {p50:.2} | {p99:.2} |",
+                "| {} | {rps:.0} | {:.2}x | {}% | {} | {} | {} | {servers:.1} | {} | {} | {p50:.2} | {p99:.2} |",
                 m.path,
                 if base > 0.0 { rps / base } else { 0.0 },
                 f["hit_rate_pct"],
                 f["pg_cpu_us_per_read"],
                 f["sidecar_cpu_us_per_read"],
                 f["redis_cpu_us_per_read"],
+                f["load_generator_cpu_us_per_read"],
                 f["stale_past_bound"],
             );
         }

@@ -11,9 +11,14 @@
 //! writes' share included), and stale reads past the bound: a read of a post by id that
 //! started more than `changes.max_lag_ms` (1 s) after a commit of a newer version of that
 //! post, and returned an older one.
+//!
+//! Each configuration runs twice (#42, decision 5): pinned (the load generator, this process,
+//! on core 0; the sidecars, Redis and Postgres on core 1), then unpinned. Pinned, the reads/s
+//! are the servers' own: the generator signs and parses on a core of its own, its CPU per read
+//! measured and shown beside theirs.
 
 use super::{Measurement, Plan};
-use crate::env::tree_cpu_ticks;
+use crate::env::{proc_stat, tree_cpu_ticks};
 use crate::ferry::Ferry;
 use crate::stats::Summary;
 use crate::Ctx;
@@ -98,13 +103,14 @@ struct Counts {
     errors: AtomicU64,
 }
 
-/// One read of the mix; (cache status, the post's version when it was a post by id).
+/// One read of the mix; (cache status and the answer's age in ms, the post's version when it was
+/// a post by id).
 async fn one_read(
     f: &Ferry,
     cache: &Value,
     rng_pick: u32,
     id: i32,
-) -> Result<(String, Option<i64>), String> {
+) -> Result<((String, u64), Option<i64>), String> {
     let (sql, params) = match rng_pick {
         0..=39 => (
             "SELECT id, title, version FROM posts WHERE id = $1",
@@ -131,17 +137,20 @@ async fn one_read(
     let version = (rng_pick < 40)
         .then(|| v["rows"][0]["version"].as_i64())
         .flatten();
-    Ok((v["cache"].as_str().unwrap_or_default().to_string(), version))
+    let status = v["cache"].as_str().unwrap_or_default().to_string();
+    Ok(((status, v["age_ms"].as_u64().unwrap_or(0)), version))
 }
 
-/// Whether `version` of post `id`, read by a read that started at `started`, is older than a
-/// version committed more than the bound before it.
-fn stale(commits: &Commits, id: i32, started: Instant, version: i64) -> bool {
+/// When `version` of post `id`, read by a read that started at `started`, is older than a
+/// version committed more than the bound before it: how long past the bound the read started,
+/// and the newest such version.
+fn stale(commits: &Commits, id: i32, started: Instant, version: i64) -> Option<(Duration, i64)> {
     let c = commits.lock().unwrap_or_else(|p| p.into_inner());
-    c.get(&id).is_some_and(|list| {
-        list.iter()
-            .any(|(at, v)| *v > version && *at + BOUND < started)
-    })
+    c.get(&id)?
+        .iter()
+        .filter(|(at, v)| *v > version && *at + BOUND < started)
+        .map(|(at, v)| (started - (*at + BOUND), *v))
+        .max_by_key(|(_, v)| *v)
 }
 
 async fn configuration(
@@ -149,7 +158,7 @@ async fn configuration(
     name: &'static str,
     (addr, sidecar_pid): (std::net::SocketAddr, u32),
     cache: Value,
-    run_for: Duration,
+    (run_for, pinned): (Duration, bool),
 ) -> Measurement {
     let f = Arc::new(Ferry::new(format!("http://{addr}"), READERS));
     let counts = Arc::new(Counts::default());
@@ -165,6 +174,7 @@ async fn configuration(
     let redis_pid = super::scale::redis_pid(ctx).await.unwrap_or(0);
     let pg_before = tree_cpu_ticks(ctx.pg_pid);
     let (sidecar_before, redis_before) = (tree_cpu_ticks(sidecar_pid), tree_cpu_ticks(redis_pid));
+    let generator_before = proc_stat(std::process::id()).cpu_ticks;
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..READERS {
@@ -216,7 +226,7 @@ async fn configuration(
                 }
                 let t = Instant::now();
                 match one_read(&f, &cache, pick, id).await {
-                    Ok((status, version)) => {
+                    Ok(((status, age_ms), version)) => {
                         mine.push(t.elapsed());
                         counts.reads.fetch_add(1, Ordering::Relaxed);
                         counts.kind_reads[kind(pick)].fetch_add(1, Ordering::Relaxed);
@@ -224,8 +234,18 @@ async fn configuration(
                             counts.hits.fetch_add(1, Ordering::Relaxed);
                             counts.kind_hits[kind(pick)].fetch_add(1, Ordering::Relaxed);
                         }
-                        if version.is_some_and(|v| stale(&commits, id, t, v)) {
-                            counts.stale.fetch_add(1, Ordering::Relaxed);
+                        if let Some(v) = version {
+                            if let Some((past, newer)) = stale(&commits, id, t, v) {
+                                let n = counts.stale.fetch_add(1, Ordering::Relaxed);
+                                // What a stale read was, for whoever investigates it.
+                                if n < 20 {
+                                    eprintln!(
+                                        "blog: stale read of post {id}: version {v} ({status}, \
+                                         {age_ms} ms old), {newer} committed; started {past:?} \
+                                         past the bound"
+                                    );
+                                }
+                            }
                         }
                     }
                     Err(_) => {
@@ -243,6 +263,9 @@ async fn configuration(
     let pg_ticks = tree_cpu_ticks(ctx.pg_pid).saturating_sub(pg_before);
     let sidecar_ticks = tree_cpu_ticks(sidecar_pid).saturating_sub(sidecar_before);
     let redis_ticks = tree_cpu_ticks(redis_pid).saturating_sub(redis_before);
+    let generator_ticks = proc_stat(std::process::id())
+        .cpu_ticks
+        .saturating_sub(generator_before);
     let reads = counts.reads.load(Ordering::Relaxed);
     let hits = counts.hits.load(Ordering::Relaxed);
     let samples = latencies.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -264,7 +287,7 @@ async fn configuration(
     Measurement {
         scenario: "blog",
         rtt_ms: 0.0,
-        path: name.to_string(),
+        path: format!("{name} [{}]", if pinned { "pinned" } else { "unpinned" }),
         latency: Some(Summary::of(&samples)),
         figures: json!({
             "reads_per_s": (reads as f64 / secs).round(),
@@ -272,6 +295,8 @@ async fn configuration(
             "pg_cpu_us_per_read": (pg_us_per_read * 10.0).round() / 10.0,
             "sidecar_cpu_us_per_read": per_read(sidecar_ticks),
             "redis_cpu_us_per_read": per_read(redis_ticks),
+            "load_generator_cpu_us_per_read": per_read(generator_ticks),
+            "pinned": pinned,
             "hit_rate_pct_by_read": by_kind,
             "stale_past_bound": counts.stale.load(Ordering::Relaxed),
             "writes": counts.writes.load(Ordering::Relaxed),
@@ -282,17 +307,50 @@ async fn configuration(
 
 pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
     let run_for = plan.throughput_for * 2;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let can_pin = cores >= 2
+        && std::process::Command::new("taskset")
+            .arg("-V")
+            .output()
+            .is_ok();
+    if !can_pin {
+        eprintln!("blog: pinned runs need 2 cores and taskset; unpinned only");
+    }
+    let redis_pid = super::scale::redis_pid(ctx).await.unwrap_or(0);
+    let all = format!("0-{}", cores - 1);
     let mut out = Vec::new();
-    ctx.step("blog: no cache");
-    let no_cache = (ctx.sidecar_addr, ctx.sidecar_pid);
-    out.push(configuration(ctx, NO_CACHE, no_cache, Value::Null, run_for).await);
-    ctx.step("blog: TTL only, Hyperdrive's defaults");
-    let ttl = json!({"ttl_s": 60, "swr_s": 15});
-    let ttl_only = (ctx.ttl_sidecar_addr, ctx.ttl_sidecar_pid);
-    out.push(configuration(ctx, TTL_ONLY, ttl_only, ttl, run_for).await);
-    ctx.step("blog: Ferry, inferred");
-    let inferred = json!({"ttl_s": 60});
-    let changes = (ctx.changes_sidecar_addr, ctx.changes_sidecar_pid);
-    out.push(configuration(ctx, INFERRED, changes, inferred, run_for).await);
+    for pinned in [true, false] {
+        if pinned && !can_pin {
+            continue;
+        }
+        // Postgres's backends already open are pinned with it; later ones inherit it.
+        let mut servers = vec![
+            ctx.sidecar_pid,
+            ctx.ttl_sidecar_pid,
+            ctx.changes_sidecar_pid,
+            redis_pid,
+        ];
+        servers.extend(crate::env::tree_pids(ctx.pg_pid));
+        let (servers_on, generator_on) = if pinned {
+            ("1", "0")
+        } else {
+            (&all[..], &all[..])
+        };
+        super::pinned::pin(&servers, servers_on);
+        super::pinned::pin(&[std::process::id()], generator_on);
+        let how = (run_for, pinned);
+        let label = if pinned { "pinned" } else { "unpinned" };
+        ctx.step(&format!("blog: no cache ({label})"));
+        let no_cache = (ctx.sidecar_addr, ctx.sidecar_pid);
+        out.push(configuration(ctx, NO_CACHE, no_cache, Value::Null, how).await);
+        ctx.step(&format!("blog: TTL only, Hyperdrive's defaults ({label})"));
+        let ttl = json!({"ttl_s": 60, "swr_s": 15});
+        let ttl_only = (ctx.ttl_sidecar_addr, ctx.ttl_sidecar_pid);
+        out.push(configuration(ctx, TTL_ONLY, ttl_only, ttl, how).await);
+        ctx.step(&format!("blog: Ferry, inferred ({label})"));
+        let inferred = json!({"ttl_s": 60});
+        let changes = (ctx.changes_sidecar_addr, ctx.changes_sidecar_pid);
+        out.push(configuration(ctx, INFERRED, changes, inferred, how).await);
+    }
     out
 }

@@ -156,7 +156,7 @@ const HIT_SQL: &str = "SELECT abalance FROM pgbench_accounts WHERE aid = $1";
 
 /// Every thread of each of `pids` on `cpus` (a `taskset` list). Postgres's backends started
 /// later inherit the postmaster's.
-fn pin(pids: &[u32], cpus: &str) {
+pub(super) fn pin(pids: &[u32], cpus: &str) {
     for pid in pids.iter().filter(|p| **p != 0) {
         let _ = Command::new("taskset")
             .args(["-a", "-p", "-c", cpus, &pid.to_string()])
