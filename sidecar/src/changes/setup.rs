@@ -159,6 +159,26 @@ pub(super) async fn uncovered(
             missing.push(format!("{t} (published through a row filter)"));
         }
     }
+    // A read of a table reads its inheritance children's rows too: a child the publication
+    // lacks (one that began inheriting after the table was added) changes them unseen.
+    // Partitions are published through their root, or the root itself is missing above.
+    let children = client
+        .query(
+            "WITH RECURSIVE d(oid) AS ( \
+               SELECT i.inhrelid FROM pg_inherits i \
+                 WHERE i.inhparent IN (SELECT to_regclass(t) FROM unnest($1::text[]) AS t) \
+               UNION SELECT i.inhrelid FROM pg_inherits i JOIN d ON i.inhparent = d.oid) \
+             SELECT n.nspname || '.' || k.relname FROM d JOIN pg_class k ON k.oid = d.oid \
+               JOIN pg_namespace n ON n.oid = k.relnamespace WHERE NOT k.relispartition",
+            &[&watched],
+        )
+        .await
+        .map_err(pg)?;
+    for child in children.iter().map(|r| r.get::<_, String>(0)) {
+        if !present.contains(&child) {
+            missing.push(format!("{child} (inherits a watched table)"));
+        }
+    }
     Ok(missing)
 }
 
@@ -252,22 +272,40 @@ pub(super) async fn prepare(
     }
 }
 
-/// Each watched table's definition, hashed (its columns and types, an enum column's labels,
-/// which `ALTER TYPE ... RENAME VALUE` changes under every row, and its storage, which
-/// TRUNCATE and table rewrites replace); None for a table that no longer exists.
+/// Each watched table's definition, hashed: what a read of it returns besides its rows. Its
+/// columns and types, an enum column's labels (`ALTER TYPE ... RENAME VALUE` changes them under
+/// every row), its storage (TRUNCATE and table rewrites replace it), and who may read which of
+/// its rows: privileges (table and column), row-level security and its policies, and its
+/// inheritance parents and children with their partition bounds (an attacker's review found
+/// `ENABLE ROW LEVEL SECURITY`, `REVOKE SELECT` and `INHERIT` served from entries made before
+/// them). None for a table that no longer exists.
 pub(super) async fn definitions(
     client: &Client,
     watched: &[String],
 ) -> Result<BTreeMap<String, Option<String>>, SetupError> {
     let rows = client
         .query(
-            "SELECT t, (SELECT md5(c.relfilenode::text || ':' || string_agg( \
-                 a.attname || ' ' || a.atttypid || ' ' || a.atttypmod || coalesce((SELECT \
-                   string_agg(e.enumlabel, '|' ORDER BY e.enumsortorder) FROM pg_enum e \
-                   WHERE e.enumtypid = a.atttypid), ''), ',' ORDER BY a.attnum)) \
-               FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid \
-                 AND a.attnum > 0 AND NOT a.attisdropped \
-               WHERE c.oid = to_regclass(t) GROUP BY c.relfilenode) \
+            "SELECT t, (SELECT md5(concat_ws('|', c.relfilenode::text, \
+                 (SELECT string_agg(a.attname || ' ' || a.atttypid || ' ' || a.atttypmod \
+                    || ' ' || coalesce(a.attacl::text, '') || coalesce((SELECT \
+                    string_agg(e.enumlabel, '|' ORDER BY e.enumsortorder) FROM pg_enum e \
+                    WHERE e.enumtypid = a.atttypid), ''), ',' ORDER BY a.attnum) \
+                  FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 \
+                    AND NOT a.attisdropped), \
+                 c.relrowsecurity::text || c.relforcerowsecurity::text, \
+                 coalesce(c.relacl::text, ''), \
+                 coalesce((SELECT string_agg(p.polname || ' ' || p.polcmd::text || ' ' \
+                    || p.polpermissive::text || ' ' || p.polroles::text || ' ' \
+                    || coalesce(pg_get_expr(p.polqual, p.polrelid), '') || ' ' \
+                    || coalesce(pg_get_expr(p.polwithcheck, p.polrelid), ''), ',' \
+                    ORDER BY p.polname) FROM pg_policy p WHERE p.polrelid = c.oid), ''), \
+                 coalesce((SELECT string_agg(i.inhrelid::text || ' ' \
+                    || coalesce(pg_get_expr(k.relpartbound, k.oid), ''), ',' \
+                    ORDER BY i.inhrelid) FROM pg_inherits i JOIN pg_class k \
+                    ON k.oid = i.inhrelid WHERE i.inhparent = c.oid), ''), \
+                 coalesce((SELECT string_agg(i.inhparent::text, ',' ORDER BY i.inhparent) \
+                    FROM pg_inherits i WHERE i.inhrelid = c.oid), ''))) \
+               FROM pg_class c WHERE c.oid = to_regclass(t)) \
              FROM unnest($1::text[]) AS t",
             &[&watched],
         )
