@@ -160,8 +160,9 @@ pub(super) async fn uncovered(
         }
     }
     // A read of a table reads its inheritance children's rows too: a child the publication
-    // lacks (one that began inheriting after the table was added) changes them unseen.
-    // Partitions are published through their root, or the root itself is missing above.
+    // lacks (one that began inheriting after the table was added), or the stream does not
+    // watch (its changes name no entry), changes them unseen. Partitions are published
+    // through their root, or the root itself is missing above.
     let children = client
         .query(
             "WITH RECURSIVE d(oid) AS ( \
@@ -177,6 +178,10 @@ pub(super) async fn uncovered(
     for child in children.iter().map(|r| r.get::<_, String>(0)) {
         if !present.contains(&child) {
             missing.push(format!("{child} (inherits a watched table)"));
+        } else if !watched.contains(&child) {
+            missing.push(format!(
+                "{child} (inherits a watched table: add it to changes.tables)"
+            ));
         }
     }
     Ok(missing)
