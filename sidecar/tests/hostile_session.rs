@@ -239,6 +239,14 @@ fn session_settings_cannot_outlive_their_request() {
     let slow = t.query("SELECT pg_sleep(3)::text AS s");
     assert_eq!(slow.status, 504, "{:?}", slow.body);
     assert_eq!(slow.code(), "timeout");
+    // The 504 goes at the deadline; the statement's cancel and its session's close follow
+    // (`store/postgres/deadline.rs`: never pooled again). Judged once that session is gone: a
+    // backend left running would still fail here.
+    ferry_testkit::wait_until(
+        "the timed-out statement's backend to end",
+        std::time::Duration::from_secs(5),
+        || t.backends().iter().all(|(state, _, _)| state == "idle"),
+    );
     t.assert_fresh("the timed-out statement");
 }
 
