@@ -8,7 +8,6 @@
 //! statement, uncached, is the judge.
 use ferry_testkit::{PgServer, RedisServer, SidecarProcess};
 use serde_json::json;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 mod change_stream_common;
@@ -18,23 +17,7 @@ const COUNT: &str = "SELECT count(*)::int AS n FROM items";
 
 /// change_stream_common's sidecar, logged in as the least-privilege ferry_app (not postgres).
 fn start_app(redis: &RedisServer, pg: &PgServer) -> SidecarProcess {
-    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/ferry.toml");
-    let stream_url = pg.url().replace("postgres@", "ferry_changes@");
-    let env = [
-        ("FERRY_CONFIG", sample),
-        ("FERRY_CHANGES_URL", stream_url.as_str()),
-        ("FERRY_CHANGES_ENABLED", "true"),
-        ("FERRY_CHANGES_TABLES", "orders"),
-        ("FERRY_CHANGES_MAX_LAG_MS", "400"),
-        ("FERRY_CHANGES_HEARTBEAT_MS", "50"),
-    ];
-    let s = SidecarProcess::start(
-        BIN,
-        &redis.url(),
-        &pg.url_as("ferry_app"),
-        &env,
-        Stdio::null(),
-    );
+    let s = spawn_as(&redis.url(), pg, &pg.url_as("ferry_app"), &[]);
     wait_caught_up(&s);
     s
 }

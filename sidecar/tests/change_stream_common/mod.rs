@@ -42,6 +42,16 @@ pub fn spawn_with(redis: &RedisServer, pg: &PgServer, extra: &[(&str, &str)]) ->
 
 /// The same, on the Redis at `redis_url` (one server, or a cluster's seeds with `extra`).
 pub fn spawn_on(redis_url: &str, pg: &PgServer, extra: &[(&str, &str)]) -> SidecarProcess {
+    spawn_as(redis_url, pg, &pg.url(), extra)
+}
+
+/// The same, with requests logged in at `pg_url` (a least-privilege role, say).
+pub fn spawn_as(
+    redis_url: &str,
+    pg: &PgServer,
+    pg_url: &str,
+    extra: &[(&str, &str)],
+) -> SidecarProcess {
     let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/ferry.toml");
     // The stream as the least-privilege role scripts/demo.sql makes (REPLICATION, SELECT).
     let stream_url = pg.url().replace("postgres@", "ferry_changes@");
@@ -54,7 +64,7 @@ pub fn spawn_on(redis_url: &str, pg: &PgServer, extra: &[(&str, &str)]) -> Sidec
         ("FERRY_CHANGES_HEARTBEAT_MS", "50"),
     ];
     env.extend_from_slice(extra);
-    SidecarProcess::start(BIN, redis_url, &pg.url(), &env, Stdio::null())
+    SidecarProcess::start(BIN, redis_url, pg_url, &env, Stdio::null())
 }
 
 pub fn changes(s: &SidecarProcess) -> Value {
