@@ -241,6 +241,23 @@ pub fn tree_cpu_ticks(pid: u32) -> u64 {
     children + at(&own, 11) + at(&own, 12) + at(&own, 13) + at(&own, 14)
 }
 
+/// CPU clock ticks used so far by the threads of `pid` named `name` (`/proc/<pid>/task/*/comm`):
+/// one part of a process apart from the rest (the sidecar's change-stream thread).
+pub fn thread_ticks(pid: u32, name: &str) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"));
+    let mut ticks = 0;
+    for entry in tasks.into_iter().flatten().flatten() {
+        let tid = entry.file_name().to_string_lossy().to_string();
+        let comm =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).unwrap_or_default();
+        if comm.trim_end() == name {
+            let f = stat_fields(&format!("{pid}/task/{tid}"));
+            ticks += at(&f, 11) + at(&f, 12);
+        }
+    }
+    ticks
+}
+
 /// `pid` and its children now (Postgres: the postmaster and its backends).
 pub fn tree_pids(pid: u32) -> Vec<u32> {
     let mut out = vec![pid];

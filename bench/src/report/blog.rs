@@ -82,6 +82,45 @@ impl Report {
                 .collect();
             let _ = writeln!(s, "| {k} | {} |", cells.join(" | "));
         }
+        apart_markdown(&rows, s);
         s.push('\n');
+    }
+}
+
+/// Parts of the servers' CPU per read apart: what the change stream costs, and Redis by command.
+fn apart_markdown(rows: &[&crate::scenarios::Measurement], s: &mut String) {
+    let _ = writeln!(
+        s,
+        "\nParts of the servers' CPU, µs per read: the sidecar's change-stream thread; Postgres's \
+         walsender (decoding the WAL for the stream), the stream's own session (the visibility \
+         query, marks) and the writer's backend; Redis's own time per command (`INFO \
+         commandstats`, its five largest; event loop and I/O not included).\n\n\
+         | configuration | stream thread | walsender | stream's session | writer | Redis by command |\n\
+         |---|---|---|---|---|---|"
+    );
+    for m in rows {
+        let a = &m.figures["cpu_us_per_read_apart"];
+        let pg = |k: &str| {
+            a["postgres"][k]
+                .as_f64()
+                .map_or("-".into(), |v| format!("{v}"))
+        };
+        let redis: Vec<String> = a["redis_commands"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .take(5)
+            .map(|c| format!("{} {}", c[0].as_str().unwrap_or("?"), c[1]))
+            .collect();
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} |",
+            m.path,
+            a["sidecar_stream_thread"],
+            pg("walsender"),
+            pg("stream's session"),
+            pg("writer"),
+            redis.join(", "),
+        );
     }
 }

@@ -17,6 +17,7 @@
 //! are the servers' own: the generator signs and parses on a core of its own, its CPU per read
 //! measured and shown beside theirs.
 
+use super::blog_split::Reading;
 use super::{Measurement, Plan};
 use crate::env::{proc_stat, tree_cpu_ticks};
 use crate::ferry::Ferry;
@@ -172,6 +173,11 @@ async fn configuration(
         }
     }
     let redis_pid = super::scale::redis_pid(ctx).await.unwrap_or(0);
+    let writer_pid: i32 = match writer.query_one("SELECT pg_backend_pid()", &[]).await {
+        Ok(row) => row.get(0),
+        Err(_) => 0,
+    };
+    let parts = Reading::now(ctx, sidecar_pid, writer_pid).await;
     let pg_before = tree_cpu_ticks(ctx.pg_pid);
     let (sidecar_before, redis_before) = (tree_cpu_ticks(sidecar_pid), tree_cpu_ticks(redis_pid));
     let generator_before = proc_stat(std::process::id()).cpu_ticks;
@@ -268,6 +274,7 @@ async fn configuration(
         .saturating_sub(generator_before);
     let reads = counts.reads.load(Ordering::Relaxed);
     let hits = counts.hits.load(Ordering::Relaxed);
+    let split = parts.since(ctx, sidecar_pid, reads).await;
     let samples = latencies.lock().unwrap_or_else(|p| p.into_inner()).clone();
     // Clock ticks are 10 ms: per read in microseconds.
     let per_read = |ticks: u64| (ticks as f64 * 100_000.0 / reads.max(1) as f64).round() / 10.0;
@@ -298,6 +305,7 @@ async fn configuration(
             "load_generator_cpu_us_per_read": per_read(generator_ticks),
             "pinned": pinned,
             "hit_rate_pct_by_read": by_kind,
+            "cpu_us_per_read_apart": split,
             "stale_past_bound": counts.stale.load(Ordering::Relaxed),
             "writes": counts.writes.load(Ordering::Relaxed),
             "errors": counts.errors.load(Ordering::Relaxed),

@@ -1,6 +1,7 @@
 //! The scenarios: each reproduces one published measurement with Ferry in the proxy's place.
 
 pub mod blog;
+mod blog_split;
 pub mod connections;
 pub mod keys;
 pub mod one_client;
