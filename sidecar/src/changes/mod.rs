@@ -15,6 +15,7 @@
 mod deps;
 mod legacy;
 mod pgoutput;
+mod session;
 mod setup;
 mod stream;
 mod visible;

@@ -6,6 +6,7 @@
 //! before; its key could be computed, and any request's SQL could take it (a request that
 //! held it past a restart left no sidecar able to lead, and every cached read bypassed).
 
+use super::session::Session;
 use crate::config::{ChangesConfig, Config};
 use crate::store::postgres::{pg_async_config, pg_tls};
 use std::collections::BTreeMap;
@@ -43,9 +44,11 @@ pub(super) async fn connect(config: &Config) -> Result<Client, SetupError> {
     // synchronous_commit=local: a mark is flushed as it commits, so the WAL sender (which
     // streams only flushed WAL) sends it at once, whatever the server's default.
     // After the pinned settings: a later -c of the same name wins.
+    // force_generic_plan: the heartbeat's statements are prepared once (`session.rs`), and a
+    // custom plan (Postgres's choice for the definitions) planned them again every time.
     pg_config.options(format!(
         "{} -c default_transaction_read_only=off -c statement_timeout=0 \
-         -c synchronous_commit=local",
+         -c synchronous_commit=local -c plan_cache_mode=force_generic_plan",
         crate::store::postgres::PINNED
     ));
     let tls = pg_tls(&config.postgres).map_err(SetupError::Connect)?;
@@ -102,16 +105,15 @@ pub(super) async fn check(client: &Client, watched: &[String]) -> Result<(), Set
 /// Whether no connection streams from the slot now (a missing slot is free too: the one who
 /// leads makes it). Two sidecars may both find it free; the slot then takes one of them, and
 /// the other follows ([`slot_taken`]).
-pub(super) async fn slot_free(client: &Client, c: &ChangesConfig) -> Result<bool, SetupError> {
-    Ok(client
-        .query_one(
-            "SELECT NOT coalesce((SELECT active FROM pg_replication_slots WHERE slot_name = $1), \
+pub(super) async fn slot_free(s: &Session, c: &ChangesConfig) -> Result<bool, SetupError> {
+    Ok(s.query_one(
+        "SELECT NOT coalesce((SELECT active FROM pg_replication_slots WHERE slot_name = $1), \
              false)",
-            &[&c.slot],
-        )
-        .await
-        .map_err(pg)?
-        .get(0))
+        &[&c.slot],
+    )
+    .await
+    .map_err(pg)?
+    .get(0))
 }
 
 /// Whether a refusal to stream (or to make the slot) says that another sidecar got there
@@ -125,19 +127,22 @@ pub(super) fn slot_taken(message: &str) -> bool {
 /// outside it, old and new, never reaches the stream), and operations it does not publish
 /// (`ALTER PUBLICATION ... SET (publish = ...)`). Empty: every change reaches the stream.
 pub(super) async fn uncovered(
-    client: &Client,
+    s: &Session,
     c: &ChangesConfig,
     watched: &[String],
 ) -> Result<Vec<String>, SetupError> {
-    let row = client
+    let row = s
         .query_opt(
-            // `rowfilter` is read through `to_jsonb`: Postgres 14 has no such column.
-            "SELECT pubinsert, pubupdate, pubdelete, pubtruncate, \
-                    ARRAY(SELECT schemaname || '.' || tablename FROM pg_publication_tables \
-                          WHERE pubname = $1), \
-                    ARRAY(SELECT schemaname || '.' || tablename FROM pg_publication_tables t \
-                          WHERE pubname = $1 AND to_jsonb(t) ->> 'rowfilter' IS NOT NULL) \
-             FROM pg_publication WHERE pubname = $1",
+            // `rowfilter` is read through `to_jsonb`: Postgres 14 has no such column. One scan
+            // of `pg_publication_tables` for both lists: it is the dearest part of a heartbeat.
+            "SELECT p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate, \
+                    coalesce(x.tables, '{}'), coalesce(x.filtered, '{}') \
+             FROM pg_publication p, LATERAL ( \
+               SELECT array_agg(t.schemaname || '.' || t.tablename) AS tables, \
+                      array_agg(t.schemaname || '.' || t.tablename) \
+                        FILTER (WHERE to_jsonb(t) ->> 'rowfilter' IS NOT NULL) AS filtered \
+               FROM pg_publication_tables t WHERE t.pubname = p.pubname) x \
+             WHERE p.pubname = $1",
             &[&c.publication],
         )
         .await
@@ -163,7 +168,7 @@ pub(super) async fn uncovered(
     // lacks (one that began inheriting after the table was added), or the stream does not
     // watch (its changes name no entry), changes them unseen. Partitions are published
     // through their root, or the root itself is missing above.
-    let children = client
+    let children = s
         .query(
             "WITH RECURSIVE d(oid) AS ( \
                SELECT i.inhrelid FROM pg_inherits i \
@@ -285,10 +290,10 @@ pub(super) async fn prepare(
 /// `ENABLE ROW LEVEL SECURITY`, `REVOKE SELECT` and `INHERIT` served from entries made before
 /// them). None for a table that no longer exists.
 pub(super) async fn definitions(
-    client: &Client,
+    s: &Session,
     watched: &[String],
 ) -> Result<BTreeMap<String, Option<String>>, SetupError> {
-    let rows = client
+    let rows = s
         .query(
             "SELECT t, (SELECT md5(concat_ws('|', c.relfilenode::text, \
                  (SELECT string_agg(a.attname || ' ' || a.atttypid || ' ' || a.atttypmod \
@@ -322,29 +327,27 @@ pub(super) async fn definitions(
 /// Writes a mark into the WAL. Transactional: it is decoded at its commit, after every commit
 /// before it, and its commit flushes the WAL (a non-transactional message waits for the next
 /// flush: up to `wal_writer_delay` on an idle server before Postgres 17).
-pub(super) async fn mark(client: &Client, mark_ms: u64) -> Result<(), SetupError> {
-    client
-        .execute(
-            "SELECT pg_logical_emit_message(true, 'ferry.mark', $1)",
-            &[&mark_ms.to_string()],
-        )
-        .await
-        .map_err(pg)?;
+pub(super) async fn mark(s: &Session, mark_ms: u64) -> Result<(), SetupError> {
+    s.query(
+        "SELECT pg_logical_emit_message(true, 'ferry.mark', $1)",
+        &[&mark_ms.to_string()],
+    )
+    .await
+    .map_err(pg)?;
     Ok(())
 }
 
 /// Bytes of WAL the slot holds back (what it costs the database's disk).
 pub(super) async fn slot_lag_bytes(
-    client: &Client,
+    s: &Session,
     c: &ChangesConfig,
 ) -> Result<Option<i64>, SetupError> {
-    Ok(client
-        .query_opt(
-            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::int8 \
+    Ok(s.query_opt(
+        "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::int8 \
              FROM pg_replication_slots WHERE slot_name = $1",
-            &[&c.slot],
-        )
-        .await
-        .map_err(pg)?
-        .and_then(|r| r.get(0)))
+        &[&c.slot],
+    )
+    .await
+    .map_err(pg)?
+    .and_then(|r| r.get(0)))
 }

@@ -9,6 +9,7 @@
 
 use super::deps::{Invalidations, Watched};
 use super::pgoutput::{Decoder, Event};
+use super::session::Session;
 use super::setup;
 use super::Status;
 use crate::config::Config;
@@ -75,12 +76,14 @@ pub(super) async fn run(ctx: Ctx) {
 
 async fn session(ctx: &Ctx) -> Result<(), String> {
     let c = &ctx.config.changes;
-    let client = setup::connect(&ctx.config)
-        .await
-        .map_err(|e| e.to_string())?;
+    let client = Session::new(
+        setup::connect(&ctx.config)
+            .await
+            .map_err(|e| e.to_string())?,
+    );
     follow(ctx, &client).await?;
     let tables = ctx.tables();
-    let fresh_slot = match setup::prepare(&client, c, &tables).await {
+    let fresh_slot = match setup::prepare(client.client(), c, &tables).await {
         Ok(fresh) => fresh,
         // Another sidecar made the slot at the same moment: it leads.
         Err(e) if setup::slot_taken(&e.to_string()) => return Ok(()),
@@ -223,7 +226,7 @@ async fn session(ctx: &Ctx) -> Result<(), String> {
 
 /// Follows while another sidecar streams from the slot (keeping this one's view of the
 /// watermark fresh); returns once the slot is free.
-async fn follow(ctx: &Ctx, client: &tokio_postgres::Client) -> Result<(), String> {
+async fn follow(ctx: &Ctx, client: &Session) -> Result<(), String> {
     let every = Duration::from_millis((ctx.config.changes.heartbeat_ms / 2).max(1));
     while !setup::slot_free(client, &ctx.config.changes)
         .await
@@ -250,14 +253,14 @@ struct Consumer<'a> {
     /// The watched tables' definitions as last seen (digest; absent for a dropped table).
     definitions: BTreeMap<String, String>,
     /// The stream's own session (not the replication connection).
-    client: &'a tokio_postgres::Client,
+    client: &'a Session,
     /// The transactions received since the last flush, applied once sessions see them.
     xids: Vec<u32>,
 }
 
 impl Consumer<'_> {
     /// Adds a whole-table invalidation for each watched table whose definition changed.
-    async fn check_definitions(&mut self, client: &tokio_postgres::Client) -> Result<(), String> {
+    async fn check_definitions(&mut self, client: &Session) -> Result<(), String> {
         let now = setup::definitions(client, &self.ctx.tables())
             .await
             .map_err(|e| e.to_string())?;
@@ -292,7 +295,7 @@ impl Consumer<'_> {
     /// WAL) as the watermark.
     async fn flush(&mut self, mark: Option<(u64, u64)>) -> Result<(), String> {
         if !self.pending.is_empty() {
-            super::visible::wait(self.client, &self.xids).await?;
+            super::visible::wait(self.client.client(), &self.xids).await?;
             let keys: Vec<String> = self.pending.keys.iter().cloned().collect();
             let tags: Vec<String> = self.pending.tags.iter().cloned().collect();
             let everything = self.pending.everything;
