@@ -295,7 +295,7 @@ impl Consumer<'_> {
     /// WAL) as the watermark.
     async fn flush(&mut self, mark: Option<(u64, u64)>) -> Result<(), String> {
         if !self.pending.is_empty() {
-            super::visible::wait(self.client.client(), &self.xids).await?;
+            super::visible::wait(self.client, &self.xids).await?;
             let keys: Vec<String> = self.pending.keys.iter().cloned().collect();
             let tags: Vec<String> = self.pending.tags.iter().cloned().collect();
             let everything = self.pending.everything;

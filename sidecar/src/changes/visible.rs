@@ -8,8 +8,8 @@
 //! holds the window open). So before it invalidates, the consumer waits until Postgres's current
 //! snapshot includes every transaction it is about to apply.
 
+use super::session::Session;
 use std::time::Duration;
-use tokio_postgres::Client;
 
 /// Looks at the snapshot again at once this many times before pausing between looks: the
 /// window is usually shorter than a round trip (in the staleness scenario, 32,270 of 32,630
@@ -21,24 +21,18 @@ const MAX_PAUSE_MS: u64 = 50;
 /// Waits until a new snapshot sees every one of `xids` (the 32-bit ids pgoutput's Begin
 /// carries, of transactions the stream received as committed). Meanwhile nothing is applied or
 /// confirmed and no mark is published, so cached reads bypass once the bound passes.
-pub(super) async fn wait(client: &Client, xids: &[u32]) -> Result<(), String> {
+pub(super) async fn wait(session: &Session, xids: &[u32]) -> Result<(), String> {
     if xids.is_empty() {
         return Ok(());
     }
     let mut pause = Duration::from_millis(1);
     for look in 0.. {
-        // One round trip (a simple query; `query_one` would prepare it first).
-        let answer = client
-            .simple_query("SELECT txid_current_snapshot()::text")
+        // One round trip: prepared once on the stream's session.
+        let row = session
+            .query_one("SELECT txid_current_snapshot()::text", &[])
             .await
             .map_err(|e| format!("the current snapshot: {e}"))?;
-        let text = answer
-            .iter()
-            .find_map(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0),
-                _ => None,
-            })
-            .unwrap_or_default();
+        let text: &str = row.get(0);
         let snapshot =
             Snapshot::parse(text).ok_or_else(|| format!("a snapshot Ferry cannot read: {text}"))?;
         if xids.iter().all(|x| snapshot.sees(*x)) {
