@@ -241,8 +241,9 @@ pub fn tree_cpu_ticks(pid: u32) -> u64 {
     children + at(&own, 11) + at(&own, 12) + at(&own, 13) + at(&own, 14)
 }
 
-/// CPU clock ticks used so far by the threads of `pid` named `name` (`/proc/<pid>/task/*/comm`):
-/// one part of a process apart from the rest (the sidecar's change-stream thread).
+/// CPU clock ticks used so far by the threads of `pid` whose name starts with `name`
+/// (`/proc/<pid>/task/*/comm`): one part of a process apart from the rest (the sidecar's
+/// change-stream threads).
 pub fn thread_ticks(pid: u32, name: &str) -> u64 {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task"));
     let mut ticks = 0;
@@ -250,7 +251,7 @@ pub fn thread_ticks(pid: u32, name: &str) -> u64 {
         let tid = entry.file_name().to_string_lossy().to_string();
         let comm =
             std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).unwrap_or_default();
-        if comm.trim_end() == name {
+        if comm.trim_end().starts_with(name) {
             let f = stat_fields(&format!("{pid}/task/{tid}"));
             ticks += at(&f, 11) + at(&f, 12);
         }

@@ -199,8 +199,10 @@ pub(crate) fn start(
     background.spawn(
         "ferry-changes",
         "no change stream: cached reads bypass once its watermark ages",
+        // Its blocking work (the watermark, the pooled path) on threads named after it too.
         move |stop| match tokio::runtime::Builder::new_current_thread()
             .enable_all()
+            .thread_name("ferry-changes-io")
             .build()
         {
             // The stream ends with the state it serves; at shutdown, with the sidecar.
