@@ -91,11 +91,11 @@ impl Report {
 fn apart_markdown(rows: &[&crate::scenarios::Measurement], s: &mut String) {
     let _ = writeln!(
         s,
-        "\nParts of the servers' CPU, µs per read: the sidecar's change-stream thread; Postgres's \
+        "\nParts of the servers' CPU, µs per read: the sidecar's change-stream threads; Postgres's \
          walsender (decoding the WAL for the stream), the stream's own session (the visibility \
          query, marks) and the writer's backend; Redis's own time per command (`INFO \
          commandstats`, its five largest; event loop and I/O not included).\n\n\
-         | configuration | stream thread | walsender | stream's session | writer | Redis by command |\n\
+         | configuration | stream threads | walsender | stream's session | writer | Redis by command |\n\
          |---|---|---|---|---|---|"
     );
     for m in rows {

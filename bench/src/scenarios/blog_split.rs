@@ -1,6 +1,7 @@
 //! Where the blog mix's server CPU went, apart (#43: "measure the stream consumer's cost
-//! apart"): the sidecar's change-stream thread (`ferry-changes`: decoding, what each change
-//! makes stale, the invalidations, the visibility wait) against the rest of the sidecar; in
+//! apart"): the sidecar's change-stream threads (`ferry-changes` and its runtime's blocking
+//! threads: decoding, what each change makes stale, the invalidations, the visibility wait)
+//! against the rest of the sidecar; in
 //! Postgres, the walsender that decodes the WAL for the stream, the stream's own session (the
 //! visibility query, marks) and the writer's backend, against the rest (the reads); in Redis, each
 //! command's own time (`INFO commandstats`), by command. Read before and after one configuration,
