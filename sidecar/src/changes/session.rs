@@ -6,8 +6,7 @@
 //! every time: an idle sidecar cost Postgres about 30 ms of CPU a second (3 ms a heartbeat,
 //! measured from /proc; the catalog views behind the publication question are the dearest to
 //! plan). Prepared once per session and planned generically, a heartbeat costs less than half
-//! that: 1.3 ms
-//! (`bench/results/experiments/2026-12-05-stream-session.md`).
+//! that, 1.3 ms (`bench/results/experiments/2026-12-05-stream-session.md`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
