@@ -68,6 +68,9 @@ pub fn run(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<Serve
             .configure(configure)
     })
     .shutdown_timeout(server_cfg.shutdown_timeout_s)
+    // An answer streamed in pieces (a large mget) ends with a small write: with Nagle's
+    // algorithm on, it waited for the client's delayed ACK (40 ms a 50 KB GET).
+    .tcp_nodelay(true)
     // Headers must arrive within this many ms (slowloris); bodies are bounded in auth.rs.
     .client_request_timeout(Duration::from_millis(5_000));
     server = if server_cfg.tls_cert_path.is_empty() {

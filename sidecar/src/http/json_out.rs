@@ -2,41 +2,120 @@
 //! byte-by-byte escape check: on a 100 x 50 KB mget that check was half of the sidecar's CPU
 //! (perf). Runs that need no escaping are found 32 bytes at a time and copied whole; the output
 //! is byte for byte what serde_json writes (the tests compare).
+//!
+//! A large value that needs no escaping is not copied at all: the body is streamed as pieces
+//! (the JSON around the values, and each such value's own buffer), so actix copies each piece
+//! into its write buffer and sends it while it is still in cache, instead of a 5 MB answer being
+//! built whole, copied whole and only then sent (API.md: the answer is checked whole first; its
+//! length is known before the first byte).
 
+use actix_web::body::{BodySize, MessageBody};
+use bytes::Bytes;
 use ferry_shared::api::CacheReply;
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// A value at least this long that needs no escaping goes out as its own piece, uncopied;
+/// shorter ones are copied into the JSON around them (a piece costs actix an encode call).
+const OWN_PIECE: usize = 4096;
+
+/// A cache command's answer: one buffer (small answers, and any answer whose values were all
+/// copied), or pieces streamed in order with the total length known up front.
+pub(crate) enum CacheBody {
+    Whole(Vec<u8>),
+    Pieces(Pieces),
+}
 
 /// The JSON body of a cache command's answer.
-pub(crate) fn cache_reply(reply: &CacheReply) -> Vec<u8> {
-    let values: &[Option<String>] = match reply {
-        CacheReply::Get { value } => std::slice::from_ref(value),
-        CacheReply::Mget { values } => values,
-        // Small answers: serde_json as everywhere else.
-        other => return serde_json::to_vec(other).unwrap_or_default(),
-    };
-    let size: usize = values.iter().flatten().map(|v| v.len() + 8).sum();
-    let mut out = Vec::with_capacity(size + 32);
-    let one = |out: &mut Vec<u8>, v: &Option<String>| match v {
-        Some(s) => push_str(out, s),
-        None => out.extend_from_slice(b"null"),
-    };
+pub(crate) fn cache_reply(reply: CacheReply) -> CacheBody {
+    let mut out = Builder::default();
     match reply {
         CacheReply::Get { value } => {
-            out.extend_from_slice(br#"{"op":"get","value":"#);
-            one(&mut out, value);
+            out.glue.extend_from_slice(br#"{"op":"get","value":"#);
+            out.value(value);
         }
-        _ => {
-            out.extend_from_slice(br#"{"op":"mget","values":["#);
-            for (i, v) in values.iter().enumerate() {
+        CacheReply::Mget { values } => {
+            out.glue.extend_from_slice(br#"{"op":"mget","values":["#);
+            for (i, v) in values.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(b',');
+                    out.glue.push(b',');
                 }
-                one(&mut out, v);
+                out.value(v);
             }
-            out.push(b']');
+            out.glue.push(b']');
         }
+        // Small answers: serde_json as everywhere else.
+        other => return CacheBody::Whole(serde_json::to_vec(&other).unwrap_or_default()),
     }
-    out.push(b'}');
-    out
+    out.glue.push(b'}');
+    out.finish()
+}
+
+/// Pieces in the making: `glue` is the JSON written since the last uncopied value.
+#[derive(Default)]
+struct Builder {
+    pieces: VecDeque<Bytes>,
+    glue: Vec<u8>,
+    len: u64,
+}
+
+impl Builder {
+    fn value(&mut self, v: Option<String>) {
+        let Some(s) = v else {
+            self.glue.extend_from_slice(b"null");
+            return;
+        };
+        if s.len() < OWN_PIECE || clean_run(s.as_bytes()) < s.len() {
+            push_str(&mut self.glue, &s);
+            return;
+        }
+        self.glue.push(b'"');
+        self.cut();
+        self.len += s.len() as u64;
+        self.pieces.push_back(Bytes::from(s.into_bytes()));
+        self.glue.push(b'"');
+    }
+
+    /// Ends the glue written so far as a piece of its own.
+    fn cut(&mut self) {
+        let glue = std::mem::take(&mut self.glue);
+        self.len += glue.len() as u64;
+        self.pieces.push_back(Bytes::from(glue));
+    }
+
+    fn finish(mut self) -> CacheBody {
+        if self.pieces.is_empty() {
+            return CacheBody::Whole(self.glue);
+        }
+        self.cut();
+        CacheBody::Pieces(Pieces {
+            pieces: self.pieces,
+            len: self.len,
+        })
+    }
+}
+
+/// An answer streamed piece by piece; its length is known, so it goes with `Content-Length`.
+pub(crate) struct Pieces {
+    pieces: VecDeque<Bytes>,
+    len: u64,
+}
+
+impl MessageBody for Pieces {
+    type Error = Infallible;
+
+    fn size(&self) -> BodySize {
+        BodySize::Sized(self.len)
+    }
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, Infallible>>> {
+        Poll::Ready(self.pieces.pop_front().map(Ok))
+    }
 }
 
 /// Appends `s` as a JSON string, escaped as serde_json escapes it.
@@ -152,12 +231,34 @@ mod tests {
             CacheReply::Mget {
                 values: vec![Some(big.clone()), None, Some("\n".into())],
             },
+            // Uncopied pieces next to each other, first and last; a long value that needs
+            // escaping (copied) between them; one just under the piece size.
+            CacheReply::Mget {
+                values: vec![
+                    Some(big.clone()),
+                    Some(big.clone()),
+                    Some(format!("{big}\"{big}")),
+                    Some("y".repeat(OWN_PIECE - 1)),
+                    Some("z".repeat(OWN_PIECE)),
+                ],
+            },
+            CacheReply::Get {
+                value: Some(big.clone()),
+            },
             CacheReply::Mget { values: vec![] },
             CacheReply::Del { deleted: 2 },
         ] {
             let theirs = serde_json::to_vec(&reply).expect("serde_json");
+            let ours = match cache_reply(reply) {
+                CacheBody::Whole(v) => v,
+                CacheBody::Pieces(p) => {
+                    let all: Vec<u8> = p.pieces.iter().flat_map(|b| b.to_vec()).collect();
+                    assert_eq!(all.len() as u64, p.len, "the length announced");
+                    all
+                }
+            };
             assert_eq!(
-                String::from_utf8(cache_reply(&reply)).expect("utf-8"),
+                String::from_utf8(ours).expect("utf-8"),
                 String::from_utf8(theirs).expect("utf-8")
             );
         }

@@ -2,6 +2,7 @@
 
 use super::State;
 use crate::error::ApiError;
+use crate::http::json_out::{self, CacheBody};
 use crate::store::cache::commands;
 use crate::store::coordination::nonces;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -33,7 +34,11 @@ pub(crate) async fn cache(
         unshared.require(&state).await?;
         commands::run(&state.pools, &state.cache, &state.blocking, cmd).await?
     };
-    Ok(HttpResponse::Ok()
-        .content_type("application/json")
-        .body(crate::http::json_out::cache_reply(&reply)))
+    let mut ok = HttpResponse::Ok();
+    ok.content_type("application/json");
+    // Checked whole (every value is text) before the status goes: API.md.
+    Ok(match json_out::cache_reply(reply) {
+        CacheBody::Whole(body) => ok.body(body),
+        CacheBody::Pieces(body) => ok.body(body),
+    })
 }
