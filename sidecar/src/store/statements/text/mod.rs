@@ -178,12 +178,16 @@ async fn on_session_inner<'a>(
         // Sessions start read-only (a read cannot write); this one may write: sent in the
         // same write as the prepare, or as the statement met before; the reset turns it back.
         // A statement that may write is its own transaction: lost once sent, it may have
-        // committed, and no outcome is kept for `/sql` (it is not signed).
+        // committed, and no outcome is kept for `/sql` (it is not signed). The session's
+        // reset goes right behind it (no round trip of its own): the statement's implicit
+        // transaction has ended, committed or not, by the time Postgres reads the reset.
         const WRITABLE: &str = "SET default_transaction_read_only = off";
         if let Some(d) = known {
             let run = statement(client, q, &d, &mut budget, committing, "", Some(memo()));
-            let (_, out) = futures_util::future::join(client.batch_execute(WRITABLE), run).await;
-            return out.map(|v| (v, None));
+            let run = sent_behind(run, Box::pin(client.batch_execute(RESET)));
+            let (_, (out, sent)) =
+                futures_util::future::join(client.batch_execute(WRITABLE), run).await;
+            return out.map(|v| (v, Some(sent)));
         }
         let generation = pools.described.generation();
         let (set, stmt) =
@@ -192,9 +196,9 @@ async fn on_session_inner<'a>(
         set.map_err(pg)?;
         let d = Description::of(&stmt.map_err(pg)?);
         remember(d.clone(), generation);
-        return statement(client, q, &d, &mut budget, committing, "", None)
-            .await
-            .map(|v| (v, None));
+        let run = statement(client, q, &d, &mut budget, committing, "", None);
+        let (out, sent) = sent_behind(run, Box::pin(client.batch_execute(RESET))).await;
+        return out.map(|v| (v, Some(sent)));
     }
     client.batch_execute(&begin(plan)).await.map_err(pg)?;
     let mut results = Vec::with_capacity(plan.queries.len());
