@@ -221,6 +221,28 @@ mod tests {
     }
 
     #[test]
+    fn every_byte_at_every_offset_of_long_strings_is_escaped_as_serde_json_does() {
+        // Past the 32-byte blocks: each special byte at each offset of a 100-byte string, and
+        // the bytes around each kind (0x1f/0x20, 0x21/0x22/0x23, 0x5b/0x5c/0x5d, 0x7f, 0x80+).
+        for special in [
+            '\u{0}', '\u{1f}', ' ', '!', '"', '#', '[', '\\', ']', '\u{7f}', 'é',
+        ] {
+            for at in 0..100 {
+                let mut s = "a".repeat(at);
+                s.push(special);
+                s.push_str(&"b".repeat(100 - at));
+                let theirs = serde_json::to_string(&s).expect("serde_json");
+                assert_eq!(ours(&s), theirs, "{special:?} at {at}");
+                assert_eq!(clean_run(s.as_bytes()) == s.len(), !needs_escape_any(&s));
+            }
+        }
+    }
+
+    fn needs_escape_any(s: &str) -> bool {
+        s.bytes().any(needs_escape)
+    }
+
+    #[test]
     fn cache_replies_match_serde_json() {
         let big = "x".repeat(50 * 1024);
         for reply in [
