@@ -11,8 +11,9 @@
 //! parameter an untyped literal that Postgres reads with the inferred type exactly as it
 //! reads a text parameter (see `text::literal` for why no value can escape its literal).
 //! Rows are read as they arrive, within the read limits. Two round trips a statement, where
-//! Neon's patched driver needs one; a single read met before (not as an end user) runs as the
-//! simple query alone, in one round trip (`store::postgres::described`).
+//! Neon's patched driver needs one; a single statement met before (not as an end user) runs as
+//! the simple query alone, in one round trip (`store::postgres::described`). Behind a single
+//! statement the session's reset goes in the same write, read or write alike.
 
 mod errors;
 mod sql;
