@@ -82,6 +82,20 @@ fn a_read_only_token_cannot_write_by_any_path() {
         assert_eq!(batch.status, 400, "{what} (in a batch): {}", batch.body);
         assert_eq!(item_name(&pg, 1), before, "{what} changed the row");
     }
+    // Empty statements in front (Postgres drops them; a prepare sees one statement): a COMMIT
+    // that ends the batch's read-only transaction, then a write in the next (an attacker's
+    // review found it written, 200).
+    let escape = s.client.neon(
+        RO,
+        json!({ "queries": [
+            { "query": ";COMMIT" },
+            { "query": "SELECT set_config('default_transaction_read_only', 'off', false)" },
+            { "query": "UPDATE items SET name = 'pwned' WHERE id = 1" },
+        ] }),
+        &[],
+    );
+    assert_eq!(escape.status, 400, "{}", escape.body);
+    assert_eq!(item_name(&pg, 1), before, "a write after ;COMMIT");
     let objects: i64 = pg
         .client()
         .query_one("SELECT count(*) FROM pg_largeobject_metadata", &[])
@@ -114,6 +128,12 @@ fn a_read_only_token_cannot_write_by_any_path() {
         "--\rLISTEN x",
         "--\rDO $$BEGIN END$$",
         "--\rSET work_mem = '77MB'",
+        // Nor do empty statements in front.
+        ";LISTEN x",
+        "; ;DO $$BEGIN END$$",
+        ";SET work_mem = '77MB'",
+        " ; /* c */ ;COMMIT",
+        ";CALL no_such_procedure()",
     ] {
         let hidden = s.client.neon(RO, json!({ "query": sql }), &[]);
         assert_eq!(

@@ -173,6 +173,9 @@ fn an_open_transaction_cannot_swallow_a_later_write() {
         "PREPARE TRANSACTION 'x'",
         "END",
         "ABORT",
+        // Empty statements in front: Postgres drops them, and sees one BEGIN.
+        ";BEGIN",
+        " ; ;/* c */; START TRANSACTION",
     ] {
         refused(&t.execute(sql), "transaction control");
         refused(&t.query(sql), "transaction control");

@@ -173,11 +173,14 @@ impl<'a> Words<'a> {
         Words { rest: sql }
     }
 
+    /// Whitespace, comments, `(` and `;`: Postgres drops empty statements, so `;COMMIT` is
+    /// prepared as one statement, a COMMIT (an attacker's review: it ended a read-only
+    /// token's transaction unchecked).
     fn skip_noise(&mut self) {
         loop {
             let s = self
                 .rest
-                .trim_start_matches(|c: char| c.is_whitespace() || c == '(');
+                .trim_start_matches(|c: char| c.is_whitespace() || c == '(' || c == ';');
             if let Some(after) = s.strip_prefix("--") {
                 // Postgres's lexer ends a `--` comment at either line break (`\n` or `\r`).
                 self.rest = after.split_once(['\n', '\r']).map_or("", |(_, r)| r);
