@@ -30,7 +30,21 @@ pub(crate) enum CacheBody {
 
 /// The JSON body of a cache command's answer.
 pub(crate) fn cache_reply(reply: CacheReply) -> CacheBody {
-    let mut out = Builder::default();
+    // The glue's room: each short value, and every value's quotes and comma (a small GET's
+    // whole answer in one allocation, as before pieces; a long value is likely a piece).
+    let room = |v: &Option<String>| match v {
+        Some(s) if s.len() < OWN_PIECE => s.len() + 8,
+        _ => 8,
+    };
+    let size: usize = match &reply {
+        CacheReply::Get { value } => room(value),
+        CacheReply::Mget { values } => values.iter().map(room).sum(),
+        _ => 0,
+    };
+    let mut out = Builder {
+        glue: Vec::with_capacity(size + 32),
+        ..Builder::default()
+    };
     match reply {
         CacheReply::Get { value } => {
             out.glue.extend_from_slice(br#"{"op":"get","value":"#);
