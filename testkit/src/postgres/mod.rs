@@ -194,6 +194,12 @@ impl PgServer {
         format!("postgres://{role}@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// What the server has written to its log so far (errors included: a statement Postgres
+    /// refused is logged with its text).
+    pub fn server_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("postgres.log")).expect("postgres.log")
+    }
+
     /// A superuser client over the unix socket (trust auth, even after `require_password`).
     pub fn client(&self) -> ::postgres::Client {
         let mut cfg = ::postgres::Config::new();

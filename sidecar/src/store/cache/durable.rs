@@ -18,6 +18,7 @@ use crate::store::coordination::ferry_tables;
 use crate::store::pools::session::with_owner_session;
 use crate::store::pools::Pools;
 use crate::store::postgres::failure::Failure;
+use std::sync::atomic::Ordering;
 
 /// The table's columns: `kind` is `k` (a key), `t` (a tag) or `e` (everything).
 const COLUMNS: &str = "(id bigserial PRIMARY KEY, kind text NOT NULL, name text NOT NULL, \
@@ -55,9 +56,10 @@ impl Cache {
             tx.commit()?;
             Ok(())
         });
-        if let Err(e) = kept {
-            tracing::warn!(error = %e.into_api(),
-                "deferred invalidations kept in this sidecar's memory only");
+        match kept {
+            Ok(()) => self.deferred_table_seen.store(true, Ordering::Relaxed),
+            Err(e) => tracing::warn!(error = %e.into_api(),
+                "deferred invalidations kept in this sidecar's memory only"),
         }
     }
 
@@ -67,10 +69,27 @@ impl Cache {
         let Some(table) = &self.deferred_table else {
             return 0;
         };
+        // No table yet: nothing was ever deferred (the first deferral, on any sidecar, makes
+        // it). Postgres is asked whether it exists, which is never DDL and never an error: read
+        // while missing, it was one in Postgres's log every second, and a session reset.
+        if !self.deferred_table_seen.load(Ordering::Relaxed) {
+            let exists = with_owner_session(pools, |s| {
+                s.client
+                    .query_one("SELECT to_regclass($1) IS NOT NULL", &[table])
+                    .map(|r| r.get::<_, bool>(0))
+                    .map_err(Failure::from)
+            });
+            match exists {
+                Ok(true) => self.deferred_table_seen.store(true, Ordering::Relaxed),
+                Ok(false) => return 0,
+                Err(e) => {
+                    tracing::debug!(error = %e.into_api(), "deferred invalidations table not found");
+                    return 0;
+                }
+            }
+        }
         let mut applied = 0;
         loop {
-            // No table yet: nothing was ever deferred (the first deferral makes it). Read
-            // without making it, so this once-a-second look is never DDL.
             let rows = with_owner_session(pools, |s| {
                 s.client
                     .query(
@@ -85,7 +104,9 @@ impl Cache {
                 Err(Failure::Pg(e))
                     if e.code() == Some(&postgres::error::SqlState::UNDEFINED_TABLE) =>
                 {
-                    return applied
+                    // Dropped since: asked about again from the next round.
+                    self.deferred_table_seen.store(false, Ordering::Relaxed);
+                    return applied;
                 }
                 Err(e) => {
                     tracing::debug!(error = %e.into_api(), "deferred invalidations table not read");

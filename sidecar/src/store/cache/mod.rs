@@ -132,6 +132,9 @@ pub(crate) struct Cache {
     freshness: Freshness,
     /// Where deferred invalidations are also kept (`cache.deferred_table`; `durable`).
     deferred_table: Option<String>,
+    /// Whether that table has been seen to exist (`durable`: until then it is asked about,
+    /// not read).
+    deferred_table_seen: std::sync::atomic::AtomicBool,
     /// On a Redis Cluster: keys carry hash tags, and invalidations wait for this many
     /// replicas, this many milliseconds at most (`redis.cluster_wait_*`).
     cluster: Option<(u32, u64)>,
@@ -190,6 +193,7 @@ impl Cache {
             pending: Mutex::new(Pending::new(max_pending)),
             freshness: Freshness::default(),
             deferred_table: None,
+            deferred_table_seen: Default::default(),
             cluster: None,
             rows_seen: rows::RowsSeen::default(),
         }
