@@ -194,6 +194,9 @@ fn main() {
         &[
             ("FERRY_CHANGES_ENABLED", "true"),
             ("FERRY_CHANGES_TABLES", scenarios::blog::TABLES),
+            // Its own keys: a new change stream starts by moving its cache's epoch, which
+            // would turn the other sidecars' entries into misses mid-scenario.
+            ("FERRY_CACHE_KEY_PREFIX", "changes:"),
         ],
     );
     let ttl_sidecar = env::start_sidecar(
