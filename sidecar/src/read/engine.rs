@@ -127,13 +127,14 @@ async fn answer_inner(
         }
         Lookup::Hit { observed, .. } | Lookup::Revalidate { observed, .. } => {
             // no-cache: skip what was found, refresh the entry.
-            let out = fetch(state, &plan, &cache, observed, None).await?;
-            Ok(with_key(filled(&out)))
+            let (out, answered) = fetch(state, &plan, &cache, observed, None).await;
+            let out = out?;
+            Ok(with_key(filled(&out, answered)))
         }
         Lookup::Miss { observed, stale } => {
             match fetch(state, &plan, &cache, observed, prefetched).await {
-                Ok(out) => Ok(with_key(filled(&out))),
-                Err(e) if is_upstream_failure(&e) => match stale {
+                (Ok(out), answered) => Ok(with_key(filled(&out, answered))),
+                (Err(e), _) if is_upstream_failure(&e) => match stale {
                     Some((rows, age_ms)) => {
                         let mut r = response(rows, CacheStatus::Stale, age_ms, None);
                         r.stale_reason = Some(StaleReason::Error);
@@ -143,7 +144,7 @@ async fn answer_inner(
                     }
                     None => Err(e),
                 },
-                Err(e) => Err(e),
+                (Err(e), _) => Err(e),
             }
         }
     }
@@ -161,13 +162,17 @@ fn response(rows: Rows, cache: CacheStatus, age_ms: u64, key: Option<String>) ->
     }
 }
 
-fn filled(out: &Fetched) -> Answer {
-    let status = if out.too_large {
-        CacheStatus::Bypass
-    } else {
-        CacheStatus::Miss
+/// A fill's answer: a hit when Postgres was not asked for it, the rows found in Redis behind
+/// the fill's lease (`cached_age_ms`), or `answered`: the read joined the fill after it had
+/// answered, its entry on its way to Redis.
+fn filled(out: &Fetched, answered: bool) -> Answer {
+    let (status, age_ms) = match (out.too_large, out.cached_age_ms, answered) {
+        (true, _, _) => (CacheStatus::Bypass, 0),
+        (false, Some(age_ms), _) => (CacheStatus::Hit, age_ms),
+        (false, None, true) => (CacheStatus::Hit, 0),
+        (false, None, false) => (CacheStatus::Miss, 0),
     };
-    response(out.rows.clone(), status, 0, None)
+    response(out.rows.clone(), status, age_ms, None)
 }
 
 /// Failures of Postgres itself, for which a stale copy may stand in; the caller's own
@@ -231,30 +236,49 @@ fn fill(
                             rows: rows.into(),
                             too_large: false,
                             released: false,
+                            landed: None,
+                            cached_age_ms: None,
                         })
                     }
                 },
                 None => None,
             };
-            // The fill's lease goes in the write-back's round trip.
-            let release = |p: &mut redis::Pipeline| {
-                if let Some(h) = &held {
-                    h.release_in(p);
-                }
-            };
-            let behind: Option<&(dyn Fn(&mut redis::Pipeline) + Sync)> =
-                held.is_some().then_some(&release);
-            let (stored, released) = s
+            // The answer does not wait for the write-back: it is built now (so whether the
+            // entry fits is known) and sent behind the answer, conditional as ever on the
+            // versions seen before the query. The flight stays joinable until Redis has it
+            // (`flight.rs`). The fill's lease is released in the write-back's round trip.
+            let write = s
                 .cache
-                .store(stores, (&key, &observed, &rows), &entry, behind)
-                .await;
-            if let (Some(keys), Stored::Written) = (row_keys, stored) {
-                s.cache.remember_rows(&key, &fingerprint, keys);
-            }
+                .prepare_store(&s.pools, (&key, &observed, &rows), &entry);
+            let too_large = write.too_large();
+            let released = held.is_some();
+            let (landed_tx, landed) = tokio::sync::oneshot::channel();
+            actix_web::rt::spawn(async move {
+                let release = |p: &mut redis::Pipeline| {
+                    if let Some(h) = &held {
+                        h.release_in(p);
+                    }
+                };
+                let behind: Option<&(dyn Fn(&mut redis::Pipeline) + Sync)> =
+                    held.is_some().then_some(&release);
+                let (stored, sent_behind) = s
+                    .cache
+                    .send_write_back((&s.pools, &s.blocking), write, behind)
+                    .await;
+                if let (Some(keys), Stored::Written) = (row_keys, stored) {
+                    s.cache.remember_rows(&key, &fingerprint, keys);
+                }
+                let _ = landed_tx.send(());
+                if let (Some(h), false) = (&held, sent_behind) {
+                    h.leases.release(&s.pools, &h.key, &h.token).await;
+                }
+            });
             Ok(Fetched {
                 rows: rows.into(),
-                too_large: stored == Stored::TooLarge,
+                too_large,
                 released,
+                landed: Some(landed),
+                cached_age_ms: None,
             })
         })
     }
@@ -286,7 +310,7 @@ async fn fetch(
     cache: &CachePlan,
     observed: Observed,
     prefetched: Option<Vec<Row>>,
-) -> Outcome {
+) -> (Outcome, bool) {
     let identity = cache.flight_identity();
     let work = fill(state, plan, cache, observed, prefetched);
     let work: Box<dyn FnOnce() -> Fill> = if cache.mode == CacheMode::NoCache {

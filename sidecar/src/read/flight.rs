@@ -20,8 +20,16 @@ use tokio::sync::watch;
 pub(crate) struct Fetched {
     pub rows: Rows,
     pub too_large: bool,
-    /// The fill's lease was released behind its write-back (`shared_flight`).
+    /// The fill's lease was released behind its write-back (`shared_flight`), or will be: the
+    /// write-back's task holds it.
     pub released: bool,
+    /// The write-back, sent after the answer: signalled once Redis has answered it. The flight
+    /// stays joinable until then, so a read of this sidecar that comes meanwhile is answered
+    /// from the fill instead of missing again.
+    pub landed: Option<tokio::sync::oneshot::Receiver<()>>,
+    /// Found in Redis (looked up again behind the lease, or after another sidecar's fill),
+    /// this old: Postgres was not asked.
+    pub cached_age_ms: Option<u64>,
 }
 
 pub(crate) type Outcome = Result<Arc<Fetched>, ApiError>;
@@ -50,7 +58,8 @@ impl Flights {
     /// Joins the flight `identity`, or starts one running `work`, and waits for the outcome.
     /// `identity` is everything the result depends on (key, statement, parameters, tags), so
     /// reads that differ in any of them never share rows; `key` and `tags` are what
-    /// invalidation names.
+    /// invalidation names. The flag: the flight had already answered when this read joined it
+    /// (its write-back was under way), so this read was answered as from the cache.
     pub(crate) async fn run<F, Fut>(
         self: &Arc<Self>,
         identity: &str,
@@ -58,16 +67,16 @@ impl Flights {
         tags: &[String],
         timeout: Duration,
         work: F,
-    ) -> Outcome
+    ) -> (Outcome, bool)
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Fetched, ApiError>> + 'static,
     {
-        let mut rx = self.join_or_start(identity, key, tags, work);
+        let (mut rx, answered) = self.join_or_start(identity, key, tags, work);
         let waited = tokio::time::timeout(timeout, rx.wait_for(|v| v.is_some()))
             .await
             .map(|r| r.map(|v| v.clone()));
-        match waited {
+        let outcome = match waited {
             Err(_) => Err(ApiError::Timeout {
                 what: "the shared postgres query",
             }),
@@ -75,7 +84,8 @@ impl Flights {
             Ok(Ok(v)) => {
                 v.unwrap_or_else(|| Err(ApiError::internal("single-flight without outcome")))
             }
-        }
+        };
+        (outcome, answered)
     }
 
     /// Starts `work` for `key` unless a flight for it is already running; does not wait.
@@ -90,7 +100,7 @@ impl Flights {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Fetched, ApiError>> + 'static,
     {
-        drop(self.join_or_start(identity, key, tags, work));
+        drop(self.join_or_start(identity, key, tags, work).0);
     }
 
     fn join_or_start<F, Fut>(
@@ -99,7 +109,7 @@ impl Flights {
         key: &str,
         tags: &[String],
         work: F,
-    ) -> watch::Receiver<Option<Outcome>>
+    ) -> (watch::Receiver<Option<Outcome>>, bool)
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Fetched, ApiError>> + 'static,
@@ -110,7 +120,8 @@ impl Flights {
             crate::metrics::global()
                 .flights_joined
                 .fetch_add(1, Ordering::Relaxed);
-            return f.tx.subscribe();
+            let answered = f.tx.borrow().is_some();
+            return (f.tx.subscribe(), answered);
         }
         let (tx, rx) = watch::channel(None);
         let tx = Arc::new(tx);
@@ -129,14 +140,24 @@ impl Flights {
         let flights = self.clone();
         let identity = identity.to_string();
         actix_web::rt::spawn(async move {
-            let outcome = fut.await.map(Arc::new);
+            let (outcome, landed) = match fut.await {
+                Ok(mut fetched) => {
+                    let landed = fetched.landed.take();
+                    (Ok(Arc::new(fetched)), landed)
+                }
+                Err(e) => (Err(e), None),
+            };
             tx.send_replace(Some(outcome));
+            // Joinable until the entry is in Redis (or its write-back gave up).
+            if let Some(landed) = landed {
+                let _ = landed.await;
+            }
             let mut map = flights.map();
             if map.get(&identity).is_some_and(|f| f.id == id) {
                 map.remove(&identity);
             }
         });
-        rx
+        (rx, false)
     }
 
     /// Forgets the flights of these keys and tags: later reads start fresh ones. Those already

@@ -118,10 +118,12 @@ fn hit(plan: &ReadPlan, found: Lookup) -> Option<Fetched> {
         None => found,
     };
     match found {
-        Lookup::Hit { rows, .. } => Some(Fetched {
+        Lookup::Hit { rows, age_ms, .. } => Some(Fetched {
             rows,
             too_large: false,
             released: false,
+            landed: None,
+            cached_age_ms: Some(age_ms),
         }),
         _ => None,
     }

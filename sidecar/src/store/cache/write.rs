@@ -28,19 +28,29 @@ return 1
 ";
 
 impl Cache {
-    /// Writes a freshly read result back, unless an invalidation ran since `observed` was read
-    /// (on this worker's multiplexed connection when it can: `send`). Redis failures only cost
-    /// a future miss, so they are logged, not returned. `behind`: commands sent after the
-    /// write-back in its round trip when there is one (on a single Redis: a fill lease's
-    /// release); the answer says whether they went and Redis answered.
-    pub(crate) async fn store(
+    /// A freshly read result's write-back, built (the entry serialized, its size checked) but
+    /// not sent: [`WriteBack::too_large`] is known before the answer goes out, and
+    /// [`Cache::send_write_back`] sends it after.
+    pub(crate) fn prepare_store(
         &self,
-        (pools, blocking): (&Arc<Pools>, &Blocking),
+        pools: &Pools,
         (key, observed, rows): (&str, &Observed, &[Row]),
         policy: &EntryPolicy,
+    ) -> WriteBack {
+        self.write_back(pools, &[(key, observed, rows)], policy)
+    }
+
+    /// Sends a write-back, which is written unless an invalidation ran since its `observed`
+    /// versions were read (on this worker's multiplexed connection when it can: `send`).
+    /// Redis failures only cost a future miss, so they are logged, not returned. `behind`:
+    /// commands sent after the write-back in its round trip when there is one (on a single
+    /// Redis: a fill lease's release); the answer says whether they went and Redis answered.
+    pub(crate) async fn send_write_back(
+        &self,
+        (pools, blocking): (&Arc<Pools>, &Blocking),
+        mut w: WriteBack,
         behind: Option<&(dyn Fn(&mut redis::Pipeline) + Sync)>,
     ) -> (Stored, bool) {
-        let mut w = self.write_back(pools, &[(key, observed, rows)], policy);
         if w.sent.is_empty() {
             return (w.written[0], false);
         }
@@ -149,13 +159,18 @@ impl Cache {
 }
 
 /// A write-back pipeline, which of the items it carries, and what became of each.
-struct WriteBack {
+pub(crate) struct WriteBack {
     pipe: redis::Pipeline,
     sent: Vec<usize>,
     written: Vec<Stored>,
 }
 
 impl WriteBack {
+    /// Whether the (first) entry was too large to be written: known once built.
+    pub(crate) fn too_large(&self) -> bool {
+        self.written.first() == Some(&Stored::TooLarge)
+    }
+
     /// Each item's outcome from the scripts' answers; a Redis failure trips the breaker.
     fn finish(self, pools: &Pools, result: redis::RedisResult<Vec<i64>>) -> Vec<Stored> {
         let mut written = self.written;
