@@ -42,7 +42,16 @@ fn a_batch_of_misses_of_one_query_is_one_statement() {
         } else {
             assert!(rows.is_empty(), "{id}: {res}");
         }
-        assert_eq!(res["ok"]["cache"], "miss", "{id}: {res}");
+        // The id asked twice: its second read shares the first's fill (a miss) or, once that
+        // has answered, is answered from it (a hit): never a second query (counted above).
+        if std::ptr::eq(res, results.last().expect("last")) {
+            assert!(
+                res["ok"]["cache"] == "miss" || res["ok"]["cache"] == "hit",
+                "{id}: {res}"
+            );
+        } else {
+            assert_eq!(res["ok"]["cache"], "miss", "{id}: {res}");
+        }
     }
     println!("FIGURES a batch of 100 misses of `item`: {ran} statement(s) (one each before)");
 

@@ -100,11 +100,12 @@ async fn answer_inner(
         } if mode != CacheMode::NoCache => {
             // One refresh across sidecars too: another sidecar's lease means it is refreshing.
             let identity = cache.flight_identity();
+            let seen = observed.seen();
             let work = fill(state, &plan, &cache, observed, None);
             let work = shared_flight::leased(state, &plan, identity.clone(), work);
             state
                 .flights
-                .start(&identity, &cache.key, &cache.tags, work);
+                .start((&identity, &seen), &cache.key, &cache.tags, work);
             let mut r = response(rows, CacheStatus::Stale, age_ms, None);
             r.stale_reason = Some(StaleReason::Revalidating);
             Ok(with_key(r))
@@ -163,14 +164,13 @@ fn response(rows: Rows, cache: CacheStatus, age_ms: u64, key: Option<String>) ->
 }
 
 /// A fill's answer: a hit when Postgres was not asked for it, the rows found in Redis behind
-/// the fill's lease (`cached_age_ms`), or `answered`: the read joined the fill after it had
-/// answered, its entry on its way to Redis.
-fn filled(out: &Fetched, answered: bool) -> Answer {
-    let (status, age_ms) = match (out.too_large, out.cached_age_ms, answered) {
-        (true, _, _) => (CacheStatus::Bypass, 0),
-        (false, Some(age_ms), _) => (CacheStatus::Hit, age_ms),
-        (false, None, true) => (CacheStatus::Hit, 0),
-        (false, None, false) => (CacheStatus::Miss, 0),
+/// the fill's lease (`cached_age_ms`), or `answered`: the read joined the fill that long
+/// after it had answered (its entry on its way to Redis; `Flights::run`).
+fn filled(out: &Fetched, answered: Option<u64>) -> Answer {
+    let (status, age_ms) = match (out.too_large, out.cached_age_ms.or(answered)) {
+        (true, _) => (CacheStatus::Bypass, 0),
+        (false, Some(age_ms)) => (CacheStatus::Hit, age_ms),
+        (false, None) => (CacheStatus::Miss, 0),
     };
     response(out.rows.clone(), status, age_ms, None)
 }
@@ -310,10 +310,12 @@ async fn fetch(
     cache: &CachePlan,
     observed: Observed,
     prefetched: Option<Vec<Row>>,
-) -> (Outcome, bool) {
+) -> (Outcome, Option<u64>) {
     let identity = cache.flight_identity();
+    let seen = observed.seen();
+    let no_cache = cache.mode == CacheMode::NoCache;
     let work = fill(state, plan, cache, observed, prefetched);
-    let work: Box<dyn FnOnce() -> Fill> = if cache.mode == CacheMode::NoCache {
+    let work: Box<dyn FnOnce() -> Fill> = if no_cache {
         Box::new(move || work(None))
     } else {
         Box::new(shared_flight::leased(state, plan, identity.clone(), work))
@@ -321,10 +323,10 @@ async fn fetch(
     state
         .flights
         .run(
-            &identity,
+            (&identity, &seen),
             &cache.key,
             &cache.tags,
-            state.blocking.timeout(),
+            (state.blocking.timeout(), no_cache),
             work,
         )
         .await

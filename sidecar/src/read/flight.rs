@@ -36,6 +36,11 @@ pub(crate) type Outcome = Result<Arc<Fetched>, ApiError>;
 
 struct Flight {
     id: u64,
+    /// The versions its leader's lookup saw (`Observed::seen`): a read joins only a flight
+    /// whose lookup saw what its own did, so none that began before an invalidation it saw.
+    seen: String,
+    /// When it answered (None while its query runs).
+    answered_at: Arc<Mutex<Option<std::time::Instant>>>,
     /// The cache key it fills (what invalidation names).
     key: String,
     tags: Vec<String>,
@@ -58,21 +63,22 @@ impl Flights {
     /// Joins the flight `identity`, or starts one running `work`, and waits for the outcome.
     /// `identity` is everything the result depends on (key, statement, parameters, tags), so
     /// reads that differ in any of them never share rows; `key` and `tags` are what
-    /// invalidation names. The flag: the flight had already answered when this read joined it
-    /// (its write-back was under way), so this read was answered as from the cache.
+    /// invalidation names; `seen` the versions this read's lookup saw. The age: the flight had
+    /// already answered when this read joined it (its write-back under way), this many ms ago,
+    /// so this read was answered as from the cache. `fresh_only`: never that (a no-cache read).
     pub(crate) async fn run<F, Fut>(
         self: &Arc<Self>,
-        identity: &str,
+        (identity, seen): (&str, &str),
         key: &str,
         tags: &[String],
-        timeout: Duration,
+        (timeout, fresh_only): (Duration, bool),
         work: F,
-    ) -> (Outcome, bool)
+    ) -> (Outcome, Option<u64>)
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Fetched, ApiError>> + 'static,
     {
-        let (mut rx, answered) = self.join_or_start(identity, key, tags, work);
+        let (mut rx, answered) = self.join_or_start((identity, seen), key, tags, fresh_only, work);
         let waited = tokio::time::timeout(timeout, rx.wait_for(|v| v.is_some()))
             .await
             .map(|r| r.map(|v| v.clone()));
@@ -92,7 +98,7 @@ impl Flights {
     /// Used by stale-while-revalidate, so one refresh runs however many reads see it stale.
     pub(crate) fn start<F, Fut>(
         self: &Arc<Self>,
-        identity: &str,
+        (identity, seen): (&str, &str),
         key: &str,
         tags: &[String],
         work: F,
@@ -100,36 +106,49 @@ impl Flights {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Fetched, ApiError>> + 'static,
     {
-        drop(self.join_or_start(identity, key, tags, work).0);
+        drop(
+            self.join_or_start((identity, seen), key, tags, false, work)
+                .0,
+        );
     }
 
+    /// The flight to wait on, and how long ago it answered when it already had (the joiner is
+    /// then answered as from the cache). A flight of other versions, or one that has answered
+    /// when `fresh_only` (a no-cache read), is replaced, left to the reads it has.
     fn join_or_start<F, Fut>(
         self: &Arc<Self>,
-        identity: &str,
+        (identity, seen): (&str, &str),
         key: &str,
         tags: &[String],
+        fresh_only: bool,
         work: F,
-    ) -> (watch::Receiver<Option<Outcome>>, bool)
+    ) -> (watch::Receiver<Option<Outcome>>, Option<u64>)
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Fetched, ApiError>> + 'static,
     {
         let mut map = self.map();
-        if let Some(f) = map.get(identity) {
-            self.joined.fetch_add(1, Ordering::Relaxed);
-            crate::metrics::global()
-                .flights_joined
-                .fetch_add(1, Ordering::Relaxed);
-            let answered = f.tx.borrow().is_some();
-            return (f.tx.subscribe(), answered);
+        if let Some(f) = map.get(identity).filter(|f| f.seen == seen) {
+            let answered = *f.answered_at.lock().unwrap_or_else(|p| p.into_inner());
+            if !(fresh_only && answered.is_some()) {
+                self.joined.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::global()
+                    .flights_joined
+                    .fetch_add(1, Ordering::Relaxed);
+                let age_ms = answered.map(|at| at.elapsed().as_millis() as u64);
+                return (f.tx.subscribe(), age_ms);
+            }
         }
         let (tx, rx) = watch::channel(None);
         let tx = Arc::new(tx);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let answered_at = Arc::new(Mutex::new(None));
         map.insert(
             identity.to_string(),
             Flight {
                 id,
+                seen: seen.to_string(),
+                answered_at: answered_at.clone(),
                 key: key.to_string(),
                 tags: tags.to_vec(),
                 tx: tx.clone(),
@@ -147,6 +166,8 @@ impl Flights {
                 }
                 Err(e) => (Err(e), None),
             };
+            *answered_at.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(std::time::Instant::now());
             tx.send_replace(Some(outcome));
             // Joinable until the entry is in Redis (or its write-back gave up).
             if let Some(landed) = landed {
@@ -157,7 +178,7 @@ impl Flights {
                 map.remove(&identity);
             }
         });
-        (rx, false)
+        (rx, None)
     }
 
     /// Forgets the flights of these keys and tags: later reads start fresh ones. Those already

@@ -96,6 +96,21 @@ pub(crate) struct Observed {
     tags: BTreeMap<String, String>,
 }
 
+impl Observed {
+    /// The versions seen, as one string: two lookups give the same one only if no invalidation
+    /// (through any sidecar, or the change stream) moved a version between them.
+    pub(crate) fn seen(&self) -> String {
+        let mut out = self.version.clone();
+        for (tag, token) in &self.tags {
+            out.push('\n');
+            out.push_str(tag);
+            out.push('=');
+            out.push_str(token);
+        }
+        out
+    }
+}
+
 /// One lookup to make: the entry's key, its statement's fingerprint, the tags the read carries.
 pub(crate) struct Probe<'a> {
     pub key: &'a str,
