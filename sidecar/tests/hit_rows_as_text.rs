@@ -56,7 +56,16 @@ fn an_entry_whose_rows_are_not_an_array_is_not_served() {
     let key = format!("ferry:q:{}", miss.body["key"].as_str().expect("key"));
     // The entry, valid in every other way, its rows replaced by an object.
     let mut r = stack.redis.conn();
-    let stored: String = redis::cmd("GET").arg(&key).query(&mut r).expect("GET");
+    // The write-back follows the answer: the entry lands a round trip later.
+    let mut stored: Option<String> = None;
+    for _ in 0..200 {
+        stored = redis::cmd("GET").arg(&key).query(&mut r).expect("GET");
+        if stored.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let stored = stored.expect("the miss's entry reached Redis");
     let mut entry: Value = serde_json::from_str(&stored).expect("an entry is JSON");
     entry["rows"] = json!({"injected": true});
     let _: () = redis::cmd("SET")

@@ -79,9 +79,15 @@ impl Flights {
         Fut: Future<Output = Result<Fetched, ApiError>> + 'static,
     {
         let (mut rx, answered) = self.join_or_start((identity, seen), key, tags, fresh_only, work);
-        let waited = tokio::time::timeout(timeout, rx.wait_for(|v| v.is_some()))
-            .await
-            .map(|r| r.map(|v| v.clone()));
+        let waited = tokio::time::timeout(timeout, async {
+            // Joined after the answer: answered once the entry is in Redis (or its write-back
+            // gave up), as a hit found there would be.
+            if answered.is_some() {
+                let _ = rx.changed().await;
+            }
+            rx.wait_for(|v| v.is_some()).await.map(|v| v.clone())
+        })
+        .await;
         let outcome = match waited {
             Err(_) => Err(ApiError::Timeout {
                 what: "the shared postgres query",
@@ -174,6 +180,9 @@ impl Flights {
                 let _ = landed.await;
             }
             let mut map = flights.map();
+            // Under the map's lock, which joiners subscribe under: each one that joined after
+            // the answer is woken by this.
+            tx.send_modify(|_| {});
             if map.get(&identity).is_some_and(|f| f.id == id) {
                 map.remove(&identity);
             }
