@@ -3,10 +3,10 @@
 
 use crate::error::ApiError;
 use crate::read::flight::{Fetched, Outcome};
-use crate::read::lookup::{lookup_many, Reads};
+use crate::read::lookup::{lookup_one, Reads};
 use crate::read::plan::{CachePlan, Infer, ReadFormat, ReadPlan};
 use crate::read::postgres::{on_primary, run_query, text_query};
-use crate::read::shared_flight::{self, Fill};
+use crate::read::shared_flight::{self, Early, Fill};
 use crate::store::cache::{value_key, Lookup, Observed, Rows, Stored};
 use crate::store::coordination::leases::Held;
 use crate::store::postgres::by_value::key_text;
@@ -19,17 +19,20 @@ type State = Reads;
 
 /// One read from start to answer.
 pub(crate) async fn read(state: &State, plan: ReadPlan) -> Result<Answer, ApiError> {
-    let lookup = lookup_many(state, &[&plan]).await?.pop().flatten();
-    answer(state, plan, lookup).await
+    let (lookup, early) = lookup_one(state, &plan, None).await.1?;
+    answer(state, plan, (lookup, early)).await
 }
 
-/// Answers a read whose lookup (if it has a cache plan) is done, and counts the outcome.
+/// Answers a read whose lookup (if it has a cache plan) is done, with the fill lease taken in
+/// it (`lookup_one`), and counts the outcome.
 pub(crate) async fn answer(
     state: &State,
     plan: ReadPlan,
-    lookup: Option<Lookup>,
+    (lookup, early): (Option<Lookup>, Option<Early>),
 ) -> Result<Answer, ApiError> {
-    answer_prefetched(state, plan, lookup, None).await
+    let r = answer_inner(state, plan, lookup, (None, early)).await;
+    count(&r);
+    r
 }
 
 /// [`answer`], with the rows Postgres already gave for this read (`grouped`): where it would
@@ -40,8 +43,13 @@ pub(crate) async fn answer_prefetched(
     lookup: Option<Lookup>,
     prefetched: Option<Vec<Row>>,
 ) -> Result<Answer, ApiError> {
-    let r = answer_inner(state, plan, lookup, prefetched).await;
-    if let Ok(resp) = &r {
+    let r = answer_inner(state, plan, lookup, (prefetched, None)).await;
+    count(&r);
+    r
+}
+
+fn count(r: &Result<Answer, ApiError>) {
+    if let Ok(resp) = r {
         crate::metrics::global().cache_outcome(match resp.cache {
             CacheStatus::Hit => "hit",
             CacheStatus::Miss => "miss",
@@ -49,14 +57,13 @@ pub(crate) async fn answer_prefetched(
             CacheStatus::Bypass => "bypass",
         });
     }
-    r
 }
 
 async fn answer_inner(
     state: &State,
     plan: ReadPlan,
     lookup: Option<Lookup>,
-    prefetched: Option<Vec<Row>>,
+    (prefetched, early): (Option<Vec<Row>>, Option<Early>),
 ) -> Result<Answer, ApiError> {
     let (Some(cache), Some(lookup)) = (plan.cache.clone(), lookup) else {
         let reason = match &plan.infer {
@@ -102,7 +109,7 @@ async fn answer_inner(
             let identity = cache.flight_identity();
             let seen = observed.seen();
             let work = fill(state, &plan, &cache, observed, None);
-            let work = shared_flight::leased(state, &plan, identity.clone(), work);
+            let work = shared_flight::leased(state, &plan, (identity.clone(), early), work);
             state
                 .flights
                 .start((&identity, &seen), &cache.key, &cache.tags, work);
@@ -128,12 +135,12 @@ async fn answer_inner(
         }
         Lookup::Hit { observed, .. } | Lookup::Revalidate { observed, .. } => {
             // no-cache: skip what was found, refresh the entry.
-            let (out, answered) = fetch(state, &plan, &cache, observed, None).await;
+            let (out, answered) = fetch(state, &plan, &cache, observed, (None, early)).await;
             let out = out?;
             Ok(with_key(filled(&out, answered)))
         }
         Lookup::Miss { observed, stale } => {
-            match fetch(state, &plan, &cache, observed, prefetched).await {
+            match fetch(state, &plan, &cache, observed, (prefetched, early)).await {
                 (Ok(out), answered) => Ok(with_key(filled(&out, answered))),
                 (Err(e), _) if is_upstream_failure(&e) => match stale {
                     Some((rows, age_ms)) => {
@@ -265,8 +272,11 @@ fn fill(
                     .cache
                     .send_write_back((&s.pools, &s.blocking), write, behind)
                     .await;
-                if let (Some(keys), Stored::Written) = (row_keys, stored) {
-                    s.cache.remember_rows(&key, &fingerprint, keys);
+                if stored == Stored::Written {
+                    s.cache.written_back(&key, &fingerprint);
+                    if let Some(keys) = row_keys {
+                        s.cache.remember_rows(&key, &fingerprint, keys);
+                    }
                 }
                 let _ = landed_tx.send(());
                 if let (Some(h), false) = (&held, sent_behind) {
@@ -309,7 +319,7 @@ async fn fetch(
     plan: &ReadPlan,
     cache: &CachePlan,
     observed: Observed,
-    prefetched: Option<Vec<Row>>,
+    (prefetched, early): (Option<Vec<Row>>, Option<Early>),
 ) -> (Outcome, Option<u64>) {
     let identity = cache.flight_identity();
     let seen = observed.seen();
@@ -318,7 +328,12 @@ async fn fetch(
     let work: Box<dyn FnOnce() -> Fill> = if no_cache {
         Box::new(move || work(None))
     } else {
-        Box::new(shared_flight::leased(state, plan, identity.clone(), work))
+        Box::new(shared_flight::leased(
+            state,
+            plan,
+            (identity.clone(), early),
+            work,
+        ))
     };
     state
         .flights

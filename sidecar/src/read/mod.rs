@@ -26,4 +26,4 @@ pub(crate) mod shared_flight;
 pub(crate) mod text_plan;
 
 pub(crate) use engine::answer;
-pub(crate) use lookup::{lookup_many, lookup_many_checked, Reads};
+pub(crate) use lookup::{lookup_one, Reads};

@@ -11,6 +11,7 @@ use crate::read::lookup::{lookup_many, Reads};
 use crate::read::plan::ReadPlan;
 use crate::store::cache::{Lookup, Probe};
 use crate::store::coordination::leases::{Held, Lease};
+use crate::store::pools::send::{send, How};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -23,10 +24,13 @@ pub(crate) type Fill = Pin<Box<dyn Future<Output = Result<Fetched, ApiError>>>>;
 /// `single_flight_across_sidecars.rs` when the two were sent apart and unordered). On a single
 /// Redis both go in one message on one connection, which Redis runs in order (one round trip);
 /// on a cluster the lookup waits for the lease's answer.
+///
+/// `early`: the lease was tried in the read's first lookup already, which missed behind it
+/// (`read::lookup`, a read guessed to miss): it is used as it is, and nothing is looked up again.
 pub(crate) fn leased(
     state: &Reads,
     plan: &ReadPlan,
-    identity: String,
+    (identity, early): (String, Option<Early>),
     work: impl FnOnce(Option<Held>) -> Fill + 'static,
 ) -> impl FnOnce() -> Fill + 'static {
     let (s, plan) = (state.clone(), plan.clone());
@@ -36,7 +40,10 @@ pub(crate) fn leased(
                 return work(None).await;
             }
             let deadline = s.blocking.timeout();
-            let (lease, found) = lease_then_lookup(&s, &plan, &identity).await;
+            let (lease, found) = match early {
+                Some(early) => (early.take(), None),
+                None => lease_then_lookup(&s, &plan, &identity).await,
+            };
             match (lease, found) {
                 (Lease::Held { key, token }, found) => {
                     let out = match found {
@@ -80,6 +87,50 @@ pub(crate) fn leased(
                 (Lease::Unavailable, None) => work(None).await,
             }
         })
+    }
+}
+
+/// A fill lease tried in a read's first lookup (`read::lookup`), before it was known whether
+/// the read would miss. A fill takes it ([`Early::take`], in [`leased`]); dropped untaken (the
+/// read hit, was a replay, bypassed the cache, or joined a fill already running here), a lease
+/// it holds is released at once, so another sidecar's miss does not wait on it.
+pub(crate) struct Early {
+    lease: Option<Lease>,
+    state: Reads,
+}
+
+impl Early {
+    pub(crate) fn new(lease: Lease, state: &Reads) -> Early {
+        Early {
+            lease: Some(lease),
+            state: state.clone(),
+        }
+    }
+
+    fn take(mut self) -> Lease {
+        self.lease.take().unwrap_or(Lease::Unavailable)
+    }
+}
+
+impl Drop for Early {
+    fn drop(&mut self) {
+        let Some(Lease::Held { key, token }) = self.lease.take() else {
+            return;
+        };
+        // Dropped on a worker's event loop (a request's task, or a fill's), never elsewhere.
+        let s = self.state.clone();
+        actix_web::rt::spawn(async move {
+            let mut pipe = redis::pipe();
+            s.leases.release_in(&mut pipe, &key, &token);
+            // Released again on a connection Redis ended: it deletes only our own token.
+            let how = How {
+                each: false,
+                again: true,
+            };
+            if !matches!(send(&s.pools, &s.blocking, &pipe, how).await, Ok(Ok(_))) {
+                tracing::debug!("early fill lease not released: it expires");
+            }
+        });
     }
 }
 

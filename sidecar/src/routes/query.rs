@@ -27,16 +27,15 @@ pub(crate) async fn query(
             (None, Some(c)) => super::admit_anonymous(&state, &config, c).await?,
             (None, None) => {}
         }
-        read::lookup_many(&state.reads, &[&plan]).await
+        read::lookup_one(&state.reads, &plan, None).await.1
     } else {
         // The replay check rides in front of the lookup: one message to Redis for both, and a
-        // replay's lookup is dropped.
+        // replay's lookup is dropped (with the fill lease it may have taken).
         let check = unshared.prepare(&state);
-        let (sent, lookup) =
-            read::lookup_many_checked(&state.reads, &[&plan], check.as_ref()).await;
+        let (sent, lookup) = read::lookup_one(&state.reads, &plan, check.as_ref()).await;
         nonces::settle((&state.pools, &state.blocking), check, sent).await?;
         lookup
     };
-    let resp = read::answer(&state.reads, plan, lookup?.pop().flatten()).await?;
+    let resp = read::answer(&state.reads, plan, lookup?).await?;
     Ok(HttpResponse::Ok().json(resp))
 }

@@ -11,6 +11,10 @@ use redis::{RedisResult, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+/// What a lookup gave: the replay check's verdict and the fill lease's reply, when they rode
+/// in front of it and Redis answered; each probe's entry.
+pub(crate) type Looked = (Option<Result<(), ApiError>>, Option<Value>, Vec<Lookup>);
+
 /// A lookup pipeline built, waiting for Redis' answer.
 pub(super) struct Prepared<'a> {
     pipe: redis::Pipeline,
@@ -25,41 +29,55 @@ impl Cache {
     /// Looks up many entries in one Redis round trip (`send`: on this worker's multiplexed
     /// connection when it can). Answers in the order of `probes`. A replay check given rides
     /// in front of the lookup (one message to Redis); its verdict comes back when it was sent
-    /// and the pipeline answered. Redis unavailable: every read bypasses. Err only when the
-    /// blocking pool refused the work.
+    /// and the pipeline answered. So does a fill lease (`lease`, a read guessed to miss): it
+    /// goes after the check and before the lookup, which Redis runs after it (see
+    /// [`Cache::lookup_behind`]); its reply comes back when it was sent. Redis unavailable:
+    /// every read bypasses. Err only when the blocking pool refused the work.
     pub(crate) async fn lookup_many(
         &self,
         pools: &Arc<Pools>,
         blocking: &Blocking,
         probes: &[Probe<'_>],
-        check: Option<&NonceCheck>,
-    ) -> Result<(Option<Result<(), ApiError>>, Vec<Lookup>), ApiError> {
+        (check, lease): (Option<&NonceCheck>, Option<&Attempt>),
+    ) -> Result<Looked, ApiError> {
         let front = |pipe: &mut redis::Pipeline| {
             if let Some(c) = check {
                 c.add_to(pipe);
             }
+            if let Some(l) = lease {
+                pipe.ignore_errors();
+                l.add_to(pipe);
+            }
         };
         let Some(prepared) = self.prepare_lookup(pools, probes, front) else {
-            return Ok((None, bypass(probes)));
+            return Ok((None, None, bypass(probes)));
         };
-        // On a connection Redis ended, the lookup goes again (the replay check riding in front
-        // too: it knows its own earlier attempt).
+        // On a connection Redis ended, the lookup goes again (the replay check and the lease
+        // riding in front too: each knows its own earlier attempt).
         let how = How {
-            each: check.is_some(),
+            each: check.is_some() || lease.is_some(),
             again: true,
         };
         let sent = match send(pools, blocking, &prepared.pipe, how).await {
             Ok(sent) => sent,
-            Err(e) if redis_down(&e) => return Ok((None, bypass(probes))),
+            Err(e) if redis_down(&e) => return Ok((None, None, bypass(probes))),
             Err(e) => return Err(e),
         };
         let (verdict, values) = NonceCheck::split(check, sent);
-        let values = values.and_then(|v| {
+        let (reply, values) = match (lease, values) {
+            (Some(_), Ok(v)) => {
+                let mut v = v.into_iter();
+                let reply = v.next();
+                (reply, v.map(Value::extract_error).collect())
+            }
+            (_, values) => (None, values),
+        };
+        let values = values.and_then(|v: Vec<Value>| {
             v.into_iter()
                 .map(|v| redis::from_redis_value(v).map_err(Into::into))
                 .collect()
         });
-        Ok((verdict, self.read_lookup(pools, prepared, values)))
+        Ok((verdict, reply, self.read_lookup(pools, prepared, values)))
     }
 
     /// One lookup behind a fill lease's `SET NX`, in one message to a single Redis, which
@@ -194,11 +212,14 @@ impl Cache {
         };
         let mut values = values.into_iter();
         let mut found: Vec<(Option<Entry>, String)> = Vec::with_capacity(probes.len());
-        for mine in fresh {
+        for (p, mine) in probes.iter().zip(fresh) {
             let entry = values
                 .next()
                 .flatten()
                 .and_then(|b| serde_json::from_slice::<Entry>(&b).ok());
+            if entry.is_some() {
+                self.known.saw(p.key, p.fingerprint);
+            }
             found.push((entry, current_or(values.next().flatten(), mine)));
         }
         let current: BTreeMap<String, String> = tag_names

@@ -45,6 +45,7 @@ mod durable;
 mod entry;
 mod freshness;
 mod invalidate;
+mod known;
 mod lookup;
 mod names;
 mod pending;
@@ -155,6 +156,8 @@ pub(crate) struct Cache {
     cluster: Option<(u32, u64)>,
     /// The row keys of top-N entries this sidecar filled (`rows.rs`).
     rows_seen: rows::RowsSeen,
+    /// Entries lately seen in Redis (`known.rs`): whether a read is guessed to miss.
+    known: known::Known,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -211,7 +214,19 @@ impl Cache {
             deferred_table_seen: Default::default(),
             cluster: None,
             rows_seen: rows::RowsSeen::default(),
+            known: known::Known::default(),
         }
+    }
+
+    /// Whether the entry of `probe` is likely in Redis now, by what this sidecar has lately
+    /// seen (`known.rs`): a guess, for a read deciding to take its fill lease early.
+    pub(crate) fn likely_present(&self, probe: &Probe<'_>) -> bool {
+        self.known.likely(probe.key, probe.fingerprint)
+    }
+
+    /// The entry of `key` under `fingerprint` was written back: guessed present from now on.
+    pub(crate) fn written_back(&self, key: &str, fingerprint: &str) {
+        self.known.saw(key, fingerprint);
     }
 
     /// Empty results are kept at most `s` seconds (`cache.negative_ttl_s`).

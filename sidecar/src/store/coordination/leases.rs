@@ -99,12 +99,14 @@ pub(crate) struct Attempt {
 }
 
 impl Attempt {
-    /// Adds the lease's `SET NX PX` to `pipe`.
+    /// Adds the lease's `SET NX GET PX` to `pipe`. GET: a `SET` sent again (its connection
+    /// was lost) finds its own token and knows the lease is ours.
     pub(crate) fn add_to(&self, pipe: &mut redis::Pipeline) {
         pipe.cmd("SET")
             .arg(&self.key)
             .arg(&self.token)
             .arg("NX")
+            .arg("GET")
             .arg("PX")
             .arg(LEASE.as_millis() as u64);
     }
@@ -126,15 +128,20 @@ impl Attempt {
         }
     }
 
-    /// What the `SET`'s reply means: OK, ours; nil, another sidecar's; anything else (an
-    /// error, no reply) leaves the fill without a lease.
+    /// What the `SET`'s reply (the lease's holder before it) means: none or our own token,
+    /// ours; another token, another sidecar's; anything else (an error, no reply) leaves the
+    /// fill without a lease.
     pub(crate) fn settle(self, reply: Option<redis::Value>) -> Lease {
         match reply {
-            Some(redis::Value::Okay) => Lease::Held {
+            Some(redis::Value::Nil) => Lease::Held {
                 key: self.key,
                 token: self.token,
             },
-            Some(redis::Value::Nil) => Lease::Taken(self.waiter),
+            Some(redis::Value::BulkString(t)) if t == self.token.as_bytes() => Lease::Held {
+                key: self.key,
+                token: self.token,
+            },
+            Some(redis::Value::BulkString(_)) => Lease::Taken(self.waiter),
             other => {
                 tracing::debug!(reply = ?other, "no fill lease: unexpected reply");
                 Lease::Unavailable
