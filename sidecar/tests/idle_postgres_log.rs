@@ -31,3 +31,26 @@ fn an_idle_sidecar_leaves_no_error_in_the_postgres_log() {
     );
     drop(s);
 }
+
+/// Nor does it reset sessions it left clean: each of those rounds ended in `DISCARD ALL`
+/// (which a test counting resets after plain reads then met now and then). Postgres's own
+/// count of the statements it ran judges.
+#[test]
+fn an_idle_sidecar_resets_no_session() {
+    let redis = RedisServer::start();
+    let pg = PgServer::start_counting();
+    pg.setup_demo_schema();
+    let s = SidecarProcess::start(BIN, &redis.url(), &pg.url(), &[], Stdio::null());
+    let a = s.client.query(serde_json::json!({"sql": "SELECT 1 AS n"}));
+    assert_eq!(a.status, 200, "{}", a.body);
+    // The read's own reset done, and the sidecar's first background rounds.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let before = pg.statements("DISCARD ALL");
+    std::thread::sleep(Duration::from_millis(3_500));
+    let resets = pg.statements("DISCARD ALL") - before;
+    assert_eq!(
+        resets, 0,
+        "an idle sidecar reset {resets} sessions in 3.5 s"
+    );
+    drop(s);
+}

@@ -15,7 +15,7 @@
 use super::pending::Chunk;
 use super::{Cache, FLUSH_CHUNK};
 use crate::store::coordination::ferry_tables;
-use crate::store::pools::session::with_owner_session;
+use crate::store::pools::session::{with_owner_read, with_owner_session};
 use crate::store::pools::Pools;
 use crate::store::postgres::failure::Failure;
 use std::sync::atomic::Ordering;
@@ -71,9 +71,10 @@ impl Cache {
         };
         // No table yet: nothing was ever deferred (the first deferral, on any sidecar, makes
         // it). Postgres is asked whether it exists, which is never DDL and never an error: read
-        // while missing, it was one in Postgres's log every second, and a session reset.
+        // while missing, it was one in Postgres's log every second. Nor is the session reset
+        // after it (`with_owner_read`): that was a `DISCARD ALL` every second.
         if !self.deferred_table_seen.load(Ordering::Relaxed) {
-            let exists = with_owner_session(pools, |s| {
+            let exists = with_owner_read(pools, |s| {
                 s.client
                     .query_one("SELECT to_regclass($1) IS NOT NULL", &[table])
                     .map(|r| r.get::<_, bool>(0))

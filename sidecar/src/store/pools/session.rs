@@ -131,6 +131,22 @@ pub(in crate::store) fn with_owner_session<T>(
     with_conn(pools.owner_conn(), work)
 }
 
+/// [`with_owner_session`] for a read of Ferry's own that leaves nothing on the session (a
+/// catalog lookup): reset only when it failed, as `check_schema`'s read. A reset after each,
+/// once a second, was a `DISCARD ALL` a second on an idle sidecar.
+pub(in crate::store) fn with_owner_read<T>(
+    pools: &Pools,
+    work: impl FnOnce(&mut PgSession) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    let mut session = pools.owner_conn().map_err(Failure::Api)?;
+    let out = work(&mut session);
+    lost_if(&mut session, &out);
+    if out.is_err() {
+        reset(&mut session);
+    }
+    out
+}
+
 /// [`with_session`] on a session already checked out (a replica's).
 pub(in crate::store) fn with_conn<T>(
     conn: Result<crate::store::pools::PgConn, crate::error::ApiError>,
