@@ -3,8 +3,11 @@
 //! must not outlive it: a lease left in Redis makes every other sidecar's miss of that read
 //! wait for it (up to the lease's 2 s) instead of filling. Two adversaries, each on a sidecar
 //! that has never seen the entry: reads that hit an entry another sidecar filled, and a
-//! captured request replayed. Redis's own log (MONITOR) shows the leases taken; its keys show
-//! none left.
+//! captured request replayed, and a read that bypasses the cache (its `after` is ahead of the
+//! change stream) with a slow query. Redis's own log (MONITOR) shows the leases taken; its keys
+//! show none left.
+mod change_stream_common;
+
 use ferry_testkit::client::{nonce, now_s};
 use ferry_testkit::{PgServer, RedisServer, SidecarProcess};
 use serde_json::json;
@@ -54,12 +57,14 @@ fn leases_left_after_a_second(redis: &RedisServer) -> Vec<String> {
 }
 
 /// The commands clients sent (not those scripts ran) since MONITOR began, until Redis has
-/// been quiet for half a second.
+/// been quiet for half a second, or for 3 s at most (a change stream's heartbeats never let
+/// it be quiet).
 fn monitored(mut conn: redis::Connection) -> Vec<String> {
     conn.set_read_timeout(Some(Duration::from_millis(500)))
         .expect("read timeout");
     let mut lines = Vec::new();
-    while let Ok(v) = conn.recv_response() {
+    let until = Instant::now() + Duration::from_secs(3);
+    while let (true, Ok(v)) = (Instant::now() < until, conn.recv_response()) {
         if let Ok(line) = redis::from_redis_value::<String>(v) {
             if !line.contains(" lua]") {
                 lines.push(line);
@@ -144,5 +149,40 @@ fn a_replay_guessed_to_miss_leaves_no_lease_behind() {
         pg.reads(),
         10,
         "each read ran once on Postgres; no replay ran"
+    );
+}
+
+#[test]
+fn a_read_that_bypasses_lets_its_lease_go_before_its_query() {
+    let redis = RedisServer::start();
+    let pg = change_stream_common::logical_pg();
+    let s = change_stream_common::start(&redis, &pg);
+    // 1.5 s on Postgres; `after` a position the stream has not reached: answered uncached.
+    let slow = json!({"sql": "SELECT pg_sleep(1.5)::text AS slept, 1 AS n",
+                      "cache": {"ttl_s": 60, "key": "slow:1"}, "after": "FF/0"});
+    let m = monitor(&redis);
+    let seen = std::thread::scope(|scope| {
+        let read = scope.spawn(|| s.client.query(slow.clone()));
+        // Watch the leases while the query runs (0.3 s to 1.2 s in).
+        std::thread::sleep(Duration::from_millis(300));
+        let mut seen = Vec::new();
+        let until = Instant::now() + Duration::from_millis(900);
+        while Instant::now() < until {
+            seen.extend(leases(&redis));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let r = read.join().expect("the read");
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.body["cache"], "bypass", "{}", r.body);
+        seen
+    });
+    assert_eq!(
+        lease_sets(&monitored(m)),
+        1,
+        "the read, never seen, takes its lease in its lookup"
+    );
+    assert!(
+        seen.is_empty(),
+        "a read that does not fill held its lease through its query: {seen:?}"
     );
 }

@@ -2,7 +2,7 @@
 //! stale-if-error, per the read's cache plan. Shared by `/v1/query` and `/v1/batch`.
 
 use crate::error::ApiError;
-use crate::read::flight::{Fetched, Outcome};
+use crate::read::flight::{Fetched, Join, Outcome};
 use crate::read::lookup::{lookup_one, Reads};
 use crate::read::plan::{CachePlan, Infer, ReadFormat, ReadPlan};
 use crate::read::postgres::{on_primary, run_query, text_query};
@@ -66,6 +66,7 @@ async fn answer_inner(
     (prefetched, early): (Option<Vec<Row>>, Option<Early>),
 ) -> Result<Answer, ApiError> {
     let (Some(cache), Some(lookup)) = (plan.cache.clone(), lookup) else {
+        drop(early);
         let reason = match &plan.infer {
             Infer::Refused(why) => Some(why.to_string()),
             _ => None,
@@ -79,7 +80,12 @@ async fn answer_inner(
         return Ok(r);
     };
     let lookup = lookup.within(&cache.entry);
-    if !state.cache.freshness().covers(plan.after) {
+    // A read that will not fill lets an early lease go before it runs anything: held through
+    // its query, it would keep other sidecars' misses waiting on a fill that never comes.
+    let covered = state.cache.freshness().covers(plan.after);
+    let fills = covered && matches!(lookup, Lookup::Miss { .. } | Lookup::Revalidate { .. });
+    let early = early.filter(|_| fills);
+    if !covered {
         // The change stream has not yet invalidated up to the write this read must see: an
         // entry (or a fill already under way) may hold rows from before it.
         let rows = run_query(state, plan).await?;
@@ -108,11 +114,15 @@ async fn answer_inner(
             // One refresh across sidecars too: another sidecar's lease means it is refreshing.
             let identity = cache.flight_identity();
             let seen = observed.seen();
+            let join = match Early::holds(&early) {
+                true => Join::Never,
+                false => Join::Any,
+            };
             let work = fill(state, &plan, &cache, observed, None);
             let work = shared_flight::leased(state, &plan, (identity.clone(), early), work);
             state
                 .flights
-                .start((&identity, &seen), &cache.key, &cache.tags, work);
+                .start((&identity, &seen), (&cache.key, &cache.tags), join, work);
             let mut r = response(rows, CacheStatus::Stale, age_ms, None);
             r.stale_reason = Some(StaleReason::Revalidating);
             Ok(with_key(r))
@@ -324,6 +334,11 @@ async fn fetch(
     let identity = cache.flight_identity();
     let seen = observed.seen();
     let no_cache = cache.mode == CacheMode::NoCache;
+    let join = match (no_cache, Early::holds(&early)) {
+        (true, _) => Join::Unanswered,
+        (false, true) => Join::Never,
+        (false, false) => Join::Any,
+    };
     let work = fill(state, plan, cache, observed, prefetched);
     let work: Box<dyn FnOnce() -> Fill> = if no_cache {
         Box::new(move || work(None))
@@ -341,7 +356,7 @@ async fn fetch(
             (&identity, &seen),
             &cache.key,
             &cache.tags,
-            (state.blocking.timeout(), no_cache),
+            (state.blocking.timeout(), join),
             work,
         )
         .await

@@ -34,6 +34,18 @@ pub(crate) struct Fetched {
 
 pub(crate) type Outcome = Result<Arc<Fetched>, ApiError>;
 
+/// Which flight of its key (with the versions its lookup saw) a read may join.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Join {
+    Any,
+    /// Only one still running its query: a no-cache read, which asked for rows read after it.
+    Unanswered,
+    /// None: the read holds its fill lease (taken in its lookup). Joining would let the lease
+    /// go with nobody filling under it, and a flight of this sidecar that waits on it would
+    /// wake to no entry. It fills, and that flight wakes to its entry.
+    Never,
+}
+
 struct Flight {
     id: u64,
     /// The versions its leader's lookup saw (`Observed::seen`): a read joins only a flight
@@ -65,20 +77,20 @@ impl Flights {
     /// reads that differ in any of them never share rows; `key` and `tags` are what
     /// invalidation names; `seen` the versions this read's lookup saw. The age: the flight had
     /// already answered when this read joined it (its write-back under way), this many ms ago,
-    /// so this read was answered as from the cache. `fresh_only`: never that (a no-cache read).
+    /// so this read was answered as from the cache. `join`: which flights this read may join.
     pub(crate) async fn run<F, Fut>(
         self: &Arc<Self>,
         (identity, seen): (&str, &str),
         key: &str,
         tags: &[String],
-        (timeout, fresh_only): (Duration, bool),
+        (timeout, join): (Duration, Join),
         work: F,
     ) -> (Outcome, Option<u64>)
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Fetched, ApiError>> + 'static,
     {
-        let (mut rx, answered) = self.join_or_start((identity, seen), key, tags, fresh_only, work);
+        let (mut rx, answered) = self.join_or_start((identity, seen), key, tags, join, work);
         let waited = tokio::time::timeout(timeout, async {
             // Joined after the answer: answered once the entry is in Redis (or its write-back
             // gave up), as a hit found there would be.
@@ -105,28 +117,28 @@ impl Flights {
     pub(crate) fn start<F, Fut>(
         self: &Arc<Self>,
         (identity, seen): (&str, &str),
-        key: &str,
-        tags: &[String],
+        (key, tags): (&str, &[String]),
+        join: Join,
         work: F,
     ) where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Fetched, ApiError>> + 'static,
     {
         drop(
-            self.join_or_start((identity, seen), key, tags, false, work)
+            self.join_or_start((identity, seen), key, tags, join, work)
                 .0,
         );
     }
 
     /// The flight to wait on, and how long ago it answered when it already had (the joiner is
     /// then answered as from the cache). A flight of other versions, or one that has answered
-    /// when `fresh_only` (a no-cache read), is replaced, left to the reads it has.
+    /// `join` does not allow, is replaced, left to the reads it has.
     fn join_or_start<F, Fut>(
         self: &Arc<Self>,
         (identity, seen): (&str, &str),
         key: &str,
         tags: &[String],
-        fresh_only: bool,
+        join: Join,
         work: F,
     ) -> (watch::Receiver<Option<Outcome>>, Option<u64>)
     where
@@ -136,7 +148,12 @@ impl Flights {
         let mut map = self.map();
         if let Some(f) = map.get(identity).filter(|f| f.seen == seen) {
             let answered = *f.answered_at.lock().unwrap_or_else(|p| p.into_inner());
-            if !(fresh_only && answered.is_some()) {
+            let may = match join {
+                Join::Any => true,
+                Join::Unanswered => answered.is_none(),
+                Join::Never => false,
+            };
+            if may {
                 self.joined.fetch_add(1, Ordering::Relaxed);
                 crate::metrics::global()
                     .flights_joined

@@ -55,7 +55,7 @@ pub(crate) async fn lookup_one(
     Option<Result<(), ApiError>>,
     Result<(Option<Lookup>, Option<Early>), ApiError>,
 ) {
-    let attempt = early_attempt(state, plan);
+    let attempt = early_attempt(state, plan).await;
     let (verdict, reply, found) = lookup_with(state, &[plan], (check, attempt.as_ref())).await;
     let early = match (attempt, reply) {
         (Some(a), Some(reply)) => Some(Early::new(a.settle(Some(reply)), state)),
@@ -67,8 +67,9 @@ pub(crate) async fn lookup_one(
 /// The lease a read guessed to miss takes in its lookup, or None: the read does not fill
 /// through a shared lease (no cache plan, no-cache or only-if-cached, leases off), or the
 /// lease could not go in front of its lookup in order (a cluster; Redis failing: see
-/// `Cache::lookup_behind`), or its entry was lately seen.
-fn early_attempt(state: &State, plan: &ReadPlan) -> Option<Attempt> {
+/// `Cache::lookup_behind`), or its entry was lately seen, or this worker has no Redis
+/// connection of its own.
+async fn early_attempt(state: &State, plan: &ReadPlan) -> Option<Attempt> {
     let c = plan.cache.as_ref()?;
     if matches!(c.mode, CacheMode::NoCache | CacheMode::OnlyIfCached)
         || state.pools.redis_cluster()
@@ -82,6 +83,11 @@ fn early_attempt(state: &State, plan: &ReadPlan) -> Option<Attempt> {
         tags: &c.tags,
     };
     if state.cache.likely_present(&probe) {
+        return None;
+    }
+    // Released, when not taken, on this worker's own connection: never through the blocking
+    // pool, whose admission could refuse it under load (the lease would then lapse, 2 s).
+    if !matches!(state.pools.redis_async().await, Ok(Some(_))) {
         return None;
     }
     state.leases.attempt(&c.flight_identity())

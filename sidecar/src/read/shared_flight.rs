@@ -39,55 +39,77 @@ pub(crate) fn leased(
             if !s.leases.enabled() {
                 return work(None).await;
             }
-            let deadline = s.blocking.timeout();
-            let (lease, found) = match early {
+            let until = tokio::time::Instant::now() + s.blocking.timeout() / 2;
+            let mut tried = match early {
                 Some(early) => (early.take(), None),
                 None => lease_then_lookup(&s, &plan, &identity).await,
             };
-            match (lease, found) {
-                (Lease::Held { key, token }, found) => {
-                    let out = match found {
-                        Some(fetched) => Ok(fetched),
-                        None => {
-                            let renew = Box::pin(s.leases.renew(&s.pools, &key, &token));
-                            let held = Held {
-                                key: key.clone(),
-                                token: token.clone(),
-                                leases: s.leases.clone(),
-                            };
-                            match futures_util::future::select(work(Some(held)), renew).await {
-                                futures_util::future::Either::Left((out, _)) => out,
-                                futures_util::future::Either::Right(((), fill)) => fill.await,
-                            }
+            let mut again = true;
+            loop {
+                match tried {
+                    (Lease::Held { key, token }, None) => {
+                        return fill_held(&s, key, token, work).await
+                    }
+                    (Lease::Held { key, token }, Some(fetched)) => {
+                        release_later(&s, key, token);
+                        return Ok(fetched);
+                    }
+                    (_, Some(fetched)) => return Ok(fetched),
+                    (Lease::Taken(waiter), None) => {
+                        let left = until.saturating_duration_since(tokio::time::Instant::now());
+                        let woken = waiter.wait(&s.pools, left).await;
+                        crate::metrics::global().fill_wait(woken);
+                        if let Some(fetched) = fresh(&s, &plan).await {
+                            return Ok(fetched);
                         }
-                    };
-                    // Released behind the write-back already: nothing left to send.
-                    if matches!(&out, Ok(f) if f.released) {
-                        return out;
+                        // The holder did not fill: its read hit or was refused (a lease taken
+                        // early), or its query failed. The lease once more, so that the reads
+                        // woken with this one still run the query once between them.
+                        if !std::mem::take(&mut again) {
+                            return work(None).await;
+                        }
+                        tried = lease_then_lookup(&s, &plan, &identity).await;
                     }
-                    // Not released with the write-back (no write-back, a cluster, the pooled
-                    // path): the answer does not wait for the release, since what it answers
-                    // is already in Redis (or was not to be stored), and the release only
-                    // wakes other sidecars' waiters, which it still does after the write-back.
-                    let s = s.clone();
-                    actix_web::rt::spawn(async move {
-                        s.leases.release(&s.pools, &key, &token).await;
-                    });
-                    out
+                    (Lease::Unavailable, None) => return work(None).await,
                 }
-                (_, Some(fetched)) => Ok(fetched),
-                (Lease::Taken(waiter), None) => {
-                    let woken = waiter.wait(&s.pools, deadline / 2).await;
-                    crate::metrics::global().fill_wait(woken);
-                    match fresh(&s, &plan).await {
-                        Some(fetched) => Ok(fetched),
-                        None => work(None).await,
-                    }
-                }
-                (Lease::Unavailable, None) => work(None).await,
             }
         })
     }
+}
+
+/// The fill, under the lease this sidecar holds (renewed while the query runs).
+async fn fill_held(
+    s: &Reads,
+    key: String,
+    token: String,
+    work: impl FnOnce(Option<Held>) -> Fill,
+) -> Result<Fetched, crate::error::ApiError> {
+    let renew = Box::pin(s.leases.renew(&s.pools, &key, &token));
+    let held = Held {
+        key: key.clone(),
+        token: token.clone(),
+        leases: s.leases.clone(),
+    };
+    let out = match futures_util::future::select(work(Some(held)), renew).await {
+        futures_util::future::Either::Left((out, _)) => out,
+        futures_util::future::Either::Right(((), fill)) => fill.await,
+    };
+    // Released behind the write-back already: nothing left to send.
+    if !matches!(&out, Ok(f) if f.released) {
+        release_later(s, key, token);
+    }
+    out
+}
+
+/// Not released with the write-back (no write-back, a cluster, the pooled path, the entry
+/// found behind the lease): the answer does not wait for the release, since what it answers is
+/// already in Redis (or was not to be stored), and the release only wakes other sidecars'
+/// waiters, which it still does after the write-back.
+fn release_later(s: &Reads, key: String, token: String) {
+    let s = s.clone();
+    actix_web::rt::spawn(async move {
+        s.leases.release(&s.pools, &key, &token).await;
+    });
 }
 
 /// A fill lease tried in a read's first lookup (`read::lookup`), before it was known whether
@@ -105,6 +127,17 @@ impl Early {
             lease: Some(lease),
             state: state.clone(),
         }
+    }
+
+    /// Whether it holds the lease (the read must then fill: `flight::Join::Never`).
+    pub(crate) fn holds(early: &Option<Early>) -> bool {
+        matches!(
+            early,
+            Some(Early {
+                lease: Some(Lease::Held { .. }),
+                ..
+            })
+        )
     }
 
     fn take(mut self) -> Lease {

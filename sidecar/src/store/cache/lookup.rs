@@ -30,7 +30,7 @@ impl Cache {
     /// connection when it can). Answers in the order of `probes`. A replay check given rides
     /// in front of the lookup (one message to Redis); its verdict comes back when it was sent
     /// and the pipeline answered. So does a fill lease (`lease`, a read guessed to miss): it
-    /// goes after the check and before the lookup, which Redis runs after it (see
+    /// goes in front of both, and Redis runs the lookup after it (see
     /// [`Cache::lookup_behind`]); its reply comes back when it was sent. Redis unavailable:
     /// every read bypasses. Err only when the blocking pool refused the work.
     pub(crate) async fn lookup_many(
@@ -40,13 +40,15 @@ impl Cache {
         probes: &[Probe<'_>],
         (check, lease): (Option<&NonceCheck>, Option<&Attempt>),
     ) -> Result<Looked, ApiError> {
+        // The lease first: its reply is read before anything else of the answer can fail,
+        // so a lease Redis took is never lost with a failed lookup (nor left to lapse).
         let front = |pipe: &mut redis::Pipeline| {
-            if let Some(c) = check {
-                c.add_to(pipe);
-            }
             if let Some(l) = lease {
                 pipe.ignore_errors();
                 l.add_to(pipe);
+            }
+            if let Some(c) = check {
+                c.add_to(pipe);
             }
         };
         let Some(prepared) = self.prepare_lookup(pools, probes, front) else {
@@ -63,18 +65,17 @@ impl Cache {
             Err(e) if redis_down(&e) => return Ok((None, None, bypass(probes))),
             Err(e) => return Err(e),
         };
-        let (verdict, values) = NonceCheck::split(check, sent);
-        let (reply, values) = match (lease, values) {
-            (Some(_), Ok(v)) => {
-                let mut v = v.into_iter();
-                let reply = v.next();
-                (reply, v.map(Value::extract_error).collect())
+        let (reply, sent) = match (lease, sent) {
+            (Some(_), Ok(mut v)) if !v.is_empty() => {
+                let reply = v.remove(0);
+                (Some(reply), Ok(v))
             }
-            (_, values) => (None, values),
+            (_, sent) => (None, sent),
         };
+        let (verdict, values) = NonceCheck::split(check, sent);
         let values = values.and_then(|v: Vec<Value>| {
             v.into_iter()
-                .map(|v| redis::from_redis_value(v).map_err(Into::into))
+                .map(|v| redis::from_redis_value(v.extract_error()?).map_err(Into::into))
                 .collect()
         });
         Ok((verdict, reply, self.read_lookup(pools, prepared, values)))
