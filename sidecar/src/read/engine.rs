@@ -3,10 +3,10 @@
 
 use crate::error::ApiError;
 use crate::read::flight::{Fetched, Join, Outcome};
-use crate::read::lookup::{lookup_one, Reads};
+use crate::read::lookup::Reads;
 use crate::read::plan::{CachePlan, Infer, ReadFormat, ReadPlan};
 use crate::read::postgres::{on_primary, run_query, text_query};
-use crate::read::shared_flight::{self, Early, Fill};
+use crate::read::shared_flight::{self, lookup_one, Early, Fill};
 use crate::store::cache::{value_key, Lookup, Observed, Rows, Stored};
 use crate::store::coordination::leases::Held;
 use crate::store::postgres::by_value::key_text;

@@ -4,13 +4,11 @@
 use crate::error::ApiError;
 use crate::read::flight::Flights;
 use crate::read::plan::{CachePlan, ReadPlan};
-use crate::read::shared_flight::Early;
 use crate::store::blocking::Blocking;
 use crate::store::cache::{Cache, Lookup, Probe};
 use crate::store::coordination::leases::Attempt;
 use crate::store::coordination::nonces::NonceCheck;
 use crate::store::pools::Pools;
-use ferry_shared::api::CacheMode;
 use std::sync::Arc;
 
 /// What the engine works with: the pools, the cache, the single flights and the rule for
@@ -37,65 +35,9 @@ pub(crate) async fn lookup_many(
     lookup_with(state, plans, (None, None)).await.2
 }
 
-/// One read's lookup, with the request's shared replay check in front of it when given: one
-/// message to Redis for both. The check's verdict comes first; None when it was not sent (the
-/// cache is not usable now) or its pipeline failed, and `store::coordination::nonces::settle`
-/// then runs it on its own.
-///
-/// A read guessed to miss (this sidecar has not lately seen its entry: `Cache::likely_present`)
-/// takes its fill lease in the same message, in front of the lookup, which then counts as
-/// the lookup behind the lease (`shared_flight::leased`): a miss spends one round trip on
-/// Redis before Postgres instead of two. The lease comes back with the lookup ([`Early`]); a
-/// read that does not fill releases it when it drops it.
-pub(crate) async fn lookup_one(
-    state: &State,
-    plan: &ReadPlan,
-    check: Option<&NonceCheck>,
-) -> (
-    Option<Result<(), ApiError>>,
-    Result<(Option<Lookup>, Option<Early>), ApiError>,
-) {
-    let attempt = early_attempt(state, plan).await;
-    let (verdict, reply, found) = lookup_with(state, &[plan], (check, attempt.as_ref())).await;
-    let early = match (attempt, reply) {
-        (Some(a), Some(reply)) => Some(Early::new(a.settle(Some(reply)), state)),
-        _ => None,
-    };
-    (verdict, found.map(|mut f| (f.pop().flatten(), early)))
-}
-
-/// The lease a read guessed to miss takes in its lookup, or None: the read does not fill
-/// through a shared lease (no cache plan, no-cache or only-if-cached, leases off), or the
-/// lease could not go in front of its lookup in order (a cluster; Redis failing: see
-/// `Cache::lookup_behind`), or its entry was lately seen, or this worker has no Redis
-/// connection of its own.
-async fn early_attempt(state: &State, plan: &ReadPlan) -> Option<Attempt> {
-    let c = plan.cache.as_ref()?;
-    if matches!(c.mode, CacheMode::NoCache | CacheMode::OnlyIfCached)
-        || state.pools.redis_cluster()
-        || !state.pools.redis_breaker_closed()
-    {
-        return None;
-    }
-    let probe = Probe {
-        key: &c.key,
-        fingerprint: &c.fingerprint,
-        tags: &c.tags,
-    };
-    if state.cache.likely_present(&probe) {
-        return None;
-    }
-    // Released, when not taken, on this worker's own connection: never through the blocking
-    // pool, whose admission could refuse it under load (the lease would then lapse, 2 s).
-    if !matches!(state.pools.redis_async().await, Ok(Some(_))) {
-        return None;
-    }
-    state.leases.attempt(&c.flight_identity())
-}
-
 /// The lookup of `plans`, behind a replay check and a fill lease when given (see
 /// `Cache::lookup_many`): the check's verdict, the lease's reply, each read's entry.
-async fn lookup_with(
+pub(crate) async fn lookup_with(
     state: &State,
     plans: &[&ReadPlan],
     front: (Option<&NonceCheck>, Option<&Attempt>),

@@ -26,4 +26,5 @@ pub(crate) mod shared_flight;
 pub(crate) mod text_plan;
 
 pub(crate) use engine::answer;
-pub(crate) use lookup::{lookup_one, Reads};
+pub(crate) use lookup::Reads;
+pub(crate) use shared_flight::lookup_one;

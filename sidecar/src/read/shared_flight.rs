@@ -7,11 +7,13 @@
 
 use crate::error::ApiError;
 use crate::read::flight::Fetched;
-use crate::read::lookup::{lookup_many, Reads};
+use crate::read::lookup::{lookup_many, lookup_with, Reads};
 use crate::read::plan::ReadPlan;
 use crate::store::cache::{Lookup, Probe};
-use crate::store::coordination::leases::{Held, Lease};
+use crate::store::coordination::leases::{Attempt, Held, Lease};
+use crate::store::coordination::nonces::NonceCheck;
 use crate::store::pools::send::{send, How};
+use ferry_shared::api::CacheMode;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -26,7 +28,7 @@ pub(crate) type Fill = Pin<Box<dyn Future<Output = Result<Fetched, ApiError>>>>;
 /// on a cluster the lookup waits for the lease's answer.
 ///
 /// `early`: the lease was tried in the read's first lookup already, which missed behind it
-/// (`read::lookup`, a read guessed to miss): it is used as it is, and nothing is looked up again.
+/// (`lookup_one`, a read guessed to miss): it is used as it is, and nothing is looked up again.
 pub(crate) fn leased(
     state: &Reads,
     plan: &ReadPlan,
@@ -112,10 +114,67 @@ fn release_later(s: &Reads, key: String, token: String) {
     });
 }
 
-/// A fill lease tried in a read's first lookup (`read::lookup`), before it was known whether
+/// One read's lookup, with the request's shared replay check in front of it when given: one
+/// message to Redis for both. The check's verdict comes first; None when it was not sent (the
+/// cache is not usable now) or its pipeline failed, and `store::coordination::nonces::settle`
+/// then runs it on its own.
+///
+/// A read guessed to miss (this sidecar has not lately seen its entry: `Cache::likely_present`)
+/// takes its fill lease in the same message, in front of the lookup, which then counts as
+/// the lookup behind the lease (`shared_flight::leased`): a miss spends one round trip on
+/// Redis before Postgres instead of two. The lease comes back with the lookup ([`Early`]); a
+/// read that does not fill releases it when it drops it.
+pub(crate) async fn lookup_one(
+    state: &Reads,
+    plan: &ReadPlan,
+    check: Option<&NonceCheck>,
+) -> (
+    Option<Result<(), ApiError>>,
+    Result<(Option<Lookup>, Option<Early>), ApiError>,
+) {
+    let attempt = early_attempt(state, plan).await;
+    let (verdict, reply, found) = lookup_with(state, &[plan], (check, attempt.as_ref())).await;
+    let early = match (attempt, reply) {
+        (Some(a), Some(reply)) => Some(Early::new(a.settle(Some(reply)), state)),
+        _ => None,
+    };
+    (verdict, found.map(|mut f| (f.pop().flatten(), early)))
+}
+
+/// The lease a read guessed to miss takes in its lookup, or None: the read does not fill
+/// through a shared lease (no cache plan, no-cache or only-if-cached, leases off), or the
+/// lease could not go in front of its lookup in order (a cluster; Redis failing: see
+/// `Cache::lookup_behind`), or its entry was lately seen, or this worker has no Redis
+/// connection of its own.
+async fn early_attempt(state: &Reads, plan: &ReadPlan) -> Option<Attempt> {
+    let c = plan.cache.as_ref()?;
+    if matches!(c.mode, CacheMode::NoCache | CacheMode::OnlyIfCached)
+        || state.pools.redis_cluster()
+        || !state.pools.redis_breaker_closed()
+    {
+        return None;
+    }
+    let probe = Probe {
+        key: &c.key,
+        fingerprint: &c.fingerprint,
+        tags: &c.tags,
+    };
+    if state.cache.likely_present(&probe) {
+        return None;
+    }
+    // Released, when not taken, on this worker's own connection: never through the blocking
+    // pool, whose admission could refuse it under load (the lease would then lapse, 2 s).
+    if !matches!(state.pools.redis_async().await, Ok(Some(_))) {
+        return None;
+    }
+    state.leases.attempt(&c.flight_identity())
+}
+
+/// A fill lease tried in a read's first lookup ([`lookup_one`]), before it was known whether
 /// the read would miss. A fill takes it ([`Early::take`], in [`leased`]); dropped untaken (the
-/// read hit, was a replay, bypassed the cache, or joined a fill already running here), a lease
-/// it holds is released at once, so another sidecar's miss does not wait on it.
+/// read hit, was a replay, or bypassed the cache), a lease it holds is released at once, so
+/// another sidecar's miss does not wait on it. (A read holding it never joins a fill already
+/// running here: `flight::Join::Never`.)
 pub(crate) struct Early {
     lease: Option<Lease>,
     state: Reads,

@@ -1,9 +1,9 @@
 //! Which entries this sidecar has lately seen in Redis: a guess, never a promise, that a
 //! lookup will find its entry. A read guessed to miss takes its fill lease in its first lookup
-//! (`read::lookup`), so that its miss does not spend a round trip on the lease afterwards. A
-//! wrong guess costs little: a lease taken and at once released (the read hit), or the round
-//! trip saved not saved (the read missed the way it always did). Nothing the guess says
-//! decides what a read answers.
+//! (`read::shared_flight::lookup_one`), so that its miss does not spend a round trip on the
+//! lease afterwards. A wrong guess costs little: a lease taken and at once released (the read
+//! hit), or the round trip not saved (the read missed the way it always did). Nothing the
+//! guess says decides what a read answers.
 //!
 //! Direct-mapped: one slot per hash, a newer entry overwriting an older one, no lock. Seeded
 //! per process, so no caller can aim many keys at one slot of every sidecar.
