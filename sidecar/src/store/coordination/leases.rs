@@ -19,7 +19,7 @@
 use crate::store::pools::Pools;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -152,7 +152,8 @@ impl Attempt {
 
 pub(crate) struct Waiter {
     key: String,
-    rx: watch::Receiver<bool>,
+    /// Taken out only by `drop`, which lets it go before it looks at the registration.
+    rx: Option<watch::Receiver<bool>>,
     leases: Arc<Leases>,
 }
 
@@ -193,7 +194,7 @@ impl Leases {
             .subscribe();
         let waiter = Waiter {
             key: key.clone(),
-            rx,
+            rx: Some(rx),
             leases: self.clone(),
         };
         let token = hex::encode(rand::random::<[u8; 16]>());
@@ -260,7 +261,7 @@ impl Leases {
         }
     }
 
-    fn wake(&self, key: &str) {
+    pub(super) fn wake(&self, key: &str) {
         if let Some(tx) = self.waiting().remove(key) {
             tx.send_replace(true);
         }
@@ -281,54 +282,8 @@ impl Leases {
         background.spawn(
             "ferry-fill-wakes",
             "waiters on another sidecar's fill wake only at their deadline",
-            move |stop| listen(leases, &clients, &channel, &stop),
+            move |stop| super::fill_wakes::listen(leases, &clients, &channel, &stop),
         );
-    }
-}
-
-/// Subscribes on the first node, moving to the next after a failure (a cluster relays PUBLISH
-/// to every node, so any node that answers will do).
-fn listen(
-    leases: Weak<Leases>,
-    clients: &[redis::Client],
-    channel: &str,
-    stop: &crate::background::Stop,
-) {
-    let mut next = clients.iter().cycle();
-    while leases.strong_count() > 0 && !stop.stopping() {
-        let Some(client) = next.next() else {
-            return;
-        };
-        let subscribed = client
-            .get_connection_with_timeout(Duration::from_secs(1))
-            .and_then(|mut conn| {
-                // A read timeout lets the loop notice when the sidecar goes.
-                conn.set_read_timeout(Some(Duration::from_secs(1)))?;
-                let mut ps = conn.as_pubsub();
-                ps.subscribe(channel)?;
-                loop {
-                    match ps.get_message() {
-                        Ok(msg) => {
-                            let Some(l) = leases.upgrade() else {
-                                return Ok(());
-                            };
-                            if let Ok(key) = msg.get_payload::<String>() {
-                                l.wake(&key);
-                            }
-                        }
-                        Err(e) if e.is_timeout() => {
-                            if leases.strong_count() == 0 || stop.stopping() {
-                                return Ok(());
-                            }
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-            });
-        if let Err(e) = subscribed {
-            tracing::debug!(error = %e, "fill wake-ups: redis failed; reconnecting");
-            stop.wait(Duration::from_millis(250));
-        }
     }
 }
 
@@ -347,7 +302,10 @@ impl Waiter {
                 return false;
             }
             let step = left.min(Duration::from_secs(1));
-            if tokio::time::timeout(step, self.rx.wait_for(|v| *v))
+            let Some(rx) = self.rx.as_mut() else {
+                return false;
+            };
+            if tokio::time::timeout(step, rx.wait_for(|v| *v))
                 .await
                 .is_ok_and(|r| r.is_ok())
             {
@@ -391,12 +349,21 @@ impl Waiter {
 impl Drop for Waiter {
     fn drop(&mut self) {
         // The last waiter (or a holder, who registered before it knew) leaves no registration.
+        // Its own receiver goes first, then the registration is looked at under the lock: so
+        // of waiters dropped at once on two threads the last always sees none left (counting
+        // itself, each could see the other and both leave it), and one whose registration was
+        // woken and replaced leaves the newer one, which has a receiver, to its waiters.
+        drop(self.rx.take());
         let mut waiting = self.leases.waiting();
         if waiting
             .get(&self.key)
-            .is_some_and(|tx| tx.receiver_count() <= 1)
+            .is_some_and(|tx| tx.receiver_count() == 0)
         {
             waiting.remove(&self.key);
         }
     }
 }
+
+#[cfg(test)]
+#[path = "leases_tests.rs"]
+mod tests;
