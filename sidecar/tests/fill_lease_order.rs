@@ -54,18 +54,31 @@ fn one_miss(redis: &RedisServer, s: &SidecarProcess, req: &serde_json::Value) ->
     monitored(monitor)
 }
 
-#[test]
-fn a_miss_of_a_new_entry_looks_up_once_behind_its_lease() {
+/// Redis, Postgres with the demo schema, and the sidecar binary over them.
+fn stack() -> (RedisServer, PgServer, SidecarProcess) {
     let redis = RedisServer::start();
     let pg = PgServer::start();
     pg.setup_demo_schema();
     let s = SidecarProcess::start(BIN, &redis.url(), &pg.url(), &[], Stdio::null());
+    (redis, pg, s)
+}
+
+/// Where a miss's lease, lookups (GETs) and write-back are in `log`, and the log to show.
+fn order(log: &[String]) -> (Vec<usize>, Vec<usize>, Vec<usize>, String) {
+    (
+        positions(log, is_lease),
+        positions(log, |l| l.contains("] \"GET\"")),
+        positions(log, |l| l.contains("\"EVAL")),
+        log.join("\n"),
+    )
+}
+
+#[test]
+fn a_miss_of_a_new_entry_looks_up_once_behind_its_lease() {
+    let (redis, pg, s) = stack();
     let req = json!({"sql": "SELECT ferry_test_touch() AS n", "cache": {"ttl_s": 60}});
     let log = one_miss(&redis, &s, &req);
-    let shown = log.join("\n");
-    let lease = positions(&log, is_lease);
-    let gets = positions(&log, |l| l.contains("] \"GET\""));
-    let write_back = positions(&log, |l| l.contains("\"EVAL"));
+    let (lease, gets, write_back, shown) = order(&log);
     assert_eq!(lease.len(), 1, "one lease; Redis ran:\n{shown}");
     assert_eq!(gets.len(), 1, "one lookup; Redis ran:\n{shown}");
     assert!(
@@ -77,10 +90,7 @@ fn a_miss_of_a_new_entry_looks_up_once_behind_its_lease() {
 
 #[test]
 fn a_miss_of_an_entry_seen_looks_again_only_after_its_lease_is_taken() {
-    let redis = RedisServer::start();
-    let pg = PgServer::start();
-    pg.setup_demo_schema();
-    let s = SidecarProcess::start(BIN, &redis.url(), &pg.url(), &[], Stdio::null());
+    let (redis, pg, s) = stack();
     let req =
         json!({"sql": "SELECT ferry_test_touch() AS n", "cache": {"ttl_s": 60, "key": "order:1"}});
     assert_eq!(s.client.query(req.clone()).body["cache"], "miss");
@@ -91,10 +101,7 @@ fn a_miss_of_an_entry_seen_looks_again_only_after_its_lease_is_taken() {
     }));
     assert_eq!(w.status, 200, "{}", w.body);
     let log = one_miss(&redis, &s, &req);
-    let shown = log.join("\n");
-    let lease = positions(&log, is_lease);
-    let gets = positions(&log, |l| l.contains("] \"GET\""));
-    let write_back = positions(&log, |l| l.contains("\"EVAL"));
+    let (lease, gets, write_back, shown) = order(&log);
     assert_eq!(lease.len(), 1, "one lease; Redis ran:\n{shown}");
     assert!(
         gets.len() == 2
@@ -111,10 +118,7 @@ fn a_miss_of_an_entry_seen_looks_again_only_after_its_lease_is_taken() {
 /// three, a release of its own four).
 #[test]
 fn a_miss_costs_two_messages_to_redis() {
-    let redis = RedisServer::start();
-    let pg = PgServer::start();
-    pg.setup_demo_schema();
-    let s = SidecarProcess::start(BIN, &redis.url(), &pg.url(), &[], Stdio::null());
+    let (redis, _pg, s) = stack();
     let miss = |i: usize| {
         let a = s.client.query(json!({
             "sql": "SELECT $1::int AS n", "params": [i], "cache": {"ttl_s": 60}

@@ -8,14 +8,20 @@ use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ferry-sidecar");
 
-#[test]
-fn an_idle_sidecar_leaves_no_error_in_the_postgres_log() {
-    let redis = RedisServer::start();
-    let pg = PgServer::start();
+/// The sidecar binary over `pg` (given the demo schema), after one read through it.
+fn after_one_read(redis: &RedisServer, pg: &PgServer) -> SidecarProcess {
     pg.setup_demo_schema();
     let s = SidecarProcess::start(BIN, &redis.url(), &pg.url(), &[], Stdio::null());
     let a = s.client.query(serde_json::json!({"sql": "SELECT 1 AS n"}));
     assert_eq!(a.status, 200, "{}", a.body);
+    s
+}
+
+#[test]
+fn an_idle_sidecar_leaves_no_error_in_the_postgres_log() {
+    let redis = RedisServer::start();
+    let pg = PgServer::start();
+    let s = after_one_read(&redis, &pg);
     let before = pg.server_log().len();
     // Three and a half of the background's one-second rounds.
     std::thread::sleep(Duration::from_millis(3_500));
@@ -39,10 +45,7 @@ fn an_idle_sidecar_leaves_no_error_in_the_postgres_log() {
 fn an_idle_sidecar_resets_no_session() {
     let redis = RedisServer::start();
     let pg = PgServer::start_counting();
-    pg.setup_demo_schema();
-    let s = SidecarProcess::start(BIN, &redis.url(), &pg.url(), &[], Stdio::null());
-    let a = s.client.query(serde_json::json!({"sql": "SELECT 1 AS n"}));
-    assert_eq!(a.status, 200, "{}", a.body);
+    let s = after_one_read(&redis, &pg);
     // The read's own reset done, and the sidecar's first background rounds.
     std::thread::sleep(Duration::from_millis(1_500));
     let before = pg.statements("DISCARD ALL");

@@ -8,6 +8,7 @@
 //! Direct-mapped: one slot per hash, a newer entry overwriting an older one, no lock. Seeded
 //! per process, so no caller can aim many keys at one slot of every sidecar.
 
+use super::{Cache, Probe};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -47,6 +48,19 @@ impl Known {
     pub(super) fn likely(&self, key: &str, fingerprint: &str) -> bool {
         let (h, slot) = self.place(key, fingerprint);
         slot.load(Ordering::Relaxed) == h
+    }
+}
+
+impl Cache {
+    /// Whether the entry of `probe` is likely in Redis now, by what this sidecar has lately
+    /// seen (`known.rs`): a guess, for a read deciding to take its fill lease early.
+    pub(crate) fn likely_present(&self, probe: &Probe<'_>) -> bool {
+        self.known.likely(probe.key, probe.fingerprint)
+    }
+
+    /// The entry of `key` under `fingerprint` was written back: guessed present from now on.
+    pub(crate) fn written_back(&self, key: &str, fingerprint: &str) {
+        self.known.saw(key, fingerprint);
     }
 }
 

@@ -218,17 +218,6 @@ impl Cache {
         }
     }
 
-    /// Whether the entry of `probe` is likely in Redis now, by what this sidecar has lately
-    /// seen (`known.rs`): a guess, for a read deciding to take its fill lease early.
-    pub(crate) fn likely_present(&self, probe: &Probe<'_>) -> bool {
-        self.known.likely(probe.key, probe.fingerprint)
-    }
-
-    /// The entry of `key` under `fingerprint` was written back: guessed present from now on.
-    pub(crate) fn written_back(&self, key: &str, fingerprint: &str) {
-        self.known.saw(key, fingerprint);
-    }
-
     /// Empty results are kept at most `s` seconds (`cache.negative_ttl_s`).
     pub(crate) fn negative_ttl(mut self, s: u64) -> Cache {
         self.negative_ttl_s = s;
