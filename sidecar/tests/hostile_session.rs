@@ -147,6 +147,32 @@ impl Target {
         );
         assert_eq!(row["who"], "postgres", "after {after}: {row}");
     }
+
+    /// A function of the database that runs SQL it is given (dynamic SQL, which no statement
+    /// check sees) makes, inside a read, a prepared statement, a cursor that outlives its
+    /// transaction and a listener. A reset that stopped deallocating (to keep Ferry's own
+    /// statements prepared) would leave the statement to the next request.
+    fn dynamic_sql_leaves_nothing(&self) {
+        self.pg
+            .client()
+            .batch_execute(
+                "CREATE FUNCTION ferry_run(t text) RETURNS int LANGUAGE plpgsql AS
+                 $$ BEGIN EXECUTE t; RETURN 1; END $$",
+            )
+            .expect("function");
+        for sql in [
+            "SELECT ferry_run('PREPARE left_behind AS SELECT 1') AS r",
+            "SELECT ferry_run('DECLARE left_open CURSOR WITH HOLD FOR SELECT 1') AS r",
+            "SELECT ferry_run('LISTEN left_listening') AS r",
+        ] {
+            // Twice: the session that ran it is never handed on as it was left.
+            for _ in 0..2 {
+                let a = self.query(sql);
+                assert_eq!(a.status, 200, "{sql}: {:?}", a.body);
+                self.assert_fresh(sql);
+            }
+        }
+    }
 }
 
 fn refused(a: &ferry_testkit::client::Answer, class: &str) {
@@ -229,6 +255,7 @@ fn session_settings_cannot_outlive_their_request() {
         assert_eq!(a.status, 200, "{sql}: {:?}", a.body);
         t.assert_fresh(sql);
     }
+    t.dynamic_sql_leaves_nothing();
     // A temp table made through SELECT INTO in a write, which would shadow public.items.
     let a = t.execute("SELECT 7 AS id INTO TEMP TABLE items");
     assert!(a.status == 200 || a.status == 400, "{:?}", a.body);
@@ -321,6 +348,7 @@ fn reads_on_the_event_loop_leave_nothing_behind() {
         assert_eq!(a.status, 200, "{sql}: {:?}", a.body);
         t.assert_fresh(sql);
     }
+    t.dynamic_sql_leaves_nothing();
     // A write hidden in a read is refused by Postgres, there too.
     let a = t.query(
         "WITH d AS (UPDATE items SET name = 'owned' WHERE id = 1 RETURNING id) SELECT id FROM d",
