@@ -308,6 +308,10 @@ impl Report {
                 let g = self.p50("one client", 0.0, "Ferry signed cache GET")?;
                 let h = self.p50("one client", 0.0, "Ferry /v1/query hit")?;
                 let m = self.p50("one client", 0.0, "Ferry /v1/query miss")?;
+                let named = self
+                    .p50("one client", 0.0, "Ferry named query miss")
+                    .map(|n| format!("; the same miss as a named query {n:.3} ms"))
+                    .unwrap_or_default();
                 // The point SELECT, not the UPDATE row before it (same prefix).
                 let d = self.p50("one client", 0.0, "Postgres direct (")?;
                 Some((
@@ -317,7 +321,7 @@ impl Report {
                     format!(
                         "p50: cache GET {g:.3} / query hit {h:.3} vs webdis {w:.3} ms; \
                          miss {m:.3} vs Postgres {d:.3} ms (floor of a read-through miss: \
-                         webdis GET + Postgres = {:.3})",
+                         webdis GET + Postgres = {:.3}){named}",
                         w + d
                     ),
                 ))

@@ -1,10 +1,11 @@
 //! One client at 0 RTT (no latency proxy): what each path adds to a single request. webdis GET
 //! vs Ferry's signed cache GET and `/v1/query` hit; a `/v1/query` miss (read-through: lookup,
-//! Postgres, write-back) vs the same point query on a persistent Postgres connection (simple
+//! Postgres, write-back), as raw SQL and as the operator's named query, vs the same point query on a persistent Postgres connection (simple
 //! protocol, as `pgbench -S` sends it); a `/v1/execute` point UPDATE vs the same UPDATE sent
 //! directly. Same load generator for all.
 
 use super::{Measurement, Plan};
+use crate::env::POINT_READ;
 use crate::ferry::Ferry;
 use crate::Ctx;
 use serde_json::json;
@@ -84,6 +85,23 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
             let ferry = &ferry;
             async move {
                 let r = ferry.post("/v1/query", &body).await.expect("miss");
+                assert_eq!(r["cache"], "miss");
+            }
+        })
+        .await,
+    ));
+
+    // The same miss as the operator's named query, which Postgres finds plain: kept prepared
+    // on its session (Bind and Execute only) and no session reset after it.
+    out.push(row(
+        "Ferry named query miss (found plain: kept prepared, no reset)",
+        &timed(n, || {
+            let aid = next.get();
+            next.set(aid + 1);
+            let body = json!({"query": POINT_READ, "params": [aid], "cache": {"ttl_s": 600}});
+            let ferry = &ferry;
+            async move {
+                let r = ferry.post("/v1/query", &body).await.expect("named miss");
                 assert_eq!(r["cache"], "miss");
             }
         })
