@@ -101,6 +101,7 @@ pub fn start_sidecar(redis_url: &str, pg_url: &str, extra: &[(&str, &str)]) -> P
         // As the superuser, as pgbench runs: one role for everything.
         .envs(ferry_testkit::process::roles_env(pg_url))
         .env("FERRY_SECRET", SECRET)
+        // No access lines (`deploy/ferry.toml`'s `log_level` says what they cost).
         .env("FERRY_LOG", "warn")
         // The scenarios send their own SQL, as a trusted caller would.
         .env("FERRY_AUTH_ALLOW_RAW_SQL", "true")
