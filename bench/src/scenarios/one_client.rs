@@ -74,38 +74,30 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> Vec<Measurement> {
         .await,
     ));
 
-    // A key never read before each time: every request is a miss.
+    // A key never read before each time: every request is a miss. As raw SQL, then as the
+    // operator's named query, which Postgres finds plain: kept prepared on its session (Bind
+    // and Execute only) and no session reset after it.
     let next = std::cell::Cell::new(60_000);
-    out.push(row(
-        "Ferry /v1/query miss (lookup, Postgres, write-back)",
-        &timed(n, || {
+    let (next, ferry_ref) = (&next, &ferry);
+    let misses = |statement: fn(u64) -> serde_json::Value| {
+        timed(n, move || {
             let aid = next.get();
             next.set(aid + 1);
-            let body = json!({"sql": SQL, "params": [aid], "cache": {"ttl_s": 600}});
-            let ferry = &ferry;
+            let body = statement(aid);
+            let ferry = ferry_ref;
             async move {
                 let r = ferry.post("/v1/query", &body).await.expect("miss");
-                assert_eq!(r["cache"], "miss");
+                assert_eq!(r["cache"], "miss", "{body}");
             }
         })
-        .await,
+    };
+    out.push(row(
+        "Ferry /v1/query miss (lookup, Postgres, write-back)",
+        &misses(|aid| json!({"sql": SQL, "params": [aid], "cache": {"ttl_s": 600}})).await,
     ));
-
-    // The same miss as the operator's named query, which Postgres finds plain: kept prepared
-    // on its session (Bind and Execute only) and no session reset after it.
     out.push(row(
         "Ferry named query miss (found plain: kept prepared, no reset)",
-        &timed(n, || {
-            let aid = next.get();
-            next.set(aid + 1);
-            let body = json!({"query": POINT_READ, "params": [aid], "cache": {"ttl_s": 600}});
-            let ferry = &ferry;
-            async move {
-                let r = ferry.post("/v1/query", &body).await.expect("named miss");
-                assert_eq!(r["cache"], "miss");
-            }
-        })
-        .await,
+        &misses(|aid| json!({"query": POINT_READ, "params": [aid], "cache": {"ttl_s": 600}})).await,
     ));
 
     // A write: its own transaction, its nonce row committed with it (the write's outcome).
