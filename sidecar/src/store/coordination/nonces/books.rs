@@ -20,7 +20,11 @@ use crate::store::pools::session::rollback;
 use crate::store::postgres::failure::Failure;
 use crate::store::postgres::PgSession;
 use sha2::{Digest, Sha256};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The advisory lock (Postgres's, transaction-scoped) every sidecar holds while it makes the
+/// record function and grants: an arbitrary constant of Ferry's ("ferrybks" in ASCII).
+const BOOKS_LOCK: i64 = 0x6665_7272_7962_6b73;
 
 /// The nonce table's columns. `rows_affected` is NULL for a write that did not commit (or was
 /// fenced).
@@ -37,6 +41,8 @@ pub(crate) struct Books {
     /// The role requests run as (`postgres.url`'s), granted EXECUTE on the function.
     grantee: Option<String>,
     key: OnceLock<[u8; 32]>,
+    /// Held while this sidecar makes the books: one thread makes them, the others wait.
+    making: Mutex<()>,
 }
 
 impl Books {
@@ -50,6 +56,7 @@ impl Books {
             schema,
             grantee,
             key: OnceLock::new(),
+            making: Mutex::new(()),
         })
     }
 
@@ -97,8 +104,20 @@ impl Books {
     }
 
     /// Makes sure of everything on a session of Ferry's own role, and reads the key. A failure
-    /// is the operator's to fix (the log says what), never the caller's.
+    /// is the operator's to fix (the log says what), never the caller's: Err, nothing is
+    /// marked ready, and the next write tries again.
+    ///
+    /// Several threads (the sweeper, each first write) and several sidecars may get here at
+    /// once. Within a sidecar one makes the books and the others wait for it; across sidecars,
+    /// the function and the grants are made under one advisory lock, each checked after the
+    /// lock is held. Without that, a `CREATE OR REPLACE` of one sidecar could make another's
+    /// GRANT fail ("tuple concurrently updated"), and a write go ahead before the request role
+    /// could call the function: "permission denied for schema ferry".
     pub(in crate::store) fn make_sure(&self, s: &mut PgSession) -> Result<(), Failure> {
+        if self.ready() {
+            return Ok(());
+        }
+        let _one_at_a_time = self.making.lock().unwrap_or_else(|p| p.into_inner());
         if self.ready() {
             return Ok(());
         }
@@ -111,68 +130,37 @@ impl Books {
             "(one boolean PRIMARY KEY DEFAULT true CHECK (one), key bytea NOT NULL)",
         )?;
         let fresh: [u8; 32] = rand::random();
-        let key: Vec<u8> = in_transaction(s, |s| {
+        let made = in_transaction(s, |s| {
+            s.client
+                .execute("SELECT pg_advisory_xact_lock($1)", &[&BOOKS_LOCK])?;
             s.client.execute(
                 &format!("INSERT INTO {key_table} (key) VALUES ($1) ON CONFLICT DO NOTHING"),
                 &[&fresh.as_slice()],
             )?;
-            Ok(s.client
+            let key: Vec<u8> = s
+                .client
                 .query_one(&format!("SELECT key FROM {key_table}"), &[])?
-                .get(0))
-        })?;
-        let has_function: bool = s
-            .client
-            .query_one(
-                "SELECT to_regprocedure($1) IS NOT NULL",
-                &[&self.function()],
-            )?
-            .get(0);
-        if !has_function {
-            let body = format!(
-                "CREATE OR REPLACE FUNCTION {schema}.ferry_record_write(p_nonce bytea, \
-                   p_keep_s integer, p_rows bigint, p_proof bytea, p_if_absent boolean) \
-                 RETURNS void LANGUAGE plpgsql SECURITY DEFINER \
-                 SET search_path = pg_catalog, pg_temp AS $ferry$ \
-                 BEGIN \
-                   IF p_proof IS DISTINCT FROM sha256((SELECT key FROM {key_table}) || p_nonce) \
-                   THEN RAISE EXCEPTION 'ferry_record_write: not a write of Ferry''s' \
-                        USING ERRCODE = 'insufficient_privilege'; \
-                   END IF; \
-                   IF p_if_absent THEN \
-                     INSERT INTO {table} (nonce, expires_at, rows_affected) VALUES (p_nonce, \
-                       now() + make_interval(secs => p_keep_s), p_rows) \
-                     ON CONFLICT (nonce) DO NOTHING; \
-                   ELSE \
-                     INSERT INTO {table} (nonce, expires_at, rows_affected) VALUES (p_nonce, \
-                       now() + make_interval(secs => p_keep_s), p_rows); \
-                   END IF; \
-                 END $ferry$; \
-                 REVOKE ALL ON FUNCTION {function} FROM PUBLIC",
-                schema = self.schema,
-                table = self.table,
-                function = self.function(),
-            );
-            // Several sidecars may race here: one makes it, the others find it.
-            if let Err(f) = in_transaction(s, |s| Ok(s.client.batch_execute(&body)?)) {
-                let made: bool = s
-                    .client
-                    .query_one(
-                        "SELECT to_regprocedure($1) IS NOT NULL",
-                        &[&self.function()],
-                    )?
-                    .get(0);
-                if !made {
-                    tracing::error!(error = %f.into_api(), function = %self.function(),
-                        "Ferry's record function cannot be made: give Ferry's role CREATE on the schema");
-                    return Err(Failure::Api(crate::error::ApiError::internal(
-                        "Ferry's books are not usable",
-                    )));
-                }
+                .get(0);
+            self.make_function(s, &key_table)?;
+            if let Some(role) = &self.grantee {
+                self.grant(s, role)?;
             }
-        }
-        if let Some(role) = &self.grantee {
-            self.grant(s, role)?;
-        }
+            Ok(key)
+        });
+        let key = match made {
+            Ok(key) => key,
+            // A session lost is no one's to fix: the caller may take another.
+            Err(f @ Failure::Closed(_)) => return Err(f),
+            Err(f) => {
+                tracing::error!(error = %f.into_api(), function = %self.function(),
+                    grantee = ?self.grantee,
+                    "Ferry's books cannot be made: give Ferry's role CREATE on the schema, \
+                     or make the function and grant the request role USAGE and EXECUTE");
+                return Err(Failure::Api(crate::error::ApiError::internal(
+                    "Ferry's books are not usable",
+                )));
+            }
+        };
         let key: [u8; 32] = key
             .try_into()
             .map_err(|_| Failure::Api(crate::error::ApiError::internal("bad write key")))?;
@@ -180,8 +168,47 @@ impl Books {
         Ok(())
     }
 
+    /// The record function, unless it is there (inside `make_sure`'s locked transaction).
+    fn make_function(&self, s: &mut PgSession, key_table: &str) -> Result<(), Failure> {
+        let has_function: bool = s
+            .client
+            .query_one(
+                "SELECT to_regprocedure($1) IS NOT NULL",
+                &[&self.function()],
+            )?
+            .get(0);
+        if has_function {
+            return Ok(());
+        }
+        let body = format!(
+            "CREATE FUNCTION {schema}.ferry_record_write(p_nonce bytea, \
+               p_keep_s integer, p_rows bigint, p_proof bytea, p_if_absent boolean) \
+             RETURNS void LANGUAGE plpgsql SECURITY DEFINER \
+             SET search_path = pg_catalog, pg_temp AS $ferry$ \
+             BEGIN \
+               IF p_proof IS DISTINCT FROM sha256((SELECT key FROM {key_table}) || p_nonce) \
+               THEN RAISE EXCEPTION 'ferry_record_write: not a write of Ferry''s' \
+                    USING ERRCODE = 'insufficient_privilege'; \
+               END IF; \
+               IF p_if_absent THEN \
+                 INSERT INTO {table} (nonce, expires_at, rows_affected) VALUES (p_nonce, \
+                   now() + make_interval(secs => p_keep_s), p_rows) \
+                 ON CONFLICT (nonce) DO NOTHING; \
+               ELSE \
+                 INSERT INTO {table} (nonce, expires_at, rows_affected) VALUES (p_nonce, \
+                   now() + make_interval(secs => p_keep_s), p_rows); \
+               END IF; \
+             END $ferry$; \
+             REVOKE ALL ON FUNCTION {function} FROM PUBLIC",
+            schema = self.schema,
+            table = self.table,
+            function = self.function(),
+        );
+        Ok(s.client.batch_execute(&body)?)
+    }
+
     /// USAGE on the schema and EXECUTE on the function for the request role, unless it has
-    /// them (GRANTs from several sidecars at once can fail on each other).
+    /// them (inside `make_sure`'s locked transaction).
     fn grant(&self, s: &mut PgSession, role: &str) -> Result<(), Failure> {
         let has: bool = s
             .client
@@ -199,11 +226,7 @@ impl Books {
             self.schema,
             self.function()
         );
-        if let Err(f) = in_transaction(s, |s| Ok(s.client.batch_execute(&grants)?)) {
-            tracing::warn!(error = %f.into_api(), role,
-                "the request role was not granted Ferry's record function (writes will fail until it is)");
-        }
-        Ok(())
+        Ok(s.client.batch_execute(&grants)?)
     }
 }
 
