@@ -296,6 +296,12 @@ impl AppState {
                 .pop()
                 .ok_or_else(|| "ERR redis is unavailable".to_string())?
         };
+        // Only a table is kept: an error answer (-BUSY while a script runs, -NOPERM) kept as
+        // an empty one would refuse every command until a restart.
+        if !matches!(&reply, crate::upstash::wire::Reply::Array(all) if !all.is_empty()) {
+            tracing::warn!(reply = ?reply, "upstash: Redis did not answer COMMAND with its table");
+            return Err("ERR redis is unavailable".to_string());
+        }
         let commands = Arc::new(crate::upstash::Commands::from_reply(&reply));
         Ok(self.upstash.get_or_init(|| commands).clone())
     }
