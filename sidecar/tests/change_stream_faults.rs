@@ -189,20 +189,27 @@ fn missing_prerequisites_are_named_at_startup() {
     }
 }
 
-#[test]
-fn a_lost_slot_is_made_anew_and_everything_cached_is_dropped() {
-    let (redis, pg) = (RedisServer::start(), logical_pg());
-    let mut s = start(&redis, &pg);
-    // An entry that names no table: only a cache-wide epoch move can drop it.
+/// An entry that names no table (only a cache-wide epoch move can drop it), cached; then its
+/// sidecar killed and the slot lost while nobody reads it (more WAL than
+/// max_slot_wal_keep_size). Returns how to read the entry: its `cache` status.
+fn an_untracked_entry_and_a_lost_slot(
+    redis: &RedisServer,
+    pg: &ferry_testkit::PgServer,
+) -> impl Fn(&ferry_testkit::SidecarProcess) -> String {
+    // Cached under a key of its own, naming no table: nothing the stream reads names it.
     let untracked = |s: &ferry_testkit::SidecarProcess| {
-        let a = read(s, "SELECT name FROM items WHERE id = $1", json!([3]), &[]);
+        let a = s.client.query(json!({
+            "sql": "SELECT name FROM items WHERE id = $1", "params": [3],
+            "cache": {"ttl_s": 600, "key": "untracked:3"},
+        }));
+        assert_eq!(a.status, 200, "{:?}", a.body);
         a.body["cache"].as_str().unwrap_or_default().to_string()
     };
+    let mut s = start(redis, pg);
     wait_until("an untracked entry cached", Duration::from_secs(10), || {
         untracked(&s) == "hit"
     });
     kill(&mut s);
-    // While nobody reads the slot, more WAL than max_slot_wal_keep_size: Postgres gives it up.
     let mut psql = pg.client();
     for sql in [
         "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'",
@@ -211,14 +218,6 @@ fn a_lost_slot_is_made_anew_and_everything_cached_is_dropped() {
     ] {
         psql.batch_execute(sql).expect("bound the slot");
     }
-    let status = |psql: &mut postgres::Client| -> String {
-        psql.query_one(
-            "SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = 'ferry'",
-            &[],
-        )
-        .expect("slot")
-        .get(0)
-    };
     wait_until("the slot to be lost", Duration::from_secs(60), || {
         for sql in [
             "INSERT INTO filler SELECT g, repeat('x', 500) FROM generate_series(1, 2000) g",
@@ -227,8 +226,27 @@ fn a_lost_slot_is_made_anew_and_everything_cached_is_dropped() {
         ] {
             psql.batch_execute(sql).expect("wal");
         }
-        status(&mut psql) == "lost"
+        slot_status(pg) == "lost"
     });
+    untracked
+}
+
+/// The slot's `wal_status` ("" when there is none).
+fn slot_status(pg: &ferry_testkit::PgServer) -> String {
+    pg.client()
+        .query_opt(
+            "SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = 'ferry'",
+            &[],
+        )
+        .expect("slot")
+        .map(|r| r.get(0))
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_lost_slot_is_made_anew_and_everything_cached_is_dropped() {
+    let (redis, pg) = (RedisServer::start(), logical_pg());
+    let untracked = an_untracked_entry_and_a_lost_slot(&redis, &pg);
     let s = start(&redis, &pg);
     // Never the old entry; a miss once the cache is in use (bypass while it is not).
     wait_until("a read through the cache", Duration::from_secs(10), || {
@@ -236,7 +254,33 @@ fn a_lost_slot_is_made_anew_and_everything_cached_is_dropped() {
         assert_ne!(status, "hit", "an entry cached before the slot was lost");
         status == "miss"
     });
-    assert_ne!(status(&mut psql), "lost", "a fresh slot");
+    assert_ne!(slot_status(&pg), "lost", "a fresh slot");
+}
+
+/// The same, but Redis stops answering (SIGSTOP) before the new slot's first session reaches
+/// it, so that session ends before its flush; the next one finds the slot already there. The
+/// flush the new slot owes must outlive the session that made it.
+#[test]
+fn the_flush_a_new_slot_owes_outlives_the_session_that_made_it() {
+    let (redis, pg) = (RedisServer::start(), logical_pg());
+    let untracked = an_untracked_entry_and_a_lost_slot(&redis, &pg);
+    redis.pause();
+    // Not ready until Redis answers: started aside, while this thread watches the slot.
+    let s = std::thread::scope(|scope| {
+        let starting = scope.spawn(|| spawn(&redis, &pg));
+        wait_until("a new slot", Duration::from_secs(20), || {
+            !matches!(slot_status(&pg).as_str(), "" | "lost")
+        });
+        // Long enough for the session that made it to give up on Redis and end.
+        std::thread::sleep(Duration::from_secs(3));
+        redis.resume();
+        starting.join().expect("the sidecar starts")
+    });
+    wait_until("a read through the cache", Duration::from_secs(20), || {
+        let status = untracked(&s);
+        assert_ne!(status, "hit", "an entry cached before the slot was lost");
+        status == "miss"
+    });
 }
 
 /// Postgres stopped and started under the stream. While it is down nothing proves the cache

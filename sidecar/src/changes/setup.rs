@@ -276,6 +276,17 @@ pub(super) async fn prepare(
                 )
                 .await
                 .map_err(pg)?;
+            // What the new slot owes (everything cached dropped) goes into its own stream, so
+            // whichever session consumes it first (this one, a later one, another sidecar's)
+            // flushes before it confirms past it: the session that made the slot may end
+            // before its own flush, and the next one finds the slot already there. Not written:
+            // the slot goes again, so the next session makes it anew and owes the flush again.
+            if let Err(e) = client.execute(OWED_FLUSH, &[]).await {
+                let _ = client
+                    .execute("SELECT pg_drop_replication_slot($1)", &[&c.slot])
+                    .await;
+                return Err(pg(e));
+            }
             tracing::info!(slot = %c.slot, "created the replication slot");
             Ok(true)
         }
@@ -323,6 +334,11 @@ pub(super) async fn definitions(
         .map_err(pg)?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
+
+/// The message a new slot's stream starts with: everything cached is dropped before anything
+/// after it is confirmed (`stream.rs`). Transactional, like a mark.
+pub(super) const FLUSH_PREFIX: &str = "ferry.flush";
+const OWED_FLUSH: &str = "SELECT pg_logical_emit_message(true, 'ferry.flush', '')";
 
 /// Writes a mark into the WAL. Transactional: it is decoded at its commit, after every commit
 /// before it, and its commit flushes the WAL (a non-transactional message waits for the next

@@ -157,6 +157,9 @@ async fn session(ctx: &Ctx) -> Result<(), String> {
                                 .commits_ms
                                 .push(commit_time_micros / 1000 + PG_EPOCH_UNIX_MS);
                         }
+                        ReplicationEvent::Message { prefix, .. } if prefix == setup::FLUSH_PREFIX => {
+                            consumer.pending.everything = true;
+                        }
                         ReplicationEvent::Message { prefix, content, .. } if prefix == "ferry.mark" => {
                             let ms = std::str::from_utf8(&content).ok().and_then(|s| s.parse().ok());
                             mark = ms.map(|ms| (ms, None));
