@@ -22,10 +22,6 @@ use crate::store::postgres::PgSession;
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// The advisory lock (Postgres's, transaction-scoped) every sidecar holds while it makes the
-/// record function and grants: an arbitrary constant of Ferry's ("ferrybks" in ASCII).
-const BOOKS_LOCK: i64 = 0x6665_7272_7962_6b73;
-
 /// The nonce table's columns. `rows_affected` is NULL for a write that did not commit (or was
 /// fenced).
 const COLUMNS: &str =
@@ -109,8 +105,8 @@ impl Books {
     ///
     /// Several threads (the sweeper, each first write) and several sidecars may get here at
     /// once. Within a sidecar one makes the books and the others wait for it; across sidecars,
-    /// the function and the grants are made under one advisory lock, each checked after the
-    /// lock is held. Without that, a `CREATE OR REPLACE` of one sidecar could make another's
+    /// the function and the grants are made under a lock of the key table, each checked after
+    /// the lock is held. Without that, a `CREATE OR REPLACE` of one sidecar could make another's
     /// GRANT fail ("tuple concurrently updated"), and a write go ahead before the request role
     /// could call the function: "permission denied for schema ferry".
     pub(in crate::store) fn make_sure(&self, s: &mut PgSession) -> Result<(), Failure> {
@@ -131,8 +127,11 @@ impl Books {
         )?;
         let fresh: [u8; 32] = rand::random();
         let made = in_transaction(s, |s| {
-            s.client
-                .execute("SELECT pg_advisory_xact_lock($1)", &[&BOOKS_LOCK])?;
+            // Not an advisory lock: any request's SQL may take one by its number and hold
+            // every maker back. Only Ferry's role may lock its key table.
+            s.client.batch_execute(&format!(
+                "LOCK TABLE {key_table} IN SHARE ROW EXCLUSIVE MODE"
+            ))?;
             s.client.execute(
                 &format!("INSERT INTO {key_table} (key) VALUES ($1) ON CONFLICT DO NOTHING"),
                 &[&fresh.as_slice()],
@@ -154,8 +153,9 @@ impl Books {
             Err(f) => {
                 tracing::error!(error = %f.into_api(), function = %self.function(),
                     grantee = ?self.grantee,
-                    "Ferry's books cannot be made: give Ferry's role CREATE on the schema, \
-                     or make the function and grant the request role USAGE and EXECUTE");
+                    "Ferry's books were not made (the next write tries again); if this \
+                     repeats, give Ferry's role CREATE on the schema, or make the function and \
+                     grant the request role USAGE and EXECUTE");
                 return Err(Failure::Api(crate::error::ApiError::internal(
                     "Ferry's books are not usable",
                 )));
