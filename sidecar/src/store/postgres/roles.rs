@@ -116,32 +116,41 @@ const EMITTERS: [&str; 3] = [
     "pg_logical_emit_message(boolean,text,text,boolean)",
 ];
 
+/// Why the audit did not pass.
+pub(crate) enum Refusal {
+    /// Its query got no answer (a lost connection, a timeout, a lock): nothing was judged,
+    /// so it is asked again, never taken for a verdict.
+    NotAsked(tokio_postgres::Error),
+    /// What is wrong, naming the key and the fix.
+    Unsafe(String),
+}
+
 /// Runs the audit on any session: it reads only the catalogs (by oid: a schema the session's
 /// role may not use is never looked up by name) and the `has_*_privilege` functions, which
-/// answer for any role. Err: what is wrong, naming the key and the fix.
-pub(crate) async fn audit(client: &Client, a: &Audit) -> Result<(), String> {
+/// answer for any role.
+pub(crate) async fn audit(client: &Client, a: &Audit) -> Result<(), Refusal> {
     let mut seen: Vec<&str> = Vec::new();
     for r in &a.requests {
         if r.role.is_empty() {
-            return Err(format!(
+            return Err(Refusal::Unsafe(format!(
                 "{}: name the login role (postgres://ROLE@host/db)",
                 r.key
-            ));
+            )));
         }
         if r.role == a.owner {
-            return Err(format!(
+            return Err(Refusal::Unsafe(format!(
                 "{} connects as {:?}, Ferry's own role (postgres.owner_url): requests must never \
                  run as the role that keeps Ferry's books",
                 r.key, r.role
-            ));
+            )));
         }
         if seen.contains(&r.role.as_str()) {
-            return Err(format!(
+            return Err(Refusal::Unsafe(format!(
                 "{} connects as {:?}, which another token or postgres.url already uses: give \
                  each Neon token a role of its own (one role's sessions can read each other's \
                  statements in pg_stat_activity and end each other with pg_terminate_backend)",
                 r.key, r.role
-            ));
+            )));
         }
         seen.push(&r.role);
         let row = client
@@ -187,14 +196,12 @@ pub(crate) async fn audit(client: &Client, a: &Audit) -> Result<(), String> {
                 ],
             )
             .await
-            .map_err(|e| {
-                format!(
-                    "the roles could not be checked: {}",
-                    crate::store::postgres::failure::describe(&e)
-                )
-            })?;
+            .map_err(Refusal::NotAsked)?;
         let Some(row) = row else {
-            return Err(format!("{}: role {:?} does not exist", r.key, r.role));
+            return Err(Refusal::Unsafe(format!(
+                "{}: role {:?} does not exist",
+                r.key, r.role
+            )));
         };
         let (superuser, member_of_owner, schema, tables): (bool, bool, bool, bool) =
             (row.get(0), row.get(1), row.get(2), row.get(3));
@@ -256,7 +263,10 @@ pub(crate) async fn audit(client: &Client, a: &Audit) -> Result<(), String> {
             None
         };
         if let Some(p) = problem {
-            return Err(format!("{} connects as {:?}, which {p}", r.key, r.role));
+            return Err(Refusal::Unsafe(format!(
+                "{} connects as {:?}, which {p}",
+                r.key, r.role
+            )));
         }
     }
     Ok(())

@@ -24,10 +24,13 @@ pub(super) async fn probe(
     let mut a = connect(config, &tls).await?;
     let mut b = connect(config, &tls).await?;
     probe_sessions(&mut a, &mut b, wants_statement_timeout).await?;
+    use crate::store::postgres::roles::{self, Refusal};
     match audit {
-        Some(audit) => crate::store::postgres::roles::audit(&a, audit)
-            .await
-            .map_err(Problem::Unsafe),
+        // A query that got no answer judged nothing: asked again (a refusal is for good).
+        Some(audit) => roles::audit(&a, audit).await.map_err(|r| match r {
+            Refusal::NotAsked(e) => problem(e),
+            Refusal::Unsafe(why) => Problem::Unsafe(why),
+        }),
         None => Ok(()),
     }
 }
