@@ -66,6 +66,8 @@ pub struct Metrics {
     pub redis_waiting: AtomicI64,
     pub pg_waiting: AtomicI64,
     pub flights_joined: AtomicU64,
+    /// Reads that left their worker's event loop for the pooled path, its sessions stuck.
+    pub pg_reads_spilled: AtomicU64,
     /// Fills waited on another sidecar's lease: woken by its fill, or out of patience.
     fill_waits: [AtomicU64; 2],
 }
@@ -155,6 +157,12 @@ impl Metrics {
             let n = self.fill_waits[i].load(Ordering::Relaxed);
             let _ = writeln!(out, "ferry_fill_waits_total{{outcome=\"{outcome}\"}} {n}");
         }
+        out.push_str("# HELP ferry_postgres_reads_spilled_total Reads that took the pooled path (a thread hop) because their worker's event-loop sessions were all held by statements that did not end for 10 ms.\n# TYPE ferry_postgres_reads_spilled_total counter\n");
+        let _ = writeln!(
+            out,
+            "ferry_postgres_reads_spilled_total {}",
+            self.pg_reads_spilled.load(Ordering::Relaxed)
+        );
         out.push_str("# HELP ferry_errors_total Failures answered, by error code.\n# TYPE ferry_errors_total counter\n");
         for (code, n) in lock(&self.errors).iter() {
             let _ = writeln!(out, "ferry_errors_total{{code=\"{code}\"}} {n}");

@@ -5,9 +5,14 @@
 //!
 //! Bounds: at most `per_worker` sessions per worker, and at most `workers` threads ever hold
 //! any, so these connections never pass `per_worker * workers`; together with the r2d2 pool's
-//! they stay within `postgres.pool_size`. A read on a worker whose sessions are all in use takes
-//! the pooled path while that has a connection to spare; else it waits for one of its worker's
-//! sessions, up to the checkout timeout.
+//! they stay within `postgres.pool_size`. A read on a worker whose sessions are all in use waits
+//! in line (first come, first served) for one of them, up to the checkout timeout. It takes
+//! the pooled path instead, when that has a connection to spare, only once the worker's
+//! sessions have stopped moving (none taken or given back for [`SPILL_AFTER`]): slow
+//! statements hold them then, and a read behind them would wait for nothing. Sessions that are
+//! merely busy turn over within that, and the read stays on its event loop: the pooled path's
+//! thread hop cost the sidecar about a third more CPU per read when reads took it whenever
+//! the worker's sessions were all out (`bench/results/experiments/2026-12-06-wait-in-line.md`).
 //!
 //! A session is reset (`DISCARD ALL`) after each request exactly like a pooled one, and one whose
 //! reset failed, whose result was abandoned, or whose connection closed is dropped, never reused.
@@ -31,7 +36,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
-use tokio::sync::Notify;
+use tokio::sync::Semaphore;
 use tokio_postgres::{Client, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -77,21 +82,24 @@ pub(crate) struct Link {
     task: tokio::task::JoinHandle<()>,
 }
 
-/// One worker's share: its idle connections, and how many sessions it has out.
+/// How long a worker's sessions may all stay out, none taken or given back, before a read
+/// waiting for one may take the pooled path (see the module's doc): far longer than sessions
+/// take to turn over under load, short next to a slow statement.
+pub(crate) const SPILL_AFTER: Duration = Duration::from_millis(10);
+
+/// One worker's share: its idle connections, and its line of reads.
 struct Share {
     id: u64,
     owner: Weak<()>,
     idle: Vec<(Link, Prepared)>,
-    out: usize,
-    /// Woken when a session is given back.
-    freed: Rc<Notify>,
+    line: Rc<Line>,
 }
 
-enum Take {
-    NoShare,
-    Full(Rc<Notify>),
-    /// A slot, with an idle connection when there was one.
-    Got(Option<Box<(Link, Prepared)>>),
+/// A permit for each session of the share not out (fair: a session given back goes to the
+/// read that has waited longest), and when a session was last taken or given back.
+struct Line {
+    permits: Semaphore,
+    moved: std::cell::Cell<tokio::time::Instant>,
 }
 
 thread_local! {
@@ -159,9 +167,10 @@ impl AsyncPg {
     }
 
     /// A session on this worker, or None when this thread has no share (sessions are off, or
-    /// it is not one of the workers), or when all of its share is in use and `elsewhere` says
-    /// the pooled path has room. Otherwise it waits for one of its share to be given back, up
-    /// to `checkout_timeout` (then 503 `overloaded`, as the pool answers).
+    /// it is not one of the workers), or when its share's sessions stopped moving
+    /// ([`SPILL_AFTER`]) while it waited and `elsewhere` says the pooled path has room.
+    /// Otherwise it waits for one of its share to be given back, up to `checkout_timeout`
+    /// (then 503 `overloaded`, as the pool answers).
     pub(crate) async fn session(
         &self,
         connect_timeout: Duration,
@@ -172,25 +181,50 @@ impl AsyncPg {
         if self.per_worker == 0 {
             return Ok(None);
         }
-        let deadline = tokio::time::Instant::now() + checkout_timeout;
-        let idle = loop {
-            match self.take() {
-                Take::NoShare => return Ok(None),
-                Take::Got(idle) => break idle,
-                Take::Full(_) if elsewhere() => return Ok(None),
-                Take::Full(freed) => {
-                    if tokio::time::timeout_at(deadline, freed.notified())
-                        .await
-                        .is_err()
-                    {
-                        return Err(ApiError::Overloaded {
-                            what: "postgres pool",
-                        });
+        let Some(line) = self.share() else {
+            return Ok(None);
+        };
+        let permit = match line.permits.try_acquire() {
+            Ok(permit) => permit,
+            Err(_) => {
+                let deadline = tokio::time::Instant::now() + checkout_timeout;
+                // Its place in line is kept while the pooled path is asked.
+                let in_line = line.permits.acquire();
+                tokio::pin!(in_line);
+                loop {
+                    let now = tokio::time::Instant::now();
+                    let stuck = line.moved.get() + SPILL_AFTER;
+                    if stuck <= now && elsewhere() {
+                        let spilled = &crate::metrics::global().pg_reads_spilled;
+                        spilled.fetch_add(1, Ordering::Relaxed);
+                        return Ok(None);
+                    }
+                    // Stuck with no room elsewhere: asked again after as long.
+                    let until = if stuck <= now {
+                        now + SPILL_AFTER
+                    } else {
+                        stuck
+                    };
+                    let until = until.min(deadline);
+                    match tokio::time::timeout_at(until, &mut in_line).await {
+                        Ok(Ok(permit)) => break permit,
+                        // Never closed while the share is there.
+                        Ok(Err(_)) => return Ok(None),
+                        Err(_) if until == deadline => {
+                            return Err(ApiError::Overloaded {
+                                what: "postgres pool",
+                            })
+                        }
+                        Err(_) => {}
                     }
                 }
             }
         };
-        let (link, prepared) = idle.map(|b| *b).unzip();
+        // Given back by the session's drop (`give_back`), not by the permit's.
+        permit.forget();
+        line.moved.set(tokio::time::Instant::now());
+        let idle = self.idle();
+        let (link, prepared) = idle.unzip();
         let (client, task) = link.map(|l| (l.client, l.task)).unzip();
         let mut session = AsyncSession {
             client,
@@ -214,8 +248,9 @@ impl AsyncPg {
         Ok(Some(session))
     }
 
-    /// Takes a session slot of this worker's share (joining, if there is room, on first use).
-    fn take(&self) -> Take {
+    /// This worker's share's line (joining, if there is room, on first use); None when this
+    /// thread has no share.
+    fn share(&self) -> Option<Rc<Line>> {
         SHARES.with(|s| {
             let mut shares = s.borrow_mut();
             shares.retain(|x| x.owner.strong_count() > 0);
@@ -228,23 +263,29 @@ impl AsyncPg {
                                 (n < self.workers).then_some(n + 1)
                             });
                     if joined.is_err() {
-                        return Take::NoShare;
+                        return None;
                     }
                     shares.push(Share {
                         id: self.id,
                         owner: Arc::downgrade(&self.alive),
                         idle: Vec::new(),
-                        out: 0,
-                        freed: Rc::new(Notify::new()),
+                        line: Rc::new(Line {
+                            permits: Semaphore::new(self.per_worker),
+                            moved: std::cell::Cell::new(tokio::time::Instant::now()),
+                        }),
                     });
                     shares.len() - 1
                 }
             };
-            let share = &mut shares[i];
-            if share.out >= self.per_worker {
-                return Take::Full(share.freed.clone());
-            }
-            share.out += 1;
+            Some(shares[i].line.clone())
+        })
+    }
+
+    /// An idle connection of this worker's share, for a session whose permit was taken.
+    fn idle(&self) -> Option<(Link, Prepared)> {
+        SHARES.with(|s| {
+            let mut shares = s.borrow_mut();
+            let share = shares.iter_mut().find(|x| x.id == self.id)?;
             // Connections closed while idle (Postgres restarted) are dropped on the way.
             let before = share.idle.len();
             share.idle.retain(|(l, _)| !l.client.is_closed());
@@ -255,7 +296,7 @@ impl AsyncPg {
             if idle.is_some() {
                 Counts::less(&self.counts.idle, 1);
             }
-            Take::Got(idle.map(Box::new))
+            idle
         })
     }
 
@@ -283,12 +324,13 @@ fn give_back(id: u64, kept: Option<(Link, Prepared)>, counts: &Counts) {
     let _ = SHARES.try_with(|s| {
         let mut shares = s.borrow_mut();
         if let Some(share) = shares.iter_mut().find(|x| x.id == id) {
-            share.out = share.out.saturating_sub(1);
-            share.freed.notify_one();
+            // The connection first: the read the permit wakes finds it idle.
             if let Some(kept) = kept {
                 share.idle.push(kept);
                 counts.idle.fetch_add(1, Ordering::AcqRel);
             }
+            share.line.moved.set(tokio::time::Instant::now());
+            share.line.permits.add_permits(1);
         }
     });
 }
