@@ -119,10 +119,37 @@ const EMITTERS: [&str; 3] = [
 /// Why the audit did not pass.
 pub(crate) enum Refusal {
     /// Its query got no answer (a lost connection, a timeout, a lock): nothing was judged,
-    /// so it is asked again, never taken for a verdict.
+    /// so it is asked again, never taken for a verdict (`not_answered`).
     NotAsked(tokio_postgres::Error),
     /// What is wrong, naming the key and the fix.
     Unsafe(String),
+}
+
+/// A failed audit query: one that got no answer this time (cancelled by a timeout or a lock,
+/// a lost connection, a server shutting down) is asked again; any other error would come back
+/// every time (a privilege, a catalog, a proxy), and refuses, naming it, as at startup.
+fn not_answered(e: tokio_postgres::Error) -> Refusal {
+    use tokio_postgres::error::SqlState;
+    let again = match e.code() {
+        None => true,
+        Some(c) => {
+            let class = c.code().get(..2);
+            class == Some("08")
+                || class == Some("57")
+                || [
+                    SqlState::LOCK_NOT_AVAILABLE,
+                    SqlState::T_R_DEADLOCK_DETECTED,
+                ]
+                .contains(c)
+        }
+    };
+    if again {
+        return Refusal::NotAsked(e);
+    }
+    Refusal::Unsafe(format!(
+        "the roles could not be checked: {}",
+        crate::store::postgres::failure::describe(&e)
+    ))
 }
 
 /// Runs the audit on any session: it reads only the catalogs (by oid: a schema the session's
@@ -196,7 +223,7 @@ pub(crate) async fn audit(client: &Client, a: &Audit) -> Result<(), Refusal> {
                 ],
             )
             .await
-            .map_err(Refusal::NotAsked)?;
+            .map_err(not_answered)?;
         let Some(row) = row else {
             return Err(Refusal::Unsafe(format!(
                 "{}: role {:?} does not exist",

@@ -25,6 +25,13 @@ pub(super) async fn probe(
     let mut b = connect(config, &tls).await?;
     probe_sessions(&mut a, &mut b, wants_statement_timeout).await?;
     use crate::store::postgres::roles::{self, Refusal};
+    if audit.is_some() {
+        // The audit names catalogs and functions unqualified: on this session of the probe's
+        // own, a search_path the audited role set for itself cannot put its objects first.
+        a.batch_execute("SET search_path = pg_catalog, pg_temp")
+            .await
+            .map_err(problem)?;
+    }
     match audit {
         // A query that got no answer judged nothing: asked again (a refusal is for good).
         Some(audit) => roles::audit(&a, audit).await.map_err(|r| match r {
