@@ -66,7 +66,7 @@ pub struct Metrics {
     pub redis_waiting: AtomicI64,
     pub pg_waiting: AtomicI64,
     pub flights_joined: AtomicU64,
-    /// Reads that left their worker's event loop for the pooled path, its sessions stuck.
+    /// Reads that left their worker's event loop for the pooled path after waiting in line.
     pub pg_reads_spilled: AtomicU64,
     /// Fills waited on another sidecar's lease: woken by its fill, or out of patience.
     fill_waits: [AtomicU64; 2],
@@ -157,7 +157,7 @@ impl Metrics {
             let n = self.fill_waits[i].load(Ordering::Relaxed);
             let _ = writeln!(out, "ferry_fill_waits_total{{outcome=\"{outcome}\"}} {n}");
         }
-        out.push_str("# HELP ferry_postgres_reads_spilled_total Reads that took the pooled path (a thread hop) because their worker's event-loop sessions were all held by statements that did not end for 10 ms.\n# TYPE ferry_postgres_reads_spilled_total counter\n");
+        out.push_str("# HELP ferry_postgres_reads_spilled_total Reads that took the pooled path (a thread hop) after waiting 10 ms in line for their worker's event-loop sessions.\n# TYPE ferry_postgres_reads_spilled_total counter\n");
         let _ = writeln!(
             out,
             "ferry_postgres_reads_spilled_total {}",

@@ -26,6 +26,7 @@ pub(super) async fn on_primary(
     after: Reset,
 ) -> Result<Vec<Row>, ApiError> {
     let slot = state.blocking.admit()?;
+    let deadline = tokio::time::Instant::now() + state.blocking.timeout();
     let fast = on_loop::query(
         state.pools.clone(),
         sql.clone(),
@@ -34,7 +35,7 @@ pub(super) async fn on_primary(
         who.clone(),
         after,
     );
-    let answer = tokio::time::timeout(state.blocking.timeout(), fast).await;
+    let answer = tokio::time::timeout_at(deadline, fast).await;
     drop(slot);
     match answer {
         Err(_) => Err(ApiError::Timeout {
@@ -43,9 +44,12 @@ pub(super) async fn on_primary(
         Ok(Some(answer)) => answer,
         Ok(None) => {
             let s = state.clone();
+            // Within the same deadline: the read may have waited in line first.
             state
                 .blocking
-                .run(move || pooled::query(&s.pools, &sql, &params, limits, who.as_deref(), after))
+                .run_until(deadline, move || {
+                    pooled::query(&s.pools, &sql, &params, limits, who.as_deref(), after)
+                })
                 .await
         }
     }

@@ -45,6 +45,21 @@ impl Blocking {
         F: FnOnce() -> Result<T, ApiError> + Send + 'static,
         T: Send + 'static,
     {
+        self.run_until(tokio::time::Instant::now() + self.timeout, f)
+            .await
+    }
+
+    /// [`Blocking::run`] for what is left of a request's deadline: work that first waited
+    /// elsewhere (a read in line for its worker's session) gets no new one.
+    pub(crate) async fn run_until<T, F>(
+        &self,
+        until: tokio::time::Instant,
+        f: F,
+    ) -> Result<T, ApiError>
+    where
+        F: FnOnce() -> Result<T, ApiError> + Send + 'static,
+        T: Send + 'static,
+    {
         let slot = self.admit()?;
         let deadline = Arc::new(crate::store::postgres::deadline::Deadline::default());
         let watched = deadline.clone();
@@ -52,7 +67,7 @@ impl Blocking {
             let _slot = slot;
             watched.enter(f)
         });
-        match tokio::time::timeout(self.timeout, job).await {
+        match tokio::time::timeout_at(until, job).await {
             Err(_) => {
                 // The work ends too, not just the wait for it (`store::postgres::deadline`).
                 actix_web::rt::task::spawn_blocking(move || deadline.expire());

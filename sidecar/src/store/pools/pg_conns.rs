@@ -78,8 +78,8 @@ impl Drop for PgConn {
 
 impl Pools {
     /// A Postgres session on this worker's event loop, or None: this thread has no share, or
-    /// its share stayed in use past `loop_session::SPILL_AFTER` while the r2d2 pool has a
-    /// connection to spare (the caller then uses `pg_conn`, so every connection of
+    /// it waited in line for its share past `loop_session::SPILL_AFTER` while the r2d2 pool
+    /// has a connection to spare (the caller then uses `pg_conn`, so every connection of
     /// `postgres.pool_size` serves reads). Otherwise it waits for one of its share, up to the
     /// checkout timeout.
     /// `keep_prepared`: for a `skip_reset` run only, which may find its statement prepared.

@@ -6,13 +6,14 @@
 //! Bounds: at most `per_worker` sessions per worker, and at most `workers` threads ever hold
 //! any, so these connections never pass `per_worker * workers`; together with the r2d2 pool's
 //! they stay within `postgres.pool_size`. A read on a worker whose sessions are all in use waits
-//! in line (first come, first served) for one of them, up to the checkout timeout. It takes
-//! the pooled path instead, when that has a connection to spare, only once the worker's
-//! sessions have stopped moving (none taken or given back for [`SPILL_AFTER`]): slow
-//! statements hold them then, and a read behind them would wait for nothing. Sessions that are
-//! merely busy turn over within that, and the read stays on its event loop: the pooled path's
-//! thread hop cost the sidecar about a third more CPU per read when reads took it whenever
-//! the worker's sessions were all out (`bench/results/experiments/2026-12-06-wait-in-line.md`).
+//! in line (first come, first served) for one of them, up to the checkout timeout. One that
+//! has waited [`SPILL_AFTER`] takes the pooled path instead when that has a connection to
+//! spare, and asks again every [`SPILL_AFTER`] while it waits: slow statements hold its
+//! worker's sessions, or more reads arrive than they serve. Under a load they do serve, a read
+//! waits less than that and stays on its event loop. Taking the pooled path whenever the
+//! worker's sessions were all out sent 12-20% of the bench's uncached reads through its thread
+//! hop, for about a fifth more sidecar CPU per read in the pinned run
+//! (`bench/results/experiments/2026-12-06-wait-in-line.md`).
 //!
 //! A session is reset (`DISCARD ALL`) after each request exactly like a pooled one, and one whose
 //! reset failed, whose result was abandoned, or whose connection closed is dropped, never reused.
@@ -82,24 +83,18 @@ pub(crate) struct Link {
     task: tokio::task::JoinHandle<()>,
 }
 
-/// How long a worker's sessions may all stay out, none taken or given back, before a read
-/// waiting for one may take the pooled path (see the module's doc): far longer than sessions
-/// take to turn over under load, short next to a slow statement.
+/// How long a read waits in line for its worker's session before it may take the pooled path
+/// (see the module's doc): longer than reads wait under a load the sessions serve (1-3 ms in
+/// the bench's pinned run), short next to a slow statement.
 pub(crate) const SPILL_AFTER: Duration = Duration::from_millis(10);
 
-/// One worker's share: its idle connections, and its line of reads.
+/// One worker's share: its idle connections, and a permit for each of its sessions not out
+/// (fair: a session given back goes to the read that has waited longest).
 struct Share {
     id: u64,
     owner: Weak<()>,
     idle: Vec<(Link, Prepared)>,
-    line: Rc<Line>,
-}
-
-/// A permit for each session of the share not out (fair: a session given back goes to the
-/// read that has waited longest), and when a session was last taken or given back.
-struct Line {
-    permits: Semaphore,
-    moved: std::cell::Cell<tokio::time::Instant>,
+    permits: Rc<Semaphore>,
 }
 
 thread_local! {
@@ -167,10 +162,10 @@ impl AsyncPg {
     }
 
     /// A session on this worker, or None when this thread has no share (sessions are off, or
-    /// it is not one of the workers), or when its share's sessions stopped moving
-    /// ([`SPILL_AFTER`]) while it waited and `elsewhere` says the pooled path has room.
-    /// Otherwise it waits for one of its share to be given back, up to `checkout_timeout`
-    /// (then 503 `overloaded`, as the pool answers).
+    /// it is not one of the workers), or when it has waited in line [`SPILL_AFTER`] (or a
+    /// multiple) and `elsewhere` says the pooled path has room. Otherwise it waits for one of
+    /// its share to be given back, up to `checkout_timeout` (then 503 `overloaded`, as the pool
+    /// answers).
     pub(crate) async fn session(
         &self,
         connect_timeout: Duration,
@@ -181,31 +176,19 @@ impl AsyncPg {
         if self.per_worker == 0 {
             return Ok(None);
         }
-        let Some(line) = self.share() else {
+        let Some(permits) = self.share() else {
             return Ok(None);
         };
-        let permit = match line.permits.try_acquire() {
+        let permit = match permits.try_acquire() {
             Ok(permit) => permit,
             Err(_) => {
-                let deadline = tokio::time::Instant::now() + checkout_timeout;
+                let now = tokio::time::Instant::now();
+                let (deadline, mut ask) = (now + checkout_timeout, now + SPILL_AFTER);
                 // Its place in line is kept while the pooled path is asked.
-                let in_line = line.permits.acquire();
+                let in_line = permits.acquire();
                 tokio::pin!(in_line);
                 loop {
-                    let now = tokio::time::Instant::now();
-                    let stuck = line.moved.get() + SPILL_AFTER;
-                    if stuck <= now && elsewhere() {
-                        let spilled = &crate::metrics::global().pg_reads_spilled;
-                        spilled.fetch_add(1, Ordering::Relaxed);
-                        return Ok(None);
-                    }
-                    // Stuck with no room elsewhere: asked again after as long.
-                    let until = if stuck <= now {
-                        now + SPILL_AFTER
-                    } else {
-                        stuck
-                    };
-                    let until = until.min(deadline);
+                    let until = ask.min(deadline);
                     match tokio::time::timeout_at(until, &mut in_line).await {
                         Ok(Ok(permit)) => break permit,
                         // Never closed while the share is there.
@@ -215,14 +198,18 @@ impl AsyncPg {
                                 what: "postgres pool",
                             })
                         }
-                        Err(_) => {}
+                        Err(_) if elsewhere() => {
+                            let spilled = &crate::metrics::global().pg_reads_spilled;
+                            spilled.fetch_add(1, Ordering::Relaxed);
+                            return Ok(None);
+                        }
+                        Err(_) => ask = until + SPILL_AFTER,
                     }
                 }
             }
         };
         // Given back by the session's drop (`give_back`), not by the permit's.
         permit.forget();
-        line.moved.set(tokio::time::Instant::now());
         let idle = self.idle();
         let (link, prepared) = idle.unzip();
         let (client, task) = link.map(|l| (l.client, l.task)).unzip();
@@ -248,9 +235,9 @@ impl AsyncPg {
         Ok(Some(session))
     }
 
-    /// This worker's share's line (joining, if there is room, on first use); None when this
+    /// This worker's share's permits (joining, if there is room, on first use); None when this
     /// thread has no share.
-    fn share(&self) -> Option<Rc<Line>> {
+    fn share(&self) -> Option<Rc<Semaphore>> {
         SHARES.with(|s| {
             let mut shares = s.borrow_mut();
             shares.retain(|x| x.owner.strong_count() > 0);
@@ -269,15 +256,12 @@ impl AsyncPg {
                         id: self.id,
                         owner: Arc::downgrade(&self.alive),
                         idle: Vec::new(),
-                        line: Rc::new(Line {
-                            permits: Semaphore::new(self.per_worker),
-                            moved: std::cell::Cell::new(tokio::time::Instant::now()),
-                        }),
+                        permits: Rc::new(Semaphore::new(self.per_worker)),
                     });
                     shares.len() - 1
                 }
             };
-            Some(shares[i].line.clone())
+            Some(shares[i].permits.clone())
         })
     }
 
@@ -329,8 +313,7 @@ fn give_back(id: u64, kept: Option<(Link, Prepared)>, counts: &Counts) {
                 share.idle.push(kept);
                 counts.idle.fetch_add(1, Ordering::AcqRel);
             }
-            share.line.moved.set(tokio::time::Instant::now());
-            share.line.permits.add_permits(1);
+            share.permits.add_permits(1);
         }
     });
 }

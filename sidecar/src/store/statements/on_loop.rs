@@ -77,7 +77,12 @@ async fn read_task(pools: Arc<Pools>, read: Read, mut tx: oneshot::Sender<Answer
     let tries = pools.pg_share() + 1;
     for attempt in 1..=tries {
         let keep_prepared = after == Reset::OnFailure;
-        let mut session = match pools.pg_session(keep_prepared).await {
+        // A caller gone (its deadline) leaves the line: its place goes to the next read.
+        let session = tokio::select! {
+            s = pools.pg_session(keep_prepared) => s,
+            _ = tx.closed() => return,
+        };
+        let mut session = match session {
             Ok(Some(s)) => s,
             Ok(None) => return,
             Err(e) => {
