@@ -84,8 +84,8 @@ pub(crate) struct Link {
 }
 
 /// How long a read waits in line for its worker's session before it may take the pooled path
-/// (see the module's doc): longer than reads wait under a load the sessions serve (1-3 ms in
-/// the bench's pinned run), short next to a slow statement.
+/// (see the module's doc): longer than any read waited under the bench's loads (none took the
+/// pooled path; a whole request took 3 ms on average pinned), short next to a slow statement.
 pub(crate) const SPILL_AFTER: Duration = Duration::from_millis(10);
 
 /// One worker's share: its idle connections, and a permit for each of its sessions not out
