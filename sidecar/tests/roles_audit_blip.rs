@@ -45,10 +45,10 @@ fn an_audit_that_could_not_be_asked_is_asked_again_not_kept_as_unsafe_roles() {
         .batch_execute("ALTER ROLE ferry_app LOGIN")
         .expect("login");
 
-    // The audit runs into the lock: its statement is cancelled (statement_timeout).
+    // The audit runs into the lock (its statement then cancelled by statement_timeout).
     let started = Instant::now();
     loop {
-        let cancelled: i64 = admin
+        let waiting: i64 = admin
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity \
                  WHERE usename = 'ferry_app' AND wait_event_type = 'Lock'",
@@ -56,7 +56,7 @@ fn an_audit_that_could_not_be_asked_is_asked_again_not_kept_as_unsafe_roles() {
             )
             .expect("activity")
             .get(0);
-        if cancelled > 0 {
+        if waiting > 0 {
             break;
         }
         assert!(
